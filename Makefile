@@ -1,0 +1,32 @@
+# Two commands: `make demo` and `make test`.  Both create .venv on first use.
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+SAMPLE := sample_traces/job_2ranks
+
+.PHONY: demo test venv test-venv bench clean
+
+$(VENV)/.installed: pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet -e .
+	touch $@
+
+$(VENV)/.test-installed: $(VENV)/.installed
+	$(PY) -m pip install --quiet -e '.[test]'
+	touch $@
+
+venv: $(VENV)/.installed
+test-venv: $(VENV)/.test-installed
+
+demo: $(VENV)/.installed
+	$(VENV)/bin/tracelens info $(SAMPLE)
+
+test: $(VENV)/.test-installed
+	$(PY) -m pytest -q
+
+bench: $(VENV)/.test-installed
+	$(PY) benchmarks/parse.py
+
+clean:
+	rm -rf $(VENV) .pytest_cache build dist *.egg-info

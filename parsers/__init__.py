@@ -1,0 +1,82 @@
+"""One module per input format.  Each parser is a pure function ``path -> (frame, TraceMeta)``.
+
+``sniff`` looks at a file's first bytes and says which parser applies.
+"""
+
+from __future__ import annotations
+
+import gzip
+import zlib
+from pathlib import Path
+
+from tracelens.errors import ParseError
+
+GZIP_MAGIC = b"\x1f\x8b"
+SQLITE_MAGIC = b"SQLite format 3\x00"
+
+
+def head_bytes(path: Path, n: int = 4096) -> bytes:
+    """The first ``n`` bytes of the file's content (decompressed when gzip)."""
+    with open(path, "rb") as fh:
+        start = fh.read(n)
+    if start[:2] == GZIP_MAGIC:
+        try:
+            d = zlib.decompressobj(wbits=31)
+            return d.decompress(start, n)
+        except zlib.error as e:
+            raise ParseError(str(path), f"corrupt gzip header ({e})") from None
+    return start
+
+
+def sniff(path: Path) -> str:
+    """Return the format name of ``path`` or raise ParseError saying why it is not a trace."""
+    try:
+        head = head_bytes(path)
+    except OSError as e:
+        raise ParseError(str(path), f"cannot read file ({e.strerror or e})") from None
+    if not head:
+        with open(path, "rb") as fh:
+            raw = fh.read(2)
+        raise ParseError(str(path), "empty gzip stream" if raw[:2] == GZIP_MAGIC else "empty file")
+    if head.startswith(SQLITE_MAGIC):
+        return "nsys"
+    stripped = head.lstrip(b"\xef\xbb\xbf \t\r\n")
+    if stripped[:1] in (b"{", b"["):
+        return "kineto"
+    if not stripped:
+        raise ParseError(str(path), "file holds only whitespace")
+    raise ParseError(str(path), "not a trace: neither JSON nor gzip-compressed JSON nor an Nsight SQLite export")
+
+
+def read_content(path: Path) -> tuple[bytes, bool, str | None]:
+    """Read the whole file, gunzipping when needed.
+
+    Returns (content, truncated, problem): a gzip stream cut short gives what could be
+    decompressed and ``truncated=True``.
+    """
+    with open(path, "rb") as fh:
+        raw = fh.read()
+    if raw[:2] != GZIP_MAGIC:
+        return raw, False, None
+    try:
+        return gzip.decompress(raw), False, None
+    except EOFError:
+        pass
+    except (OSError, zlib.error) as e:
+        # Corrupt data in the middle: keep what decompressed cleanly before it.
+        d = zlib.decompressobj(wbits=31)
+        try:
+            out = d.decompress(raw)
+        except zlib.error:
+            out = b""
+        if not out:
+            raise ParseError(str(path), f"corrupt gzip data ({e})") from None
+        return out, True, f"corrupt gzip data ({e})"
+    d = zlib.decompressobj(wbits=31)
+    try:
+        out = d.decompress(raw)
+    except zlib.error as e:
+        raise ParseError(str(path), f"corrupt gzip data ({e})") from None
+    if not out:
+        raise ParseError(str(path), "truncated gzip: nothing could be decompressed")
+    return out, True, "truncated gzip (the stream ends before its end marker)"

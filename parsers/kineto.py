@@ -1,0 +1,778 @@
+"""PyTorch profiler (Kineto) Chrome-trace JSON, ``.json`` or ``.json.gz``.
+
+Both schemas are read: the current one (``cpu_op``, ``kernel``, ``cuda_runtime``, ``External
+id``) and the 2021 one (``Operator``, ``Kernel``, ``Runtime``, ``external id``), CUDA and ROCm,
+GPU-only and CPU-only, µs-float and ns-resolution timestamps, ids above int64.
+
+How it stays fast and small: the file's bytes are split into chunks of whole events without
+building a Python object per event for the whole file.  A chunk boundary is a ``}`` ``,`` ``{``
+between two events of the ``traceEvents`` array; a boundary found by the fast byte search is
+*proved* by decoding the chunk (a cut inside a string or a nested value always leaves the
+chunk unbalanced, which the decoder rejects).  Each chunk is decoded by msgspec into small
+typed structs holding only the fields the analysis needs (unknown keys are skipped by the
+decoder, in C), turned into columns, and dropped before the next chunk.
+"""
+
+from __future__ import annotations
+
+import re
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import msgspec
+import orjson
+import polars as pl
+
+from parsers import read_content
+from tracelens.collectives import P2P, dtype_bytes, normalize_collective
+from tracelens.errors import ParseError
+from tracelens.kclass import classify, collective_from_kernel
+from tracelens.schema import TraceMeta, conform, empty_frame
+
+PARSER_VERSION = "1.0"
+CHUNK_BYTES = 8 << 20
+
+Num = int | float | str | None
+
+
+class _Args(msgspec.Struct, rename={
+    "ext_id": "External id",
+    "ext_id_old": "external id",
+    "coll_name": "Collective name",
+    "pg_name": "Process Group Name",
+    "pg_desc": "Process Group Description",
+    "group_size": "Group size",
+    "seq": "Seq",
+    "in_nelems": "In msg nelems",
+    "out_nelems": "Out msg nelems",
+    "label": "name",
+}):
+    ext_id: Num = None
+    ext_id_old: Num = None
+    correlation: Num = None
+    device: Num = None
+    stream: Num = None
+    coll_name: str | None = None
+    pg_name: str | int | None = None
+    pg_desc: str | None = None
+    group_size: Num = None
+    seq: Num = None
+    in_nelems: Num = None
+    out_nelems: Num = None
+    dtype: str | None = None
+    bytes: Num = None
+    label: str | int | None = None
+
+
+class _Event(msgspec.Struct):
+    ph: str = ""
+    cat: str | None = None
+    name: str | int | float | None = None
+    pid: int | float | str | None = None
+    tid: int | float | str | None = None
+    ts: int | float | None = None
+    dur: float | None = None
+    id: Num = None
+    args: _Args | None = None
+
+
+class _RawArgs(msgspec.Struct):
+    args: msgspec.Raw = msgspec.Raw(b"")
+
+
+class _RawTs(msgspec.Struct):
+    ts: msgspec.Raw = msgspec.Raw(b"")
+
+
+_DEC_EVENTS = msgspec.json.Decoder(list[_Event])
+_DEC_RAW = msgspec.json.Decoder(list[_RawArgs])
+_DEC_TS = msgspec.json.Decoder(list[_RawTs])
+# Above this many µs a float64 no longer holds every ns: such timestamps are read from the text.
+_EXACT_FLOAT_US = float(1 << 53) / 1000.0
+_BOUNDARY = re.compile(rb"\}\s*,\s*\{")
+_FLOW_CATS = frozenset({"ac2g", "async", "async_cpu_to_gpu", "async_gpu"})
+_STEP_RE = r"^ProfilerStep#\d+$"
+_DATALOADER_RE = r"(?i)enumerate\(DataLoader\)|DataLoaderIter\.__next__|^## data_load"
+_SYNC_RE = r"^(cuda|hip|cu)(Device|Stream|Event|Ctx)Synchronize"
+_INT64_MAX = (1 << 63) - 1
+_NUM_TAIL = re.compile(r"(-?\d+)\s*$")
+
+# Columns each chunk produces before normalisation.
+_CHUNK_COLS = (
+    "ph", "cat", "name", "_pid", "_tid", "ts", "dur", "_id", "ext_id", "correlation", "_device",
+    "_stream", "coll_name", "pg_name", "pg_desc", "group_size", "seq", "in_nelems", "out_nelems",
+    "dtype", "_bytes", "args",
+)
+
+
+def _as_int(v: Any) -> int | None:
+    """An id-like value as a signed 64-bit int (ids above int64 wrap; "stream 7" -> 7)."""
+    t = type(v)
+    if t is int:
+        if -_INT64_MAX - 1 <= v <= _INT64_MAX:
+            return v
+        v &= (1 << 64) - 1
+        return v - (1 << 64) if v > _INT64_MAX else v
+    if v is None:
+        return None
+    if t is float:
+        return int(v) if v == v and abs(v) < 9.2e18 else None
+    if t is str:
+        m = _NUM_TAIL.search(v)
+        return _as_int(int(m.group(1))) if m else None
+    return None
+
+
+def _int_col(values: list) -> pl.Series:
+    try:
+        return pl.Series(values, dtype=pl.Int64)
+    except (TypeError, OverflowError, pl.exceptions.PolarsError):
+        return pl.Series([_as_int(v) for v in values], dtype=pl.Int64)
+
+
+def _str_col(values: list) -> pl.Series:
+    try:
+        return pl.Series(values, dtype=pl.String)
+    except (TypeError, pl.exceptions.PolarsError):
+        return pl.Series([None if v is None else str(v) for v in values], dtype=pl.String)
+
+
+def _float_col(values: list) -> pl.Series:
+    try:
+        return pl.Series(values, dtype=pl.Float64)
+    except (TypeError, pl.exceptions.PolarsError):
+        return pl.Series([v if isinstance(v, (int, float)) else None for v in values], dtype=pl.Float64)
+
+
+def _ts_col(values: list, chunk: bytes | None, keep_idx: list[int]) -> pl.Series:
+    """Timestamps in ns, exact: integers multiply exactly, and µs floats too large for a
+    float64 to hold every ns (absolute epoch times with ns decimals) are read from the text."""
+    try:
+        return pl.Series(values, dtype=pl.Int64) * 1000
+    except (TypeError, OverflowError, pl.exceptions.PolarsError):
+        pass
+    f = _float_col(values)
+    ns = (f * 1000.0).round().cast(pl.Int64)
+    big = f.abs() >= _EXACT_FLOAT_US
+    if chunk is None or not big.any() or not (f != f.round()).filter(big).any():
+        return ns
+    raw = _DEC_TS.decode(chunk)
+    text = pl.Series([bytes(raw[k].ts) for k in keep_idx], dtype=pl.Binary).cast(pl.String, strict=False)
+    exact = decimal_us_to_ns(text)
+    return pl.select(pl.when(exact.is_not_null()).then(exact).otherwise(ns)).to_series()
+
+
+def decimal_us_to_ns(text: pl.Series) -> pl.Series:
+    """Decimal µs strings ("1712195495519689.047") to int ns, rounding past the 3rd decimal.
+    Null where the text is not a plain decimal (exponent notation, junk)."""
+    plain = text.str.contains(r"^-?\d+(\.\d*)?$")
+    neg = text.str.starts_with("-")
+    parts = text.str.strip_prefix("-").str.split_exact(".", 1)
+    whole = parts.struct.field("field_0").cast(pl.Int64, strict=False)
+    frac4 = parts.struct.field("field_1").fill_null("").str.slice(0, 4).str.pad_end(4, "0").cast(pl.Int64, strict=False)
+    mag = whole * 1000 + (frac4 + 5) // 10
+    out = pl.select(pl.when(plain).then(pl.when(neg).then(-mag).otherwise(mag))).to_series()
+    return out.alias(text.name)
+
+
+class _Split:
+    """Where the traceEvents array lies in the content, and the rest of the top level."""
+
+    def __init__(self, top: dict, body_start: int, body_end: int, closed: bool):
+        self.top = top
+        self.body_start = body_start
+        self.body_end = body_end
+        self.closed = closed
+        self.closes: list[tuple[int, dict]] = [(body_end, top)] if closed else []
+        self.key = 0
+
+
+def _split(content: bytes, path: str) -> _Split:
+    n = len(content)
+    i = 0
+    while i < n and content[i] in b" \t\r\n":
+        i += 1
+    if content.startswith(b"\xef\xbb\xbf", i):
+        i += 3
+        while i < n and content[i] in b" \t\r\n":
+            i += 1
+    if i >= n:
+        raise ParseError(path, "empty file")
+    first = content[i : i + 1]
+    if first == b"[":  # the bare JSON-array form of the Chrome trace format
+        end = content.rstrip().rfind(b"]")
+        closed = end > i and content.rstrip().endswith(b"]")
+        return _Split({}, i + 1, end if closed else n, closed)
+    if first != b"{":
+        raise ParseError(path, "not a trace: the content is not a JSON object or array")
+    key = content.find(b'"traceEvents"')
+    if key < 0:
+        # Not a Kineto trace; say what it is when the JSON parses.
+        try:
+            obj = orjson.loads(content)
+        except orjson.JSONDecodeError as e:
+            raise ParseError(path, f"invalid or truncated JSON and no traceEvents array ({e})") from None
+        raise ParseError(path, f"not a trace: JSON without a traceEvents array ({_describe(obj)})")
+    j = key + len(b'"traceEvents"')
+    while j < n and content[j] in b" \t\r\n:":
+        j += 1
+    if j >= n or content[j : j + 1] != b"[":
+        if content[j : j + 4] == b"null" or j >= n:
+            return _Split(_top_level(content[:key], b"}", path), j, j, j < n)
+        raise ParseError(path, "traceEvents is not an array")
+    body_start = j + 1
+    head = content[:key]
+    # Candidates for the array's closing bracket: each ']' after which the rest of the object
+    # parses, latest first.  A later array (Kineto's "INFO" log lines) can pass this test too;
+    # the body decoder settles it, since a body that runs past the true ']' never decodes.
+    closes: list[tuple[int, dict]] = []
+    pos = n
+    for _ in range(256):
+        pos = content.rfind(b"]", body_start - 1, pos)
+        if pos < body_start - 1:
+            break
+        try:
+            top = orjson.loads(head + b'"traceEvents":[]' + content[pos + 1 :])
+        except orjson.JSONDecodeError:
+            continue
+        if isinstance(top, dict):
+            closes.append((pos, top))
+            if len(closes) >= 8:
+                break
+    if closes:
+        sp = _Split(closes[0][1], body_start, closes[0][0], True)
+        sp.closes = closes
+    else:
+        sp = _Split(_top_level(head, b"}", path), body_start, n, False)
+    sp.key = key
+    return sp
+
+
+def _top_level(head: bytes, closer: bytes, path: str) -> dict:
+    """The top-level keys before traceEvents when the file has no readable end."""
+    text = head.rstrip()
+    if text.endswith(b","):
+        text = text[:-1]
+    try:
+        top = orjson.loads(text + closer)
+    except orjson.JSONDecodeError:
+        raise ParseError(path, "truncated JSON: the keys before traceEvents are incomplete") from None
+    return top if isinstance(top, dict) else {}
+
+
+def _describe(obj: Any) -> str:
+    if isinstance(obj, dict):
+        keys = set(obj)
+        if {"nodes", "schema"} <= keys:
+            return "looks like a PyTorch Execution Trace (Chakra); give its Kineto twin"
+        if "entries" in keys and "pg_config" in keys:
+            return "looks like a Flight Recorder dump"
+        if "schema_version" in keys and "ranks" in keys:
+            return "looks like a tracelens report"
+        shown = ", ".join(sorted(map(str, keys))[:5])
+        return f"top-level keys: {shown}" if shown else "empty object"
+    return f"top level is a {type(obj).__name__}"
+
+
+class _Builder:
+    """Collects column chunks and the odd events (metadata, flows) of one file."""
+
+    def __init__(self, keep_python: bool):
+        self.keep_python = keep_python
+        self.frames: list[pl.DataFrame] = []
+        self.flows: list[tuple[str, Any, Any, Any, float | None]] = []
+        self.meta_events: list[_Event] = []
+        self.skipped: Counter[str] = Counter()
+        self.invalid = 0
+        self.events = 0
+        self.with_ph = 0
+
+    def add(self, evs: list[_Event], raws: list[_RawArgs] | None, chunk: bytes | None = None) -> None:
+        self.events += len(evs)
+        keep_python = self.keep_python
+        keep: list[_Event] = []
+        keep_idx: list[int] = []
+        keep_raw: list[bytes] = []
+        skipped = self.skipped
+        for k, e in enumerate(evs):
+            ph = e.ph
+            if not ph:
+                continue
+            self.with_ph += 1
+            if ph == "X":
+                if e.cat == "Trace":  # the profiler's own span, not an event of the job
+                    continue
+                if e.cat == "python_function" and not keep_python:
+                    skipped["python_function"] += 1
+                    continue
+                if e.ts is None:
+                    skipped["no_ts"] += 1
+                    continue
+                keep.append(e)
+                keep_idx.append(k)
+                if raws is not None:
+                    keep_raw.append(bytes(raws[k].args))
+            elif ph == "s" or ph == "f" or ph == "t":
+                if e.cat in _FLOW_CATS:
+                    self.flows.append((ph, e.id, e.pid, e.tid, e.ts))
+                else:
+                    skipped[f"flow:{e.cat}"] += 1
+            elif ph == "M":
+                self.meta_events.append(e)
+            else:
+                skipped[f"ph:{ph}"] += 1
+        if not keep:
+            return
+        args = [e.args for e in keep]
+        none = _Args()
+        args = [a if a is not None else none for a in args]
+        cols = {
+            "ph": pl.Series([e.ph for e in keep], dtype=pl.String),
+            "cat": _str_col([e.cat for e in keep]),
+            "name": _str_col([e.name for e in keep]),
+            "_pid": _int_col([e.pid for e in keep]),
+            "_tid": _int_col([e.tid for e in keep]),
+            "ts": _ts_col([e.ts for e in keep], chunk, keep_idx),
+            "dur": _float_col([e.dur for e in keep]),
+            "_id": pl.Series([None] * len(keep), dtype=pl.Int64),
+            "ext_id": _int_col([a.ext_id if a.ext_id is not None else a.ext_id_old for a in args]),
+            "correlation": _int_col([a.correlation for a in args]),
+            "_device": _int_col([a.device for a in args]),
+            "_stream": _int_col([a.stream for a in args]),
+            "coll_name": _str_col([a.coll_name for a in args]),
+            "pg_name": _str_col([a.pg_name for a in args]),
+            "pg_desc": _str_col([a.pg_desc for a in args]),
+            "group_size": _int_col([a.group_size for a in args]),
+            "seq": _int_col([a.seq for a in args]),
+            "in_nelems": _int_col([a.in_nelems for a in args]),
+            "out_nelems": _int_col([a.out_nelems for a in args]),
+            "dtype": _str_col([a.dtype for a in args]),
+            "_bytes": _int_col([a.bytes for a in args]),
+            "args": (
+                pl.Series(keep_raw, dtype=pl.Binary).cast(pl.String, strict=False)
+                if raws is not None
+                else pl.Series([None] * len(keep), dtype=pl.String)
+            ),
+        }
+        self.frames.append(pl.DataFrame(cols))
+
+
+def _decode_chunk(chunk: bytes, builder: _Builder, keep_args: bool) -> None:
+    """Decode a JSON array of events; raise msgspec.DecodeError if it is not valid JSON."""
+    try:
+        evs = _DEC_EVENTS.decode(chunk)
+    except msgspec.ValidationError:
+        _decode_lenient(chunk, builder, keep_args)
+        return
+    raws = _DEC_RAW.decode(chunk) if keep_args else None
+    builder.add(evs, raws, chunk)
+
+
+def _decode_lenient(chunk: bytes, builder: _Builder, keep_args: bool) -> None:
+    """Slow path for a chunk with oddly typed fields: keep every event that converts."""
+    items = orjson.loads(chunk)
+    evs: list[_Event] = []
+    raws: list[_RawArgs] = []
+    for item in items:
+        if not isinstance(item, dict):
+            builder.invalid += 1
+            continue
+        try:
+            ev = msgspec.convert(item, _Event, strict=False)
+        except msgspec.ValidationError:
+            builder.invalid += 1
+            continue
+        evs.append(ev)
+        a = item.get("args")
+        raws.append(_RawArgs(msgspec.Raw(orjson.dumps(a)) if isinstance(a, dict) else msgspec.Raw(b"")))
+    builder.add(evs, raws if keep_args else None)
+
+
+def _decode_body(content: bytes, sp: _Split, builder: _Builder, keep_args: bool, path: str) -> bool:
+    """Decode the traceEvents array chunk by chunk.  Returns True when the file was cut short."""
+    bad = (msgspec.DecodeError, orjson.JSONDecodeError)
+    start, end = sp.body_start, sp.body_end
+    while start < end and content[start] in b" \t\r\n":
+        start += 1
+    while start < end:
+        search_from = start + CHUNK_BYTES
+        advanced = False
+        while search_from < end:
+            m = _BOUNDARY.search(content, search_from, end)
+            if m is None:
+                break
+            try:
+                _decode_chunk(b"[" + content[start : m.start() + 1] + b"]", builder, keep_args)
+            except bad:
+                search_from = m.end()  # the cut fell inside a value: try the next boundary
+                continue
+            start = m.end() - 1
+            advanced = True
+            break
+        if advanced:
+            continue
+        # The last piece runs to the end of the array (or of the file, when cut short).
+        for close, top in sp.closes:
+            if close < start:
+                break
+            try:
+                _decode_chunk(b"[" + content[start:close] + b"]", builder, keep_args)
+            except bad:
+                continue
+            sp.top, sp.body_end = top, close
+            return False
+        # No end fits: the file was cut (or damaged) inside this piece.  Keep the whole
+        # events before the damage; the caller warns.
+        if sp.closed:
+            sp.top = _top_level(content[: sp.key], b"}", path)
+            sp.closed = False
+        _decode_truncated_tail(content, start, len(content), builder, keep_args)
+        return True
+    return not sp.closed
+
+
+
+def _decode_truncated_tail(content: bytes, start: int, end: int, builder: _Builder, keep_args: bool) -> int:
+    """The file was cut inside ``content[start:end]``: keep the whole events before the cut."""
+    bounds = [m.start() + 1 for m in _BOUNDARY.finditer(content, start, end)]
+    # The last event may itself be whole (cut between events or inside the closing bracket).
+    tail = content[start:end].rstrip().rstrip(b",")
+    candidates = [start + len(tail)] + bounds[::-1]
+    for tries, b in enumerate(candidates):
+        if tries > 256:
+            break
+        try:
+            _decode_chunk(b"[" + content[start:b] + b"]", builder, keep_args)
+            return b
+        except (msgspec.DecodeError, orjson.JSONDecodeError):
+            continue
+    return start
+
+
+def parse(path: str | Path, *, keep_python: bool = False, keep_args: bool = True) -> tuple[pl.DataFrame, TraceMeta]:
+    """Parse one Kineto trace file into (event frame, TraceMeta).  ``rank`` is left to the loader
+    when the file does not say it (``meta.rank`` None); the frame's ``rank`` column is filled
+    with ``meta.rank`` or -1 and rewritten by the loader."""
+    path = Path(path)
+    try:
+        return _parse(path, keep_python, keep_args)
+    except (ParseError, MemoryError, KeyboardInterrupt):
+        raise
+    except Exception as e:  # never let a malformed file surface as a traceback
+        raise ParseError(str(path), f"unreadable trace ({type(e).__name__}: {e})") from e
+
+
+def _parse(path: Path, keep_python: bool, keep_args: bool) -> tuple[pl.DataFrame, TraceMeta]:
+    spath = str(path)
+    try:
+        size = path.stat().st_size
+    except OSError as e:
+        raise ParseError(spath, f"cannot read file ({e.strerror or e})") from None
+    content, gz_truncated, gz_problem = read_content(path)
+    sp = _split(content, spath)
+    builder = _Builder(keep_python)
+    truncated = _decode_body(content, sp, builder, keep_args, spath)
+    truncated = truncated or gz_truncated
+    if builder.with_ph == 0 and not truncated:
+        if builder.events == 0:
+            raise ParseError(spath, "no trace events: the traceEvents array is empty")
+        raise ParseError(spath, "not a trace: the array holds no trace events (objects with a 'ph' field)")
+    meta = TraceMeta(
+        path=spath,
+        format="kineto",
+        source="kineto",
+        parser="parsers.kineto",
+        parser_version=PARSER_VERSION,
+        size_bytes=size,
+        uncompressed_bytes=len(content),
+    )
+    del content
+    if truncated:
+        if builder.events == 0:
+            raise ParseError(spath, f"truncated trace: {gz_problem or 'the JSON ends'} before the first whole event")
+        meta.truncated = True
+        why = gz_problem or "truncated or damaged JSON (the traceEvents array does not end cleanly)"
+        meta.warnings.append(f"{why}; loaded the {builder.events} whole events before the cut")
+    df = _finish(builder, meta, sp.top)
+    return df, meta
+
+
+def _fill_meta(meta: TraceMeta, top: dict, builder: _Builder) -> None:
+    dist = top.get("distributedInfo")
+    if isinstance(dist, dict):
+        meta.distributed = dist
+        r = dist.get("rank")
+        if isinstance(r, int) and not isinstance(r, bool) and r >= 0:
+            meta.rank = r
+            meta.rank_source = "distributedInfo"
+        ws = dist.get("world_size")
+        if isinstance(ws, int) and not isinstance(ws, bool) and ws > 0:
+            meta.world_size = ws
+        be = dist.get("backend")
+        meta.backend = be if isinstance(be, str) else None
+    devs = top.get("deviceProperties")
+    if isinstance(devs, list):
+        meta.devices = [d for d in devs if isinstance(d, dict)]
+    btn = top.get("baseTimeNanoseconds")
+    if isinstance(btn, int):
+        meta.base_time_ns = btn
+    for k, v in top.items():
+        if k not in ("traceEvents", "deviceProperties", "distributedInfo") and isinstance(v, (str, int, float, bool)):
+            meta.attributes[k] = v
+    if any(k in top for k in ("roctracer_version", "hip_runtime_version", "hip_driver_version")):
+        meta.platform = "rocm"
+    elif any(k in top for k in ("cupti_version", "cuda_runtime_version", "cuda_driver_version")):
+        meta.platform = "cuda"
+    for e in builder.meta_events:
+        if e.name == "thread_name" and e.args is not None and e.args.label is not None:
+            meta.threads[f"{_as_int(e.pid)}:{_as_int(e.tid)}"] = str(e.args.label)
+
+
+def _finish(builder: _Builder, meta: TraceMeta, top: dict) -> pl.DataFrame:
+    _fill_meta(meta, top, builder)
+    if builder.invalid:
+        meta.warnings.append(f"skipped {builder.invalid} events that are not well-formed trace events")
+    if not builder.frames:
+        meta.warnings.append(f"the trace holds no timed events")
+        return empty_frame()
+    raw = pl.concat(builder.frames, how="vertical")
+    builder.frames.clear()
+    df = _normalise(raw, builder, meta)
+    return df
+
+
+_DEVICE_CATS = ["kernel", "gpu_memcpy", "memcpy", "gpu_memset", "memset", "gpu_user_annotation", "cuda_sync"]
+
+
+def _normalise(raw: pl.DataFrame, builder: _Builder, meta: TraceMeta) -> pl.DataFrame:
+    cat_l = pl.col("cat").str.to_lowercase()
+    name = pl.col("name")
+    n_neg = raw.select((pl.col("dur") < 0).sum()).item()
+    n_nodur = raw.select(pl.col("dur").is_null().sum()).item()
+    if n_neg:
+        meta.warnings.append(f"{n_neg} events with negative durations were clamped to 0")
+    if n_nodur:
+        meta.warnings.append(f"{n_nodur} complete events without a duration were given 0")
+    if raw.select(pl.col("cat").is_in(["Operator", "Kernel", "Runtime"]).any()).item():
+        meta.trace_schema = "2021"
+    else:
+        meta.trace_schema = "current"
+
+    is_dev = cat_l.is_in(_DEVICE_CATS)
+    coll_norm = pl.col("coll_name").map_elements(normalize_collective, return_dtype=pl.String, skip_nulls=True)
+    df = raw.with_columns(
+        is_dev.alias("_is_dev"),
+        cat_l.alias("_cat_l"),
+        pl.col("ts").alias("ts_ns"),
+        ((pl.col("dur").fill_null(0.0).clip(lower_bound=0.0) * 1000.0).round()).cast(pl.Int64).alias("dur_ns"),
+        coll_norm.alias("collective"),
+    )
+    if df.schema["name"] != pl.String:
+        df = df.with_columns(pl.col("name").cast(pl.String))
+    df = df.with_columns(pl.col("name").fill_null(""))
+    kind = (
+        pl.when(pl.col("name").str.contains(_STEP_RE) & ~pl.col("_is_dev"))
+        .then(pl.lit("step"))
+        .when(pl.col("name").str.contains(_DATALOADER_RE) & ~pl.col("_is_dev"))
+        .then(pl.lit("dataloader"))
+        .when(pl.col("_cat_l").is_in(["cpu_op", "operator"]) & (pl.col("name") == "record_param_comms"))
+        .then(pl.when(pl.col("collective").is_in(list(P2P))).then(pl.lit("p2p")).otherwise(pl.lit("collective")))
+        .when(pl.col("_cat_l").is_in(["cpu_op", "operator"]))
+        .then(pl.lit("cpu_op"))
+        .when(pl.col("_cat_l").is_in(["user_annotation", "gpu_user_annotation"]))
+        .then(pl.lit("annotation"))
+        .when(pl.col("_cat_l") == "python_function")
+        .then(pl.lit("python"))
+        .when(pl.col("_cat_l").is_in(["cuda_runtime", "cuda_driver", "runtime"]) & pl.col("name").str.contains(_SYNC_RE))
+        .then(pl.lit("sync"))
+        .when(pl.col("_cat_l").is_in(["cuda_runtime", "cuda_driver", "runtime"]))
+        .then(pl.lit("runtime"))
+        .when(pl.col("_cat_l") == "cuda_sync")
+        .then(pl.lit("sync"))
+        .when(pl.col("_cat_l") == "kernel")
+        .then(pl.lit("kernel"))
+        .when(pl.col("_cat_l").is_in(["gpu_memcpy", "memcpy"]))
+        .then(pl.lit("memcpy"))
+        .when(pl.col("_cat_l").is_in(["gpu_memset", "memset"]))
+        .then(pl.lit("memset"))
+        .otherwise(pl.lit("other"))
+    )
+    df = df.with_columns(kind.alias("kind"))
+    # Fill missing correlations from ac2g flow events (s at the launch, f at the GPU activity).
+    df = _fill_from_flows(df, builder)
+    # Kernel classes, once per distinct (name, cat) of device activity.
+    dev_names = df.filter(pl.col("kind").is_in(["kernel", "memcpy", "memset"])).select("name", "_cat_l").unique()
+    mapping = {
+        (n, c): classify(n, c) for n, c in dev_names.iter_rows()
+    }
+    kc = pl.DataFrame(
+        {"name": [k[0] for k in mapping], "_cat_l": [k[1] for k in mapping], "kclass": list(mapping.values())},
+        schema={"name": pl.String, "_cat_l": pl.String, "kclass": pl.String},
+    )
+    df = df.join(kc, on=["name", "_cat_l"], how="left", maintain_order="left")
+    df = df.with_columns(
+        pl.when(pl.col("kind").is_in(["kernel", "memcpy", "memset"])).then(pl.col("kclass")).otherwise(None).alias("kclass")
+    )
+    # Collective from the kernel name when the kernel carries no args (older PyTorch).
+    comm_names = df.filter((pl.col("kclass") == "comm") & pl.col("collective").is_null()).get_column("name").unique().to_list()
+    if comm_names:
+        from_kernel = {n: collective_from_kernel(n) for n in comm_names}
+        df = df.with_columns(
+            pl.when((pl.col("kclass") == "comm") & pl.col("collective").is_null())
+            .then(pl.col("name").replace_strict(from_kernel, default=None, return_dtype=pl.String))
+            .otherwise(pl.col("collective"))
+            .alias("collective")
+        )
+    # bytes: explicit, else the larger message (nccl-tests' "size") x element size.
+    dsize = {d: dtype_bytes(d) for d in df.get_column("dtype").drop_nulls().unique().to_list()}
+    elem = pl.col("dtype").replace_strict(dsize, default=None, return_dtype=pl.Int64) if dsize else pl.lit(None, pl.Int64)
+    df = df.with_columns(
+        pl.coalesce(
+            pl.col("_bytes"),
+            pl.max_horizontal(pl.col("in_nelems"), pl.col("out_nelems")) * elem,
+        ).alias("bytes"),
+        pl.when(pl.col("_is_dev")).then(pl.coalesce(pl.col("_device"), pl.col("_pid"))).otherwise(None).cast(pl.Int32).alias("device"),
+        pl.when(pl.col("_is_dev")).then(pl.coalesce(pl.col("_stream"), pl.col("_tid"))).otherwise(None).alias("stream"),
+        pl.when(pl.col("_is_dev")).then(None).otherwise(pl.col("_pid")).alias("pid"),
+        pl.when(pl.col("_is_dev")).then(None).otherwise(pl.col("_tid")).alias("tid"),
+        pl.col("ext_id").alias("external_id"),
+        pl.col("pg_name").alias("group"),
+        pl.col("pg_desc").alias("group_desc"),
+    )
+    df = _attach_comm_records(df, meta)
+    meta.device_id = _mode(df.filter(pl.col("kind") == "kernel").get_column("device"))
+    if meta.device_id is None:
+        meta.device_id = _mode(df.filter(pl.col("_is_dev")).get_column("device"))
+    if meta.device_id is not None:
+        for d in meta.devices:
+            if d.get("id") == meta.device_id:
+                meta.device_properties = d
+                meta.device_name = d.get("name")
+                break
+        if meta.device_name is None and len(meta.devices) == 1:
+            meta.device_properties = meta.devices[0]
+            meta.device_name = meta.devices[0].get("name")
+    if meta.platform is None and meta.device_name:
+        low = meta.device_name.lower()
+        meta.platform = "rocm" if ("amd" in low or "instinct" in low or "radeon" in low) else "cuda"
+    if meta.device_id is None and not df.select(pl.col("_is_dev").any()).item():
+        meta.warnings.append(f"no GPU events (a CPU-only trace)")
+    df = df.with_columns(
+        pl.lit(-1 if meta.rank is None else meta.rank, dtype=pl.Int32).alias("rank"),
+        pl.lit(0, dtype=pl.Int32).alias("file"),
+        pl.lit("kineto").alias("source"),
+    )
+    return conform(df).sort("ts_ns", maintain_order=True)
+
+
+def _fill_from_flows(df: pl.DataFrame, builder: _Builder) -> pl.DataFrame:
+    if not builder.flows or not df.select(pl.col("correlation").is_null().any()).item():
+        builder.flows.clear()
+        return df
+    flows = pl.DataFrame(
+        {
+            "_ph": [f[0] for f in builder.flows],
+            "_flow_id": _int_col([f[1] for f in builder.flows]),
+            "_pid": _int_col([f[2] for f in builder.flows]),
+            "_tid": _int_col([f[3] for f in builder.flows]),
+            "ts_ns": ((_float_col([f[4] for f in builder.flows]) * 1000.0).round()).cast(pl.Int64),
+        }
+    )
+    builder.flows.clear()
+    # A flow start sits on the launch (host), a flow finish on the GPU activity.
+    ends = flows.filter(pl.col("_ph").is_in(["s", "f"])).select("_pid", "_tid", "ts_ns", "_flow_id", "_ph").unique(
+        subset=["_pid", "_tid", "ts_ns", "_ph"], keep="first"
+    )
+    dev = ends.filter(pl.col("_ph") == "f").drop("_ph")
+    host = ends.filter(pl.col("_ph") == "s").drop("_ph")
+    df = df.join(dev.rename({"_flow_id": "_fid_dev"}), on=["_pid", "_tid", "ts_ns"], how="left", maintain_order="left")
+    df = df.join(host.rename({"_flow_id": "_fid_host"}), on=["_pid", "_tid", "ts_ns"], how="left", maintain_order="left")
+    return df.with_columns(
+        pl.coalesce(
+            pl.col("correlation"),
+            pl.when(pl.col("_is_dev")).then(pl.col("_fid_dev")).otherwise(
+                pl.when(pl.col("kind").is_in(["runtime", "sync"])).then(pl.col("_fid_host"))
+            ),
+        ).alias("correlation")
+    ).drop("_fid_dev", "_fid_host")
+
+
+def _attach_comm_records(df: pl.DataFrame, meta: TraceMeta) -> pl.DataFrame:
+    """Carry the host record of each collective (``record_param_comms``) onto its GPU kernel,
+    and give every collective a sequence number within its process group."""
+    host = pl.col("kind").is_in(["collective", "p2p"])
+    if df.select(host.any()).item():
+        if df.filter(host).select(pl.col("seq").is_null().any()).item():
+            meta.attributes["seq_source"] = "derived: order within the process group on this rank"
+            df = df.with_columns(
+                pl.when(host & pl.col("seq").is_null())
+                .then(pl.int_range(pl.len()).over(pl.when(host).then(pl.col("group")).otherwise(None), pl.col("kind").is_in(["collective", "p2p"]), order_by="ts_ns"))
+                .otherwise(pl.col("seq"))
+                .alias("seq")
+            )
+        else:
+            meta.attributes["seq_source"] = "trace"
+        need = (pl.col("kclass") == "comm") & pl.col("group").is_null()
+        kernels = df.with_row_index("_row").filter(need).select("_row", "correlation")
+        if kernels.height:
+            launches = (
+                df.filter(pl.col("kind").is_in(["runtime"]) & pl.col("correlation").is_not_null())
+                .select("correlation", pl.col("pid").alias("_lpid"), pl.col("tid").alias("_ltid"), pl.col("ts_ns").alias("_lts"))
+                .unique(subset=["correlation"], keep="first")
+            )
+            records = (
+                df.filter(host)
+                .select(
+                    pl.col("pid").alias("_lpid"),
+                    pl.col("tid").alias("_ltid"),
+                    pl.col("ts_ns").alias("_rts"),
+                    pl.col("collective").alias("_c"),
+                    pl.col("group").alias("_g"),
+                    pl.col("group_desc").alias("_gd"),
+                    pl.col("group_size").alias("_gs"),
+                    pl.col("seq").alias("_s"),
+                    pl.col("dtype").alias("_dt"),
+                    pl.col("bytes").alias("_b"),
+                )
+                .drop_nulls(["_lpid", "_ltid"])
+                .sort("_rts")
+            )
+            linked = (
+                kernels.join(launches, on="correlation", how="inner")
+                .drop_nulls(["_lpid", "_ltid"])
+                .sort("_lts")
+                .join_asof(records, left_on="_lts", right_on="_rts", by=["_lpid", "_ltid"], strategy="backward", tolerance=10_000_000, check_sortedness=False)
+                .filter(pl.col("_rts").is_not_null())
+                .select("_row", "_c", "_g", "_gd", "_gs", "_s", "_dt", "_b")
+            )
+            if linked.height:
+                df = df.with_row_index("_row").join(linked, on="_row", how="left", maintain_order="left")
+                df = df.with_columns(
+                    pl.coalesce("_c", "collective").alias("collective"),
+                    pl.coalesce("group", "_g").alias("group"),
+                    pl.coalesce("group_desc", "_gd").alias("group_desc"),
+                    pl.coalesce("group_size", "_gs").alias("group_size"),
+                    pl.coalesce("seq", "_s").alias("seq"),
+                    pl.coalesce("dtype", "_dt").alias("dtype"),
+                    pl.coalesce("bytes", "_b").alias("bytes"),
+                ).drop("_row", "_c", "_g", "_gd", "_gs", "_s", "_dt", "_b")
+    # Comm kernels still without a sequence number: their order within the group (or collective).
+    comm = pl.col("kclass") == "comm"
+    if df.select((comm & pl.col("seq").is_null()).any()).item():
+        key = pl.coalesce(pl.col("group"), pl.col("collective"), pl.lit("?"))
+        df = df.with_columns(
+            pl.when(comm & pl.col("seq").is_null())
+            .then(pl.int_range(pl.len()).over(key, comm & pl.col("seq").is_null(), order_by="ts_ns"))
+            .otherwise(pl.col("seq"))
+            .alias("seq")
+        )
+        meta.attributes.setdefault("seq_source", "derived: order within the process group on this rank")
+    return df
+
+
+def _mode(s: pl.Series) -> int | None:
+    s = s.drop_nulls()
+    if s.len() == 0:
+        return None
+    return int(s.mode().sort()[0])

@@ -1,0 +1,3 @@
+from tracelens.cli import main
+
+raise SystemExit(main())

@@ -1,0 +1,88 @@
+"""Command line: ``tracelens info|report|open PATH...``.
+
+Imports stay lazy: ``tracelens --help`` loads neither polars nor Textual, and the headless
+commands never import Textual.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+
+from tracelens import __version__
+from tracelens.errors import EXIT_BAD_INPUT, EXIT_OK, EXIT_USAGE
+
+EXIT_INTERNAL = 4
+COMMANDS = ("info",)
+
+
+def _common(p: argparse.ArgumentParser) -> None:
+    p.add_argument("paths", nargs="+", metavar="PATH", help="trace files or directories of per-rank traces (.json, .json.gz)")
+    p.add_argument("--no-cache", action="store_true", help="parse again instead of reading the Parquet cache")
+    p.add_argument("--jobs", "-j", type=int, default=None, metavar="N", help="parse N files in parallel (default: one per core)")
+    p.add_argument("--keep-python", action="store_true", help="keep python_function events (dropped by default)")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="tracelens",
+        description="Where did the GPU time go? Reads PyTorch profiler (Kineto) traces, one file per rank.",
+        epilog="Exit codes: 0 ok, 1 a gate failed, 2 usage, 3 bad input, 4 internal error. "
+        "Cache: $TRACELENS_CACHE_DIR (default ~/.cache/tracelens).",
+    )
+    parser.add_argument("--version", action="version", version=f"tracelens {__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    p_info = sub.add_parser("info", help="what each trace file holds: rank, device, event counts, span, steps")
+    _common(p_info)
+    p_info.add_argument("--json", action="store_true", help="print the same as JSON")
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    parser = build_parser()
+    # ``tracelens PATH...`` is ``tracelens info PATH...`` until the terminal UI lands.
+    if argv and argv[0] not in COMMANDS and not argv[0].startswith("-"):
+        argv = ["info", *argv]
+    try:
+        args = parser.parse_args(argv)
+    except SystemExit as e:
+        return int(e.code) if isinstance(e.code, int) else EXIT_USAGE
+    if args.command is None:
+        parser.print_help()
+        return EXIT_USAGE
+    try:
+        if args.command == "info":
+            return _cmd_info(args)
+    except KeyboardInterrupt:
+        print("tracelens: interrupted", file=sys.stderr)
+        return 130
+    except Exception as e:  # one line, never a traceback (TRACELENS_DEBUG=1 shows it)
+        from tracelens.errors import TraceInputError
+
+        if os.environ.get("TRACELENS_DEBUG"):
+            raise
+        if isinstance(e, TraceInputError):
+            print(f"tracelens: error: {e}", file=sys.stderr)
+            return EXIT_BAD_INPUT
+        print(f"tracelens: internal error: {type(e).__name__}: {e} (set TRACELENS_DEBUG=1 for the traceback)", file=sys.stderr)
+        return EXIT_INTERNAL
+    return EXIT_USAGE
+
+
+def _cmd_info(args: argparse.Namespace) -> int:
+    from tracelens.info import render_text, summarize
+    from tracelens.load import load
+
+    trace = load(args.paths, use_cache=not args.no_cache, keep_python=args.keep_python, jobs=args.jobs)
+    summary = summarize(trace)
+    if args.json:
+        import orjson
+
+        sys.stdout.buffer.write(orjson.dumps(summary, option=orjson.OPT_INDENT_2) + b"\n")
+    else:
+        sys.stdout.write(render_text(summary))
+    for w in trace.all_warnings:
+        print(f"tracelens: warning: {w}", file=sys.stderr)
+    return EXIT_OK

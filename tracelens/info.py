@@ -1,0 +1,127 @@
+"""``tracelens info``: what each input file holds (format, rank, device, counts, span, steps)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import polars as pl
+
+from tracelens.load import Trace
+from tracelens.schema import KINDS
+
+
+def summarize(trace: Trace) -> dict[str, Any]:
+    """Per-file summary as plain data (the ``--json`` output)."""
+    ev = trace.events
+    counts = {
+        fi: dict(zip(sub.get_column("kind").cast(pl.String).to_list(), sub.get_column("len").to_list()))
+        for (fi,), sub in ev.group_by("kind", "file").len().partition_by("file", as_dict=True).items()
+    } if ev.height else {}
+    spans = {
+        row["file"]: row
+        for row in ev.group_by("file").agg(
+            pl.col("ts_ns").min().alias("start_ns"),
+            (pl.col("ts_ns") + pl.col("dur_ns").fill_null(0)).max().alias("end_ns"),
+        ).iter_rows(named=True)
+    } if ev.height else {}
+    steps_df = (
+        ev.filter(pl.col("kind") == "step")
+        .select("file", pl.col("name").cast(pl.String).str.extract(r"#(\d+)$").cast(pl.Int64).alias("step"))
+        .drop_nulls()
+        .unique()
+        .sort("file", "step")
+    )
+    steps: dict[int, list[int]] = {}
+    for fi, st in steps_df.iter_rows():
+        steps.setdefault(fi, []).append(st)
+    files = []
+    for fi, m in enumerate(trace.metas):
+        c = counts.get(fi, {})
+        span = spans.get(fi)
+        files.append(
+            {
+                "path": m.path,
+                "format": m.format,
+                "trace_schema": m.trace_schema,
+                "rank": m.rank,
+                "rank_source": m.rank_source,
+                "world_size": m.world_size,
+                "backend": m.backend,
+                "device": {"id": m.device_id, "name": m.device_name, "platform": m.platform}
+                if (m.device_name or m.device_id is not None)
+                else None,
+                "size_bytes": m.size_bytes,
+                "uncompressed_bytes": m.uncompressed_bytes,
+                "events": sum(c.values()),
+                "counts": {k: c.get(k, 0) for k in KINDS},
+                "span": {
+                    "start_ns": span["start_ns"],
+                    "end_ns": span["end_ns"],
+                    "dur_ns": span["end_ns"] - span["start_ns"],
+                }
+                if span
+                else None,
+                "steps": steps.get(fi, []),
+                "truncated": m.truncated,
+                "warnings": list(m.warnings),
+            }
+        )
+    return {"files": files, "warnings": list(trace.warnings)}
+
+
+def _fmt_ns(ns: int | None) -> str:
+    if ns is None:
+        return "-"
+    if ns >= 1_000_000_000:
+        return f"{ns / 1e9:.3f} s"
+    if ns >= 1_000_000:
+        return f"{ns / 1e6:.2f} ms"
+    if ns >= 1_000:
+        return f"{ns / 1e3:.1f} µs"
+    return f"{ns} ns"
+
+
+def _fmt_bytes(n: int | None) -> str:
+    if n is None:
+        return "-"
+    for unit in ("B", "KB", "MB", "GB"):
+        if n < 1000 or unit == "GB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1000
+    return f"{n:.1f} TB"
+
+
+def _steps_text(steps: list[int]) -> str:
+    if not steps:
+        return "none (the whole trace is one step)"
+    if steps == list(range(steps[0], steps[-1] + 1)) and len(steps) > 2:
+        return f"{len(steps)} (ProfilerStep#{steps[0]}..#{steps[-1]})"
+    return f"{len(steps)} (" + ", ".join(f"#{s}" for s in steps) + ")"
+
+
+def render_text(summary: dict[str, Any]) -> str:
+    lines: list[str] = []
+    for f in summary["files"]:
+        ws = f"/{f['world_size']}" if f["world_size"] else ""
+        dev = f["device"]
+        dev_txt = "no GPU events" if dev is None else f"{dev['name'] or 'unknown GPU'}" + (
+            f" (device {dev['id']}, {dev['platform']})" if dev["id"] is not None else ""
+        )
+        lines.append(f"{f['path']}")
+        lines.append(
+            f"  format      {f['format']} ({f['trace_schema']} schema), {_fmt_bytes(f['size_bytes'])} on disk, "
+            f"{_fmt_bytes(f['uncompressed_bytes'])} of JSON"
+        )
+        lines.append(f"  rank        {f['rank']}{ws} (from {f['rank_source']})" + (f", backend {f['backend']}" if f["backend"] else ""))
+        lines.append(f"  device      {dev_txt}")
+        nz = [(k, v) for k, v in f["counts"].items() if v]
+        lines.append(f"  events      {f['events']:,}: " + ", ".join(f"{k} {v:,}" for k, v in nz))
+        sp = f["span"]
+        lines.append(f"  span        {_fmt_ns(sp['dur_ns']) if sp else '-'}")
+        lines.append(f"  steps       {_steps_text(f['steps'])}")
+        for w in f["warnings"]:
+            lines.append(f"  warning     {w}")
+        lines.append("")
+    for w in summary["warnings"]:
+        lines.append(f"warning: {w}")
+    return "\n".join(lines).rstrip() + "\n"

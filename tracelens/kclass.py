@@ -1,0 +1,67 @@
+"""Kernel classes from kernel names (MFU.md 2.6): ordered regexes, first match wins.
+
+Order matters: communication first (so DeepEP ``dispatch`` kernels are not read as compute),
+then copies, then attention before conv and GEMM (FlashAttention-3 and DeepGEMM are both
+``cutlass::device_kernel<...>``; FA3's ``PostprocessConvertdQ`` would hit a naive ``conv``),
+then conv, GEMM, and the rest.  Classification runs once per distinct name, not per event.
+"""
+
+from __future__ import annotations
+
+import re
+from functools import lru_cache
+
+_RULES: tuple[tuple[str, str], ...] = (
+    ("comm", r"^nccl|nccl(dev)?kernel|rccl|ep::(internode|intranode)::|notify_dispatch|notify_combine"
+             r"|cached_notify|cross_device_reduce|userbuffers|multimem|nvshmem|all_?reduce_kernel|one_?shot_all_?reduce|two_?shot_all_?reduce"),
+    ("memcpy", r"^memcpy|^memory_copy|__amd_rocclr_copybuffer|^copy_(htod|dtoh|dtod|ptop)"),
+    ("memset", r"^memset|__amd_rocclr_fillbuffer|^memory_fill"),
+    ("attention", r"flash_fwd|flash_bwd|flash::|flashattn|fmha|attn_fwd|attn_bwd|sdpa|mha_(fwd|bwd)"
+                  r"|compute_attn|paged_attention|unified_attention|flex_attention|attention_kernel|triton_tem_fused_.*attention"),
+    ("conv", r"convolution|conv[123]d|_conv_|implicit_?gemm|fprop|dgrad|wgrad|igemm_(fwd|bwd|wrw)|winograd"
+             r"|miopen|grouped_conv|scudnn|cudnn_conv|xmma_.*conv|computeoffsetskernel"),
+    ("gemm", r"gemm|nvjet|cutlass.*(tensorop)|cublas|s16816|h16816|s884|h884|s1688|h1688|cijk_|wvsplitk"
+             r"|kernel_gemm_xdl|ck::.*gemm|deep_gemm|splitkreduce|fused_moe_kernel|fmoe|moegemm|moe_gemm|triton_tem_|_mm_kernel|matmul"),
+    ("moe_routing", r"topk|moe_align|unpermute|permute|moesorting|routing|expert"),
+    ("norm", r"layer_?norm|ln_(fwd|bwd)|rms_?norm|batch_?norm|group_?norm|instance_?norm|bn_(fw|bw)"),
+    ("softmax_reduce", r"softmax|reduce_kernel|reduction|cross_entropy|nll_loss|triton_red_|triton_per_|_reduce_|argmax|cumsum|logsumexp"),
+    ("optimizer", r"multi_tensor_apply|adam|fusedoptimizer|_fused_sgd|lamb|sgd_kernel"),
+    ("cast_quant", r"cast|fp8|quant|amax|to_copy"),
+    ("copy", r"catarraybatchedcopy|direct_copy|copy_kernel|transpose|contiguous|_copy_|memcpy_kernel"),
+    ("elementwise", r"elementwise|vectorized|unrolled|index|gather|scatter|triton_poi_|fill_kernel|pointwise|activation|relu|gelu|silu|dropout|where"),
+)
+_COMPILED = tuple((cls, re.compile(p, re.IGNORECASE)) for cls, p in _RULES)
+
+# GPU categories in Kineto that always mean a copy or a fill, whatever the name says.
+_CAT_CLASS = {"gpu_memcpy": "memcpy", "memcpy": "memcpy", "gpu_memset": "memset", "memset": "memset"}
+
+
+@lru_cache(maxsize=65536)
+def classify(name: str, cat: str | None = None) -> str:
+    """Return the kernel class of a GPU activity from its name (and category)."""
+    if cat is not None:
+        c = _CAT_CLASS.get(cat.lower())
+        if c:
+            return c
+    for cls, rx in _COMPILED:
+        if rx.search(name):
+            return cls
+    return "other"
+
+
+_COLL_KERNEL = re.compile(
+    r"(allreduce|all_reduce|allgather|all_gather|reducescatter|reduce_scatter|alltoall|all_to_all|sendrecv|send|recv|broadcast|reduce)",
+    re.IGNORECASE,
+)
+
+
+def collective_from_kernel(name: str) -> str | None:
+    """The collective an NCCL kernel name tells (``ncclDevKernel_AllReduce_Sum_bf16_RING_LL``)."""
+    if not re.match(r"nccl|rccl", name, re.IGNORECASE) or "generic" in name.lower():
+        return None
+    m = _COLL_KERNEL.search(name)
+    if not m:
+        return None
+    from tracelens.collectives import normalize_collective
+
+    return normalize_collective(m.group(1))

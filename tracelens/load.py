@@ -1,0 +1,223 @@
+"""Load a job: find its trace files, parse them (in parallel, through the cache), give every
+file a rank, and join them into one event table.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Callable, Iterable
+from concurrent.futures import ProcessPoolExecutor, as_completed
+from dataclasses import dataclass, field
+from multiprocessing import get_context
+from pathlib import Path
+
+import polars as pl
+
+from tracelens.errors import ParseError, TraceInputError
+from tracelens.schema import EVENT_SCHEMA, TraceMeta, empty_frame
+
+TRACE_SUFFIXES = (".json", ".json.gz")
+_RANK_PATTERNS = (
+    re.compile(r"rank[-_]?(\d+)", re.IGNORECASE),
+    re.compile(r"_(\d+)\.(?:pt\.trace\.)?json", re.IGNORECASE),
+)
+
+
+@dataclass
+class Trace:
+    """A loaded job: one event table (all files) and one TraceMeta per file, in file order."""
+
+    events: pl.DataFrame
+    metas: list[TraceMeta]
+    warnings: list[str] = field(default_factory=list)
+
+    @property
+    def all_warnings(self) -> list[str]:
+        """Job-level warnings, then every file's own, each naming its file."""
+        return self.warnings + [f"{m.path}: {w}" for m in self.metas for w in m.warnings]
+
+    @property
+    def ranks(self) -> list[int]:
+        return sorted({m.rank for m in self.metas if m.rank is not None})
+
+
+def is_trace_name(p: Path) -> bool:
+    name = p.name.lower()
+    return any(name.endswith(s) for s in TRACE_SUFFIXES) and not name.startswith(".")
+
+
+def _natural_key(p: Path) -> list:
+    return [int(t) if t.isdigit() else t for t in re.split(r"(\d+)", str(p))]
+
+
+def discover(paths: Iterable[str | Path]) -> tuple[list[Path], set[Path]]:
+    """Expand directories into their trace files.  Returns (files, files found by walking a
+    directory) - the latter may be skipped when they turn out not to be traces."""
+    files: list[Path] = []
+    from_dirs: set[Path] = set()
+    for raw in paths:
+        p = Path(raw)
+        if p.is_dir():
+            found = sorted((q for q in p.rglob("*") if q.is_file() and is_trace_name(q)), key=_natural_key)
+            if not found:
+                raise TraceInputError(str(p), "no trace files (*.json, *.json.gz) in this directory")
+            files.extend(found)
+            from_dirs.update(found)
+        elif p.is_file():
+            files.append(p)
+        elif p.exists():
+            raise TraceInputError(str(p), "not a regular file or directory")
+        else:
+            raise TraceInputError(str(p), "no such file or directory")
+    seen: set[Path] = set()
+    unique = []
+    for f in files:
+        r = f.resolve()
+        if r not in seen:
+            seen.add(r)
+            unique.append(f)
+    return unique, from_dirs
+
+
+def rank_from_name(path: Path) -> int | None:
+    for rx in _RANK_PATTERNS:
+        m = rx.search(path.name)
+        if m:
+            return int(m.group(1))
+    return None
+
+
+def parse_file(path: str | Path, *, use_cache: bool = True, keep_python: bool = False) -> tuple[pl.DataFrame, TraceMeta]:
+    """Parse one file through the cache (sniffing its format)."""
+    from parsers import sniff
+
+    path = Path(path)
+    fmt = sniff(path)
+    if fmt == "kineto":
+        from parsers import kineto as parser
+    else:
+        raise ParseError(str(path), f"{fmt} files are not supported yet (PyTorch profiler JSON only)")
+    key = None
+    if use_cache:
+        from tracelens import cache
+
+        try:
+            h = cache.file_hash(path)
+            key = f"{h}-{fmt}-{parser.PARSER_VERSION}{'-py' if keep_python else ''}"
+            hit = cache.get(key)
+        except OSError:
+            hit, key = None, None
+        if hit is not None:
+            df, meta = hit
+            meta.path = str(path)
+            return df, meta
+    df, meta = parser.parse(path, keep_python=keep_python)
+    if key is not None:
+        meta.content_hash = key.split("-", 1)[0]
+        if not meta.truncated:  # a partial parse is never cached
+            from tracelens import cache
+
+            try:
+                cache.put(key, df, meta)
+            except OSError:
+                pass
+    return df, meta
+
+
+def _parse_job(args: tuple[str, bool, bool]) -> tuple[pl.DataFrame, TraceMeta]:
+    path, use_cache, keep_python = args
+    return parse_file(path, use_cache=use_cache, keep_python=keep_python)
+
+
+def load(
+    paths: Iterable[str | Path],
+    *,
+    use_cache: bool = True,
+    keep_python: bool = False,
+    jobs: int | None = None,
+    progress: Callable[[int, int, TraceMeta], None] | None = None,
+) -> Trace:
+    """Load trace files and directories of them into one Trace.
+
+    Raises TraceInputError (naming the file) when an input cannot be used.  Files found by
+    walking a directory that are JSON but not traces are skipped with a warning.
+    """
+    files, from_dirs = discover(paths)
+    if not files:
+        raise TraceInputError(".", "no input files")
+    results: dict[int, tuple[pl.DataFrame, TraceMeta]] = {}
+    warnings: list[str] = []
+    jobs = jobs or min(len(files), os.cpu_count() or 1)
+    work = [(str(f), use_cache, keep_python) for f in files]
+
+    def record(i: int, res: tuple[pl.DataFrame, TraceMeta] | None, err: TraceInputError | None) -> None:
+        if err is not None:
+            if files[i] in from_dirs and err.problem.startswith("not a trace"):
+                warnings.append(f"{err.path}: skipped ({err.problem})")
+                return
+            raise err
+        assert res is not None
+        results[i] = res
+        if progress is not None:
+            progress(len(results), len(files), res[1])
+
+    if jobs <= 1 or len(files) == 1:
+        for i, w in enumerate(work):
+            try:
+                record(i, _parse_job(w), None)
+            except TraceInputError as e:
+                record(i, None, e)
+    else:
+        with ProcessPoolExecutor(max_workers=jobs, mp_context=get_context("spawn")) as pool:
+            futs = {pool.submit(_parse_job, w): i for i, w in enumerate(work)}
+            try:
+                for fut in as_completed(futs):
+                    i = futs[fut]
+                    try:
+                        record(i, fut.result(), None)
+                    except TraceInputError as e:
+                        record(i, None, e)
+            except BaseException:
+                for f in futs:
+                    f.cancel()
+                raise
+    if not results:
+        raise TraceInputError(str(files[0].parent if len(files) > 1 else files[0]), "no traces among the inputs")
+    order = sorted(results)
+    metas = [results[i][1] for i in order]
+    frames = [results[i][0] for i in order]
+    _assign_ranks([files[i] for i in order], metas, warnings)
+    out = []
+    for fi, (df, meta) in enumerate(zip(frames, metas)):
+        out.append(df.with_columns(pl.lit(fi, dtype=pl.Int32).alias("file"), pl.lit(meta.rank, dtype=pl.Int32).alias("rank")))
+    events = pl.concat(out, how="vertical") if out else empty_frame()
+    assert list(events.schema) == list(EVENT_SCHEMA)
+    return Trace(events=events, metas=metas, warnings=warnings)
+
+
+def _assign_ranks(files: list[Path], metas: list[TraceMeta], warnings: list[str]) -> None:
+    """distributedInfo.rank, else the file name, else the file order; duplicates are kept."""
+    for f, m in zip(files, metas):
+        if m.rank is None:
+            r = rank_from_name(f)
+            if r is not None:
+                m.rank, m.rank_source = r, "filename"
+                m.warnings.append(f"no rank in distributedInfo; rank {r} taken from the file name")
+    taken = {m.rank for m in metas if m.rank is not None}
+    nxt = 0
+    for m in metas:
+        if m.rank is None:
+            while nxt in taken:
+                nxt += 1
+            m.rank, m.rank_source = nxt, "order"
+            taken.add(nxt)
+            m.warnings.append(f"no rank in distributedInfo or the file name; rank {nxt} given by file order")
+    by_rank: dict[int, list[str]] = {}
+    for m in metas:
+        by_rank.setdefault(m.rank, []).append(m.path)
+    for r, paths in sorted(by_rank.items()):
+        if len(paths) > 1:
+            warnings.append(
+                f"rank {r} is claimed by {len(paths)} files ({', '.join(paths)}); all are kept and told apart by their file index"
+            )
