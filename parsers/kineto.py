@@ -475,7 +475,7 @@ def _parse(path: Path, keep_python: bool, keep_args: bool) -> tuple[pl.DataFrame
     truncated = _decode_body(content, sp, builder, keep_args, spath)
     truncated = truncated or gz_truncated
     if builder.with_ph == 0 and not truncated:
-        if builder.events == 0:
+        if builder.events == 0 and builder.invalid == 0:
             raise ParseError(spath, "no trace events: the traceEvents array is empty")
         raise ParseError(spath, "not a trace: the array holds no trace events (objects with a 'ph' field)")
     meta = TraceMeta(
@@ -576,7 +576,11 @@ def _normalise(raw: pl.DataFrame, builder: _Builder, meta: TraceMeta) -> pl.Data
         .then(pl.lit("step"))
         .when(pl.col("name").str.contains(_DATALOADER_RE) & ~pl.col("_is_dev"))
         .then(pl.lit("dataloader"))
-        .when(pl.col("_cat_l").is_in(["cpu_op", "operator"]) & (pl.col("name") == "record_param_comms"))
+        .when(
+            pl.col("_cat_l").is_in(["cpu_op", "operator"])
+            & (pl.col("name") == "record_param_comms")
+            & (pl.col("collective").fill_null("") != "wait")  # c10d::wait's record moves no data
+        )
         .then(pl.when(pl.col("collective").is_in(list(P2P))).then(pl.lit("p2p")).otherwise(pl.lit("collective")))
         .when(pl.col("_cat_l").is_in(["cpu_op", "operator"]))
         .then(pl.lit("cpu_op"))
@@ -599,6 +603,7 @@ def _normalise(raw: pl.DataFrame, builder: _Builder, meta: TraceMeta) -> pl.Data
         .otherwise(pl.lit("other"))
     )
     df = df.with_columns(kind.alias("kind"))
+    df = _promote_backend_annotations(df)
     # Fill missing correlations from ac2g flow events (s at the launch, f at the GPU activity).
     df = _fill_from_flows(df, builder)
     # Kernel classes, once per distinct (name, cat) of device activity.
@@ -664,6 +669,66 @@ def _normalise(raw: pl.DataFrame, builder: _Builder, meta: TraceMeta) -> pl.Data
         pl.lit("kineto").alias("source"),
     )
     return conform(df).sort("ts_ns", maintain_order=True)
+
+
+_BACKEND_ANN = r"^(gloo|nccl|rccl|mpi|ucc|xccl):"
+
+
+def _promote_backend_annotations(df: pl.DataFrame) -> pl.DataFrame:
+    """Traces without ``record_param_comms`` (gloo on the CPU, older PyTorch) still carry one
+    host annotation per collective (``gloo:all_reduce``, ``nccl:broadcast``): make those the
+    collective records, with bytes from their recorded input shape and type."""
+    if df.select(pl.col("kind").is_in(["collective", "p2p"]).any()).item():
+        return df
+    cand = (pl.col("_cat_l") == "user_annotation") & pl.col("name").str.contains(_BACKEND_ANN)
+    rows = df.with_row_index("_row").filter(cand).select("_row", "name", "args")
+    if rows.height == 0:
+        return df
+    colls, nbytes, dtypes = [], [], []
+    for _, name, args in rows.iter_rows():
+        coll = normalize_collective(name.split(":", 1)[1])
+        colls.append(coll)
+        n, dt = _first_tensor(args)
+        size = dtype_bytes(dt)
+        nbytes.append(n * size if (n is not None and size) else None)
+        dtypes.append(dt)
+    promoted = pl.DataFrame(
+        {"_row": rows.get_column("_row"), "_c": colls, "_b": nbytes, "_dt": dtypes},
+        schema={"_row": pl.UInt32, "_c": pl.String, "_b": pl.Int64, "_dt": pl.String},
+    )
+    df = df.with_row_index("_row").join(promoted, on="_row", how="left", maintain_order="left")
+    return df.with_columns(
+        pl.when(pl.col("_row").is_in(promoted.get_column("_row").implode()))
+        .then(pl.when(pl.col("_c").is_in(list(P2P))).then(pl.lit("p2p")).otherwise(pl.lit("collective")))
+        .otherwise(pl.col("kind"))
+        .alias("kind"),
+        pl.coalesce("collective", "_c").alias("collective"),
+        pl.coalesce("_bytes", "_b").alias("_bytes"),
+        pl.coalesce("dtype", "_dt").alias("dtype"),
+    ).drop("_row", "_c", "_b", "_dt")
+
+
+def _first_tensor(args: str | None) -> tuple[int | None, str | None]:
+    """Element count and type of the first tensor in an op's recorded ``Input Dims``."""
+    if not args:
+        return None, None
+    try:
+        a = orjson.loads(args)
+    except orjson.JSONDecodeError:
+        return None, None
+    dims, types = a.get("Input Dims"), a.get("Input type")
+    if not isinstance(dims, list) or not dims:
+        return None, None
+    d = dims[0]
+    while isinstance(d, list) and d and isinstance(d[0], list):
+        d = d[0]
+    if not isinstance(d, list) or not all(isinstance(x, int) for x in d):
+        return None, None
+    n = 1
+    for x in d:
+        n *= x
+    t = types[0] if isinstance(types, list) and types and isinstance(types[0], str) else None
+    return n, t
 
 
 def _fill_from_flows(df: pl.DataFrame, builder: _Builder) -> pl.DataFrame:

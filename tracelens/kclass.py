@@ -56,9 +56,13 @@ _COLL_KERNEL = re.compile(
 
 
 def collective_from_kernel(name: str) -> str | None:
-    """The collective an NCCL kernel name tells (``ncclDevKernel_AllReduce_Sum_bf16_RING_LL``)."""
-    if not re.match(r"nccl|rccl", name, re.IGNORECASE) or "generic" in name.lower():
+    """The collective a communication kernel's name tells (``ncclDevKernel_AllReduce_Sum_bf16_RING_LL``,
+    ``multimem_all_reduce_kernel``); None where the name does not say (RCCL ``Generic``)."""
+    low = name.lower()
+    if "generic" in low:
         return None
+    if "cross_device_reduce" in low:  # vLLM's custom all-reduce
+        return "allreduce"
     m = _COLL_KERNEL.search(name)
     if not m:
         return None

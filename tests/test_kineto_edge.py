@@ -1,0 +1,192 @@
+"""Hand-built tiny traces for exact arithmetic: each expected number is explained next to it."""
+
+from __future__ import annotations
+
+import gzip
+import json
+
+import polars as pl
+import pytest
+
+from parsers.kineto import decimal_us_to_ns, parse
+from tracelens.kclass import classify
+from tracelens.schema import validate
+
+
+def write(tmp_path, doc, name="t.json", gz=False):
+    data = json.dumps(doc).encode()
+    p = tmp_path / (name + (".gz" if gz else ""))
+    p.write_bytes(gzip.compress(data) if gz else data)
+    return p
+
+
+def X(cat, name, ts, dur, pid=1, tid=1, **args):
+    return {"ph": "X", "cat": cat, "name": name, "pid": pid, "tid": tid, "ts": ts, "dur": dur, "args": args}
+
+
+def test_launch_links_and_units(tmp_path):
+    # One op (External id 7) launches one kernel (correlation 42).  ts in µs floats:
+    # 10.5 µs -> 10_500 ns; 0.0015 µs rounds to 2 ns.
+    doc = {
+        "distributedInfo": {"rank": 2, "world_size": 4, "backend": "nccl"},
+        "deviceProperties": [{"id": 0, "name": "NVIDIA H100 80GB HBM3", "numSms": 132}],
+        "traceEvents": [
+            X("cpu_op", "aten::mm", 10.5, 5.0, **{"External id": 7, "Input Dims": [[2, 3], [3, 4]]}),
+            X("cuda_runtime", "cudaLaunchKernel", 11.0, 2.0, correlation=42, **{"External id": 7}),
+            X("kernel", "sm90_xmma_gemm_bf16bf16", 20.0, 0.0015, pid=0, tid=7, device=0, stream=7, correlation=42, **{"External id": 7}),
+        ],
+    }
+    df, meta = parse(write(tmp_path, doc))
+    validate(df)
+    assert meta.rank == 2 and meta.world_size == 4 and meta.device_name == "NVIDIA H100 80GB HBM3"
+    rows = {r["kind"]: r for r in df.iter_rows(named=True)}
+    assert rows["cpu_op"]["ts_ns"] == 10_500 and rows["cpu_op"]["dur_ns"] == 5_000
+    k = rows["kernel"]
+    assert (k["ts_ns"], k["dur_ns"], k["device"], k["stream"], k["pid"], k["tid"]) == (20_000, 2, 0, 7, None, None)
+    assert k["correlation"] == rows["runtime"]["correlation"] == 42
+    assert k["external_id"] == rows["cpu_op"]["external_id"] == 7
+    assert k["kclass"] == "gemm"
+    assert json.loads(rows["cpu_op"]["args"])["Input Dims"] == [[2, 3], [3, 4]]
+
+
+def test_2021_schema_and_flows(tmp_path):
+    # Capitalised categories, lower-case "external id", string tids; the kernel has no
+    # correlation arg, so the ac2g-style flow (s at the launch, f at the kernel, id 5) gives it.
+    doc = {
+        "traceEvents": [
+            X("Operator", "aten::relu", 100, 10, tid="1", **{"external id": 3}),
+            X("Runtime", "cudaLaunchKernel", 101, 2, tid="1", **{"external id": 3}),
+            {"ph": "s", "id": 5, "pid": 1, "tid": 1, "ts": 101, "cat": "async", "name": "launch"},
+            {"ph": "X", "cat": "Kernel", "name": "void at::native::vectorized_elementwise_kernel<4>", "pid": 0, "tid": "stream 7", "ts": 120, "dur": 3},
+            {"ph": "f", "id": 5, "pid": 0, "tid": "stream 7", "ts": 120, "cat": "async", "name": "launch", "bp": "e"},
+        ]
+    }
+    df, meta = parse(write(tmp_path, doc))
+    validate(df)
+    assert meta.trace_schema == "2021"
+    k = df.filter(pl.col("kind") == "kernel").row(0, named=True)
+    r = df.filter(pl.col("kind") == "runtime").row(0, named=True)
+    assert k["stream"] == 7 and k["device"] == 0 and k["kclass"] == "elementwise"
+    assert k["correlation"] == r["correlation"] == 5
+    assert r["tid"] == 1 and r["external_id"] == 3
+
+
+def test_ids_above_int64_wrap_consistently(tmp_path):
+    # 2**63 + 5 does not fit int64; it wraps to -(2**63) + 5 on both sides of the link.
+    big = (1 << 63) + 5
+    doc = {"traceEvents": [
+        X("cuda_runtime", "cudaLaunchKernel", 1, 1, correlation=big),
+        X("kernel", "ncclKernel_AllReduce", 2, 1, pid=0, tid=3, device=0, stream=3, correlation=big),
+    ]}
+    df, _ = parse(write(tmp_path, doc))
+    assert set(df.get_column("correlation").to_list()) == {big - (1 << 64)}
+
+
+def test_collective_args_and_bytes(tmp_path):
+    # record_param_comms: all_gather of 1024 BFloat16 elements per rank into 8192 -> the
+    # nccl-tests "size" is the larger buffer: 8192 x 2 bytes = 16384.  The kernel carries no
+    # args; it gets them from the record on the launching thread.
+    doc = {"traceEvents": [
+        X("cpu_op", "record_param_comms", 10, 1, **{"Collective name": "_allgather_base", "dtype": "BFloat16",
+          "In msg nelems": 1024, "Out msg nelems": 8192, "Group size": 8, "Process Group Name": "3",
+          "Process Group Description": "tp"}),
+        X("cuda_runtime", "cudaLaunchKernel", 12, 1, correlation=9),
+        X("kernel", "ncclDevKernel_AllGather_RING_LL", 30, 10, pid=0, tid=20, device=0, stream=20, correlation=9),
+    ]}
+    df, meta = parse(write(tmp_path, doc))
+    validate(df)
+    host = df.filter(pl.col("kind") == "collective").row(0, named=True)
+    k = df.filter(pl.col("kind") == "kernel").row(0, named=True)
+    for row in (host, k):
+        assert (row["collective"], row["group"], row["group_desc"], row["group_size"], row["bytes"], row["seq"]) == (
+            "allgather", "3", "tp", 8, 16384, 0)
+    assert k["kclass"] == "comm"
+
+
+def test_sequence_numbers_from_the_trace_win(tmp_path):
+    doc = {"traceEvents": [
+        X("cpu_op", "record_param_comms", 10 * i, 1, **{"Collective name": "allreduce", "Process Group Name": "0", "Seq": 40 + i})
+        for i in range(3)
+    ]}
+    df, meta = parse(write(tmp_path, doc))
+    assert df.get_column("seq").to_list() == [40, 41, 42]
+    assert meta.attributes["seq_source"] == "trace"
+
+
+def test_steps_dataloader_sync_kinds(tmp_path):
+    doc = {"traceEvents": [
+        X("user_annotation", "ProfilerStep#3", 0, 100),
+        X("user_annotation", "enumerate(DataLoader)#_MultiProcessingDataLoaderIter.__next__", 1, 10),
+        X("cuda_runtime", "cudaStreamSynchronize", 20, 5),
+        X("cuda_runtime", "hipDeviceSynchronize", 30, 5),
+        X("gpu_user_annotation", "ProfilerStep#3", 5, 90, pid=0, tid=7),
+        X("python_function", "train.py(10): step", 0, 100),
+    ]}
+    df, _ = parse(write(tmp_path, doc))
+    kinds = [(r["kind"], r["device"]) for r in df.sort("ts_ns", "name").iter_rows(named=True)]
+    assert kinds == [("step", None), ("dataloader", None), ("annotation", 0), ("sync", None), ("sync", None)]
+
+
+def test_bare_array_form_and_gzip(tmp_path):
+    p = write(tmp_path, [X("cpu_op", "aten::add", 1, 1)], gz=True)
+    df, meta = parse(p)
+    assert df.height == 1 and meta.uncompressed_bytes > 0
+
+
+def test_info_log_after_events_is_not_mistaken_for_the_end(tmp_path):
+    # Kineto writes "INFO": ["...cpp:914] [Profiler = X] ..."] after traceEvents: its brackets
+    # and its own closing ']' must not be taken for the end of the events.
+    doc = {"traceEvents": [X("cpu_op", "a", 1, 1), X("cpu_op", "b", 2, 1)],
+           "INFO": ["INFO:x.cpp:914] [Profiler = Y] z", "Traces Recorded: [1]"], "traceName": "t"}
+    df, meta = parse(write(tmp_path, doc))
+    assert df.get_column("name").cast(pl.String).to_list() == ["a", "b"]
+    assert meta.attributes["traceName"] == "t"
+
+
+def test_many_chunks_give_the_same_table(tmp_path, monkeypatch):
+    import parsers.kineto as k
+
+    events = [X("cpu_op", f"op}}, {{{i}", i, 1, **{"nested": [{"a": "}, {"}, {"b": i}]}) for i in range(400)]
+    p = write(tmp_path, {"traceEvents": events})
+    whole, _ = parse(p)
+    monkeypatch.setattr(k, "CHUNK_BYTES", 97)  # boundaries land inside strings and nested objects
+    chunked, _ = parse(p)
+    assert chunked.equals(whole) and whole.height == 400
+
+
+@pytest.mark.parametrize(
+    "text,ns",
+    [("1712195495519689.047", 1712195495519689047), ("12", 12000), ("0.0004", 0), ("0.0005", 1),
+     ("-3.25", -3250), ("7.", 7000), ("1e3", None)],
+)
+def test_decimal_us_to_ns(text, ns):
+    assert decimal_us_to_ns(pl.Series([text])).to_list() == [ns]
+
+
+@pytest.mark.parametrize(
+    "name,cls",
+    [
+        ("ncclDevKernel_AllReduce_Sum_bf16_RING_LL", "comm"),
+        ("ncclDevKernel_Generic(ncclDevKernelArgsStorage<4096ul>)", "comm"),
+        ("void deep_ep::intranode::dispatch<8>", "comm"),  # DeepEP: communication, not compute
+        ("void ep::internode::combine<4>", "comm"),
+        ("void vllm::cross_device_reduce_1stage<half, 8>", "comm"),
+        ("flash::FlashAttnFwdSm90<cutlass::bfloat16_t>", "attention"),
+        ("cutlass::device_kernel<flash::enable_sm90<flash::FlashAttnBwdPostprocessConvertdQ>>", "attention"),
+        ("sm80_xmma_fprop_implicit_gemm_f16f16_f16f32", "conv"),
+        ("sm90_xmma_gemm_bf16bf16_bf16f32_f32_tn_n", "gemm"),
+        ("nvjet_tst_128x256_64x4_1x2_h_bz_coopA_TNT", "gemm"),
+        ("Cijk_Ailk_Bljk_BBS_BH_MT128x128x64", "gemm"),
+        ("triton_tem_fused_mm_0", "gemm"),
+        ("void at::native::vectorized_layer_norm_kernel<float>", "norm"),
+        ("void at::native::(anonymous namespace)::cunn_SoftMaxForward<4>", "softmax_reduce"),
+        ("void at::native::multi_tensor_apply_kernel<FusedAdamMathFunctor>", "optimizer"),
+        ("triton_poi_fused_add_mul_0", "elementwise"),
+        ("void at::native::(anonymous namespace)::CatArrayBatchedCopy<float>", "copy"),
+        ("Memcpy HtoD (Pageable -> Device)", "memcpy"),
+        ("__amd_rocclr_fillBuffer", "memset"),
+        ("some_unknown_kernel", "other"),
+    ],
+)
+def test_kernel_classes(name, cls):
+    assert classify(name) == cls
