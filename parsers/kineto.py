@@ -138,6 +138,13 @@ def _str_col(values: list) -> pl.Series:
         return pl.Series([None if v is None else str(v) for v in values], dtype=pl.String)
 
 
+def _utf8_col(values: list[bytes]) -> pl.Series:
+    try:
+        return pl.Series(values, dtype=pl.Binary).cast(pl.String)
+    except pl.exceptions.PolarsError:  # invalid UTF-8 inside a string: keep it, replaced
+        return pl.Series([v.decode("utf-8", "replace") for v in values], dtype=pl.String)
+
+
 def _float_col(values: list) -> pl.Series:
     try:
         return pl.Series(values, dtype=pl.Float64)
@@ -158,7 +165,7 @@ def _ts_col(values: list, chunk: bytes | None, keep_idx: list[int]) -> pl.Series
     if chunk is None or not big.any() or not (f != f.round()).filter(big).any():
         return ns
     raw = _DEC_TS.decode(chunk)
-    text = pl.Series([bytes(raw[k].ts) for k in keep_idx], dtype=pl.Binary).cast(pl.String, strict=False)
+    text = _utf8_col([bytes(raw[k].ts) for k in keep_idx])
     exact = decimal_us_to_ns(text)
     return pl.select(pl.when(exact.is_not_null()).then(exact).otherwise(ns)).to_series()
 
@@ -350,7 +357,7 @@ class _Builder:
             "dtype": _str_col([a.dtype for a in args]),
             "_bytes": _int_col([a.bytes for a in args]),
             "args": (
-                pl.Series(keep_raw, dtype=pl.Binary).cast(pl.String, strict=False)
+                _utf8_col(keep_raw)
                 if raws is not None
                 else pl.Series([None] * len(keep), dtype=pl.String)
             ),
@@ -645,6 +652,11 @@ def _normalise(raw: pl.DataFrame, builder: _Builder, meta: TraceMeta) -> pl.Data
         pl.col("pg_name").alias("group"),
         pl.col("pg_desc").alias("group_desc"),
     )
+    no_tid = pl.col("kind").is_in(["cpu_op", "runtime", "python"]) & pl.col("tid").is_null()
+    n_no_tid = df.select(no_tid.sum()).item()
+    if n_no_tid:
+        meta.warnings.append(f"dropped {n_no_tid} host events without a usable thread id")
+        df = df.filter(~no_tid)
     df = _attach_comm_records(df, meta)
     meta.device_id = _mode(df.filter(pl.col("kind") == "kernel").get_column("device"))
     if meta.device_id is None:
