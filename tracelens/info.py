@@ -104,9 +104,13 @@ def render_text(summary: dict[str, Any]) -> str:
     for f in summary["files"]:
         ws = f"/{f['world_size']}" if f["world_size"] else ""
         dev = f["device"]
-        dev_txt = "no GPU events" if dev is None else f"{dev['name'] or 'unknown GPU'}" + (
-            f" (device {dev['id']}, {dev['platform']})" if dev["id"] is not None else ""
-        )
+        if dev is None:
+            dev_txt = "no GPU events"
+        else:
+            detail = ", ".join(x for x in (f"device {dev['id']}" if dev["id"] is not None else "", dev["platform"] or "") if x)
+            dev_txt = (dev["name"] or "unknown GPU") + (f" ({detail})" if detail else "")
+            if not dev["name"]:
+                dev_txt += ", the trace has no deviceProperties"
         lines.append(f"{f['path']}")
         lines.append(
             f"  format      {f['format']} ({f['trace_schema']} schema), {_fmt_bytes(f['size_bytes'])} on disk, "
