@@ -653,10 +653,14 @@ def _normalise(raw: pl.DataFrame, builder: _Builder, meta: TraceMeta) -> pl.Data
         pl.col("pg_desc").alias("group_desc"),
     )
     no_tid = pl.col("kind").is_in(["cpu_op", "runtime", "python"]) & pl.col("tid").is_null()
-    n_no_tid = df.select(no_tid.sum()).item()
+    no_dev = pl.col("kind").is_in(["kernel", "memcpy", "memset"]) & pl.col("device").is_null()
+    n_no_tid, n_no_dev = df.select(no_tid.sum(), no_dev.sum()).row(0)
     if n_no_tid:
         meta.warnings.append(f"dropped {n_no_tid} host events without a usable thread id")
-        df = df.filter(~no_tid)
+    if n_no_dev:
+        meta.warnings.append(f"dropped {n_no_dev} GPU events without a usable device id")
+    if n_no_tid or n_no_dev:
+        df = df.filter(~(no_tid | no_dev))
     df = _attach_comm_records(df, meta)
     meta.device_id = _mode(df.filter(pl.col("kind") == "kernel").get_column("device"))
     if meta.device_id is None:
