@@ -654,7 +654,7 @@ def _normalise(raw: pl.DataFrame, builder: _Builder, meta: TraceMeta) -> pl.Data
     )
     no_tid = pl.col("kind").is_in(["cpu_op", "runtime", "python"]) & pl.col("tid").is_null()
     no_dev = pl.col("kind").is_in(["kernel", "memcpy", "memset"]) & pl.col("device").is_null()
-    n_no_tid, n_no_dev = df.select(no_tid.sum(), no_dev.sum()).row(0)
+    n_no_tid, n_no_dev = df.select(no_tid.sum().alias("a"), no_dev.sum().alias("b")).row(0)
     if n_no_tid:
         meta.warnings.append(f"dropped {n_no_tid} host events without a usable thread id")
     if n_no_dev:
