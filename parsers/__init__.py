@@ -5,7 +5,6 @@
 
 from __future__ import annotations
 
-import gzip
 import zlib
 from pathlib import Path
 
@@ -46,37 +45,3 @@ def sniff(path: Path) -> str:
     if not stripped:
         raise ParseError(str(path), "file holds only whitespace")
     raise ParseError(str(path), "not a trace: neither JSON nor gzip-compressed JSON nor an Nsight SQLite export")
-
-
-def read_content(path: Path) -> tuple[bytes, bool, str | None]:
-    """Read the whole file, gunzipping when needed.
-
-    Returns (content, truncated, problem): a gzip stream cut short gives what could be
-    decompressed and ``truncated=True``.
-    """
-    with open(path, "rb") as fh:
-        raw = fh.read()
-    if raw[:2] != GZIP_MAGIC:
-        return raw, False, None
-    try:
-        return gzip.decompress(raw), False, None
-    except EOFError:
-        pass
-    except (OSError, zlib.error) as e:
-        # Corrupt data in the middle: keep what decompressed cleanly before it.
-        d = zlib.decompressobj(wbits=31)
-        try:
-            out = d.decompress(raw)
-        except zlib.error:
-            out = b""
-        if not out:
-            raise ParseError(str(path), f"corrupt gzip data ({e})") from None
-        return out, True, f"corrupt gzip data ({e})"
-    d = zlib.decompressobj(wbits=31)
-    try:
-        out = d.decompress(raw)
-    except zlib.error as e:
-        raise ParseError(str(path), f"corrupt gzip data ({e})") from None
-    if not out:
-        raise ParseError(str(path), "truncated gzip: nothing could be decompressed")
-    return out, True, "truncated gzip (the stream ends before its end marker)"

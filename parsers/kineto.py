@@ -15,8 +15,11 @@ decoder, in C), turned into columns, and dropped before the next chunk.
 
 from __future__ import annotations
 
+import gc
 import re
 from collections import Counter
+from itertools import compress
+from operator import attrgetter
 from pathlib import Path
 from typing import Any
 
@@ -24,19 +27,19 @@ import msgspec
 import orjson
 import polars as pl
 
-from parsers import read_content
+from parsers.jsonstream import stream_events
 from tracelens.collectives import P2P, dtype_bytes, normalize_collective
 from tracelens.errors import ParseError
 from tracelens.kclass import classify, collective_from_kernel
 from tracelens.schema import TraceMeta, conform, empty_frame
 
 PARSER_VERSION = "1.0"
-CHUNK_BYTES = 8 << 20
+CHUNK_BYTES = 4 << 20
 
 Num = int | float | str | None
 
 
-class _Args(msgspec.Struct, rename={
+class _Args(msgspec.Struct, gc=False, rename={
     "ext_id": "External id",
     "ext_id_old": "external id",
     "coll_name": "Collective name",
@@ -65,7 +68,7 @@ class _Args(msgspec.Struct, rename={
     label: str | int | None = None
 
 
-class _Event(msgspec.Struct):
+class _Event(msgspec.Struct, gc=False):
     ph: str = ""
     cat: str | None = None
     name: str | int | float | None = None
@@ -74,19 +77,22 @@ class _Event(msgspec.Struct):
     ts: int | float | None = None
     dur: float | None = None
     id: Num = None
-    args: _Args | None = None
+    args: msgspec.Raw = msgspec.Raw(b"{}")
 
 
-class _RawArgs(msgspec.Struct):
-    args: msgspec.Raw = msgspec.Raw(b"")
-
-
-class _RawTs(msgspec.Struct):
+class _RawTs(msgspec.Struct, gc=False):
     ts: msgspec.Raw = msgspec.Raw(b"")
 
 
 _DEC_EVENTS = msgspec.json.Decoder(list[_Event])
-_DEC_RAW = msgspec.json.Decoder(list[_RawArgs])
+_DEC_ARGS = msgspec.json.Decoder(list[_Args])
+_DEC_ONE_ARGS = msgspec.json.Decoder(_Args)
+_NO_ARGS = _Args()
+_GET_EVENT = attrgetter("ph", "cat", "name", "pid", "tid", "ts", "dur", "id", "args")
+_GET_ARGS = attrgetter(
+    "ext_id", "ext_id_old", "correlation", "device", "stream", "coll_name", "pg_name", "pg_desc",
+    "group_size", "seq", "in_nelems", "out_nelems", "dtype", "bytes",
+)
 _DEC_TS = msgspec.json.Decoder(list[_RawTs])
 # Above this many µs a float64 no longer holds every ns: such timestamps are read from the text.
 _EXACT_FLOAT_US = float(1 << 53) / 1000.0
@@ -152,9 +158,10 @@ def _float_col(values: list) -> pl.Series:
         return pl.Series([v if isinstance(v, (int, float)) else None for v in values], dtype=pl.Float64)
 
 
-def _ts_col(values: list, chunk: bytes | None, keep_idx: list[int]) -> pl.Series:
+def _ts_col(values, chunk: bytes | None, kept: pl.Series | None) -> pl.Series:
     """Timestamps in ns, exact: integers multiply exactly, and µs floats too large for a
-    float64 to hold every ns (absolute epoch times with ns decimals) are read from the text."""
+    float64 to hold every ns (absolute epoch times with ns decimals) are read from the text.
+    ``kept`` marks which events of ``chunk`` the values belong to."""
     try:
         return pl.Series(values, dtype=pl.Int64) * 1000
     except (TypeError, OverflowError, pl.exceptions.PolarsError):
@@ -165,7 +172,8 @@ def _ts_col(values: list, chunk: bytes | None, keep_idx: list[int]) -> pl.Series
     if chunk is None or not big.any() or not (f != f.round()).filter(big).any():
         return ns
     raw = _DEC_TS.decode(chunk)
-    text = _utf8_col([bytes(raw[k].ts) for k in keep_idx])
+    idx = kept.arg_true().to_list() if kept is not None else range(len(raw))
+    text = _args_text([raw[k].ts for k in idx])
     exact = decimal_us_to_ns(text)
     return pl.select(pl.when(exact.is_not_null()).then(exact).otherwise(ns)).to_series()
 
@@ -183,105 +191,6 @@ def decimal_us_to_ns(text: pl.Series) -> pl.Series:
     return out.alias(text.name)
 
 
-class _Split:
-    """Where the traceEvents array lies in the content, and the rest of the top level."""
-
-    def __init__(self, top: dict, body_start: int, body_end: int, closed: bool):
-        self.top = top
-        self.body_start = body_start
-        self.body_end = body_end
-        self.closed = closed
-        self.closes: list[tuple[int, dict]] = [(body_end, top)] if closed else []
-        self.key = 0
-
-
-def _split(content: bytes, path: str) -> _Split:
-    n = len(content)
-    i = 0
-    while i < n and content[i] in b" \t\r\n":
-        i += 1
-    if content.startswith(b"\xef\xbb\xbf", i):
-        i += 3
-        while i < n and content[i] in b" \t\r\n":
-            i += 1
-    if i >= n:
-        raise ParseError(path, "empty file")
-    first = content[i : i + 1]
-    if first == b"[":  # the bare JSON-array form of the Chrome trace format
-        end = content.rstrip().rfind(b"]")
-        closed = end > i and content.rstrip().endswith(b"]")
-        return _Split({}, i + 1, end if closed else n, closed)
-    if first != b"{":
-        raise ParseError(path, "not a trace: the content is not a JSON object or array")
-    key = content.find(b'"traceEvents"')
-    if key < 0:
-        # Not a Kineto trace; say what it is when the JSON parses.
-        try:
-            obj = orjson.loads(content)
-        except orjson.JSONDecodeError as e:
-            raise ParseError(path, f"invalid or truncated JSON and no traceEvents array ({e})") from None
-        raise ParseError(path, f"not a trace: JSON without a traceEvents array ({_describe(obj)})")
-    j = key + len(b'"traceEvents"')
-    while j < n and content[j] in b" \t\r\n:":
-        j += 1
-    if j >= n or content[j : j + 1] != b"[":
-        if content[j : j + 4] == b"null" or j >= n:
-            return _Split(_top_level(content[:key], b"}", path), j, j, j < n)
-        raise ParseError(path, "traceEvents is not an array")
-    body_start = j + 1
-    head = content[:key]
-    # Candidates for the array's closing bracket: each ']' after which the rest of the object
-    # parses, latest first.  A later array (Kineto's "INFO" log lines) can pass this test too;
-    # the body decoder settles it, since a body that runs past the true ']' never decodes.
-    closes: list[tuple[int, dict]] = []
-    pos = n
-    for _ in range(256):
-        pos = content.rfind(b"]", body_start - 1, pos)
-        if pos < body_start - 1:
-            break
-        try:
-            top = orjson.loads(head + b'"traceEvents":[]' + content[pos + 1 :])
-        except orjson.JSONDecodeError:
-            continue
-        if isinstance(top, dict):
-            closes.append((pos, top))
-            if len(closes) >= 8:
-                break
-    if closes:
-        sp = _Split(closes[0][1], body_start, closes[0][0], True)
-        sp.closes = closes
-    else:
-        sp = _Split(_top_level(head, b"}", path), body_start, n, False)
-    sp.key = key
-    return sp
-
-
-def _top_level(head: bytes, closer: bytes, path: str) -> dict:
-    """The top-level keys before traceEvents when the file has no readable end."""
-    text = head.rstrip()
-    if text.endswith(b","):
-        text = text[:-1]
-    try:
-        top = orjson.loads(text + closer)
-    except orjson.JSONDecodeError:
-        raise ParseError(path, "truncated JSON: the keys before traceEvents are incomplete") from None
-    return top if isinstance(top, dict) else {}
-
-
-def _describe(obj: Any) -> str:
-    if isinstance(obj, dict):
-        keys = set(obj)
-        if {"nodes", "schema"} <= keys:
-            return "looks like a PyTorch Execution Trace (Chakra); give its Kineto twin"
-        if "entries" in keys and "pg_config" in keys:
-            return "looks like a Flight Recorder dump"
-        if "schema_version" in keys and "ranks" in keys:
-            return "looks like a tracelens report"
-        shown = ", ".join(sorted(map(str, keys))[:5])
-        return f"top-level keys: {shown}" if shown else "empty object"
-    return f"top level is a {type(obj).__name__}"
-
-
 class _Builder:
     """Collects column chunks and the odd events (metadata, flows) of one file."""
 
@@ -289,172 +198,132 @@ class _Builder:
         self.keep_python = keep_python
         self.frames: list[pl.DataFrame] = []
         self.flows: list[tuple[str, Any, Any, Any, float | None]] = []
-        self.meta_events: list[_Event] = []
+        self.meta_events: list[tuple] = []  # (name, pid, tid, raw args) of "M" events
         self.skipped: Counter[str] = Counter()
         self.invalid = 0
         self.events = 0
         self.with_ph = 0
 
-    def add(self, evs: list[_Event], raws: list[_RawArgs] | None, chunk: bytes | None = None) -> None:
-        self.events += len(evs)
-        keep_python = self.keep_python
-        keep: list[_Event] = []
-        keep_idx: list[int] = []
-        keep_raw: list[bytes] = []
-        skipped = self.skipped
-        for k, e in enumerate(evs):
-            ph = e.ph
-            if not ph:
-                continue
-            self.with_ph += 1
-            if ph == "X":
-                if e.cat == "Trace":  # the profiler's own span, not an event of the job
-                    continue
-                if e.cat == "python_function" and not keep_python:
-                    skipped["python_function"] += 1
-                    continue
-                if e.ts is None:
-                    skipped["no_ts"] += 1
-                    continue
-                keep.append(e)
-                keep_idx.append(k)
-                if raws is not None:
-                    keep_raw.append(bytes(raws[k].args))
-            elif ph == "s" or ph == "f" or ph == "t":
-                if e.cat in _FLOW_CATS:
-                    self.flows.append((ph, e.id, e.pid, e.tid, e.ts))
-                else:
-                    skipped[f"flow:{e.cat}"] += 1
-            elif ph == "M":
-                self.meta_events.append(e)
-            else:
-                skipped[f"ph:{ph}"] += 1
-        if not keep:
+    def add(self, evs: list[_Event], chunk: bytes | None, keep_args: bool) -> None:
+        """Turn one chunk of decoded events into columns; no Python loop over the events."""
+        if not evs:
             return
-        args = [e.args for e in keep]
-        none = _Args()
-        args = [a if a is not None else none for a in args]
+        self.events += len(evs)
+        ph, cat, name, pid, tid, ts, dur, fid, rargs = zip(*map(_GET_EVENT, evs))
+        del evs
+        ph_s, cat_s = pl.Series(ph, dtype=pl.String), _str_col(cat)
+        ts_null = pl.Series([t is None for t in ts]) if None in ts else None
+        self.with_ph += int((ph_s != "").sum())
+        keep = (ph_s == "X") & (cat_s.fill_null("") != "Trace")
+        if not self.keep_python:
+            py = keep & (cat_s.fill_null("") == "python_function")
+            self.skipped["python_function"] += int(py.sum())
+            keep &= ~py
+        if ts_null is not None:
+            keep &= ~ts_null
+        # flows (ac2g s/f pairs) and metadata events, which are few
+        flow = ph_s.is_in(["s", "f", "t"]) & cat_s.is_in(list(_FLOW_CATS))
+        if flow.any():
+            for i in flow.arg_true().to_list():
+                self.flows.append((ph[i], fid[i], pid[i], tid[i], ts[i]))
+        meta_rows = ph_s == "M"
+        if meta_rows.any():
+            for i in meta_rows.arg_true().to_list():
+                self.meta_events.append((name[i], pid[i], tid[i], rargs[i]))
+        mask = keep.to_list()
+        n = int(keep.sum())
+        if n == 0:
+            return
+        if n < len(mask):
+            sel = lambda xs: list(compress(xs, mask))  # noqa: E731
+            cat, name, pid, tid, ts, dur, rargs = map(sel, (cat, name, pid, tid, ts, dur, rargs))
+        args = _decode_args(rargs)
+        (ext_id, ext_id_old, correlation, device, stream, coll_name, pg_name, pg_desc, group_size, seq, in_nelems,
+         out_nelems, dtype, nbytes) = zip(*map(_GET_ARGS, args))
+        del args
         cols = {
-            "ph": pl.Series([e.ph for e in keep], dtype=pl.String),
-            "cat": _str_col([e.cat for e in keep]),
-            "name": _str_col([e.name for e in keep]),
-            "_pid": _int_col([e.pid for e in keep]),
-            "_tid": _int_col([e.tid for e in keep]),
-            "ts": _ts_col([e.ts for e in keep], chunk, keep_idx),
-            "dur": _float_col([e.dur for e in keep]),
-            "_id": pl.Series([None] * len(keep), dtype=pl.Int64),
-            "ext_id": _int_col([a.ext_id if a.ext_id is not None else a.ext_id_old for a in args]),
-            "correlation": _int_col([a.correlation for a in args]),
-            "_device": _int_col([a.device for a in args]),
-            "_stream": _int_col([a.stream for a in args]),
-            "coll_name": _str_col([a.coll_name for a in args]),
-            "pg_name": _str_col([a.pg_name for a in args]),
-            "pg_desc": _str_col([a.pg_desc for a in args]),
-            "group_size": _int_col([a.group_size for a in args]),
-            "seq": _int_col([a.seq for a in args]),
-            "in_nelems": _int_col([a.in_nelems for a in args]),
-            "out_nelems": _int_col([a.out_nelems for a in args]),
-            "dtype": _str_col([a.dtype for a in args]),
-            "_bytes": _int_col([a.bytes for a in args]),
-            "args": (
-                _utf8_col(keep_raw)
-                if raws is not None
-                else pl.Series([None] * len(keep), dtype=pl.String)
-            ),
+            "cat": _str_col(cat),
+            "name": _str_col(name),
+            "_pid": _int_col(pid),
+            "_tid": _int_col(tid),
+            "ts": _ts_col(ts, chunk, keep),
+            "dur": _float_col(dur),
+            "ext_id": _int_col(ext_id).fill_null(_int_col(ext_id_old)),
+            "correlation": _int_col(correlation),
+            "_device": _int_col(device),
+            "_stream": _int_col(stream),
+            "coll_name": _str_col(coll_name),
+            "pg_name": _str_col(pg_name),
+            "pg_desc": _str_col(pg_desc),
+            "group_size": _int_col(group_size),
+            "seq": _int_col(seq),
+            "in_nelems": _int_col(in_nelems),
+            "out_nelems": _int_col(out_nelems),
+            "dtype": _str_col(dtype),
+            "_bytes": _int_col(nbytes),
+            "args": _args_text(rargs) if keep_args else pl.Series([None] * n, dtype=pl.String),
         }
         self.frames.append(pl.DataFrame(cols))
 
 
-def _decode_chunk(chunk: bytes, builder: _Builder, keep_args: bool) -> None:
-    """Decode a JSON array of events; raise msgspec.DecodeError if it is not valid JSON."""
+def _args_text(rargs: list) -> pl.Series:
+    """The raw args objects as one String column, split in Rust from one joined buffer
+    (a NUL byte never appears unescaped inside JSON)."""
+    joined = b"\x00".join(rargs)
+    try:
+        text = joined.decode("utf-8")
+    except UnicodeDecodeError:
+        text = joined.decode("utf-8", "replace")
+    return pl.Series([text], dtype=pl.String).str.split("\x00").explode().alias("args")
+
+
+def _decode_args(rargs: tuple[msgspec.Raw, ...]) -> list[_Args]:
+    """The fields we use from each event's args, decoded in one call over all of them."""
+    try:
+        return _DEC_ARGS.decode(b"[" + b",".join(rargs) + b"]")
+    except (msgspec.ValidationError, msgspec.DecodeError):
+        out = []
+        for r in rargs:
+            try:
+                out.append(_DEC_ONE_ARGS.decode(r))
+            except (msgspec.ValidationError, msgspec.DecodeError):
+                out.append(_NO_ARGS)
+        return out
+
+
+def _decode_chunk(chunk: bytes, builder: _Builder, keep_args: bool) -> bool:
+    """Decode a JSON array of events into the builder; False if it is not valid JSON."""
     try:
         evs = _DEC_EVENTS.decode(chunk)
     except msgspec.ValidationError:
-        _decode_lenient(chunk, builder, keep_args)
-        return
-    raws = _DEC_RAW.decode(chunk) if keep_args else None
-    builder.add(evs, raws, chunk)
+        return _decode_lenient(chunk, builder, keep_args)
+    except msgspec.DecodeError:
+        return False
+    builder.add(evs, chunk, keep_args)
+    return True
 
 
-def _decode_lenient(chunk: bytes, builder: _Builder, keep_args: bool) -> None:
+def _decode_lenient(chunk: bytes, builder: _Builder, keep_args: bool) -> bool:
     """Slow path for a chunk with oddly typed fields: keep every event that converts."""
-    items = orjson.loads(chunk)
+    try:
+        items = orjson.loads(chunk)
+    except orjson.JSONDecodeError:
+        return False
     evs: list[_Event] = []
-    raws: list[_RawArgs] = []
     for item in items:
         if not isinstance(item, dict):
             builder.invalid += 1
             continue
+        a = item.pop("args", None)
         try:
             ev = msgspec.convert(item, _Event, strict=False)
         except msgspec.ValidationError:
             builder.invalid += 1
             continue
+        ev.args = msgspec.Raw(orjson.dumps(a)) if isinstance(a, dict) else msgspec.Raw(b"{}")
         evs.append(ev)
-        a = item.get("args")
-        raws.append(_RawArgs(msgspec.Raw(orjson.dumps(a)) if isinstance(a, dict) else msgspec.Raw(b"")))
-    builder.add(evs, raws if keep_args else None)
-
-
-def _decode_body(content: bytes, sp: _Split, builder: _Builder, keep_args: bool, path: str) -> bool:
-    """Decode the traceEvents array chunk by chunk.  Returns True when the file was cut short."""
-    bad = (msgspec.DecodeError, orjson.JSONDecodeError)
-    start, end = sp.body_start, sp.body_end
-    while start < end and content[start] in b" \t\r\n":
-        start += 1
-    while start < end:
-        search_from = start + CHUNK_BYTES
-        advanced = False
-        while search_from < end:
-            m = _BOUNDARY.search(content, search_from, end)
-            if m is None:
-                break
-            try:
-                _decode_chunk(b"[" + content[start : m.start() + 1] + b"]", builder, keep_args)
-            except bad:
-                search_from = m.end()  # the cut fell inside a value: try the next boundary
-                continue
-            start = m.end() - 1
-            advanced = True
-            break
-        if advanced:
-            continue
-        # The last piece runs to the end of the array (or of the file, when cut short).
-        for close, top in sp.closes:
-            if close < start:
-                break
-            try:
-                _decode_chunk(b"[" + content[start:close] + b"]", builder, keep_args)
-            except bad:
-                continue
-            sp.top, sp.body_end = top, close
-            return False
-        # No end fits: the file was cut (or damaged) inside this piece.  Keep the whole
-        # events before the damage; the caller warns.
-        if sp.closed:
-            sp.top = _top_level(content[: sp.key], b"}", path)
-            sp.closed = False
-        _decode_truncated_tail(content, start, len(content), builder, keep_args)
-        return True
-    return not sp.closed
-
-
-
-def _decode_truncated_tail(content: bytes, start: int, end: int, builder: _Builder, keep_args: bool) -> int:
-    """The file was cut inside ``content[start:end]``: keep the whole events before the cut."""
-    bounds = [m.start() + 1 for m in _BOUNDARY.finditer(content, start, end)]
-    # The last event may itself be whole (cut between events or inside the closing bracket).
-    tail = content[start:end].rstrip().rstrip(b",")
-    candidates = [start + len(tail)] + bounds[::-1]
-    for tries, b in enumerate(candidates):
-        if tries > 256:
-            break
-        try:
-            _decode_chunk(b"[" + content[start:b] + b"]", builder, keep_args)
-            return b
-        except (msgspec.DecodeError, orjson.JSONDecodeError):
-            continue
-    return start
+    builder.add(evs, None, keep_args)
+    return True
 
 
 def parse(path: str | Path, *, keep_python: bool = False, keep_args: bool = True) -> tuple[pl.DataFrame, TraceMeta]:
@@ -462,12 +331,17 @@ def parse(path: str | Path, *, keep_python: bool = False, keep_args: bool = True
     when the file does not say it (``meta.rank`` None); the frame's ``rank`` column is filled
     with ``meta.rank`` or -1 and rewritten by the loader."""
     path = Path(path)
+    gc_was_on = gc.isenabled()
+    gc.disable()  # millions of short-lived tuples: the cycle collector would rescan them all
     try:
         return _parse(path, keep_python, keep_args)
     except (ParseError, MemoryError, KeyboardInterrupt):
         raise
     except Exception as e:  # never let a malformed file surface as a traceback
         raise ParseError(str(path), f"unreadable trace ({type(e).__name__}: {e})") from e
+    finally:
+        if gc_was_on:
+            gc.enable()
 
 
 def _parse(path: Path, keep_python: bool, keep_args: bool) -> tuple[pl.DataFrame, TraceMeta]:
@@ -476,12 +350,11 @@ def _parse(path: Path, keep_python: bool, keep_args: bool) -> tuple[pl.DataFrame
         size = path.stat().st_size
     except OSError as e:
         raise ParseError(spath, f"cannot read file ({e.strerror or e})") from None
-    content, gz_truncated, gz_problem = read_content(path)
-    sp = _split(content, spath)
     builder = _Builder(keep_python)
-    truncated = _decode_body(content, sp, builder, keep_args, spath)
-    truncated = truncated or gz_truncated
-    if builder.with_ph == 0 and not truncated:
+    res = stream_events(path, lambda chunk: _decode_chunk(chunk, builder, keep_args), CHUNK_BYTES)
+    if builder.with_ph == 0:
+        if res.truncated:
+            raise ParseError(spath, f"truncated trace: {res.problem} before the first whole event")
         if builder.events == 0 and builder.invalid == 0:
             raise ParseError(spath, "no trace events: the traceEvents array is empty")
         raise ParseError(spath, "not a trace: the array holds no trace events (objects with a 'ph' field)")
@@ -492,16 +365,12 @@ def _parse(path: Path, keep_python: bool, keep_args: bool) -> tuple[pl.DataFrame
         parser="parsers.kineto",
         parser_version=PARSER_VERSION,
         size_bytes=size,
-        uncompressed_bytes=len(content),
+        uncompressed_bytes=res.content_bytes,
     )
-    del content
-    if truncated:
-        if builder.events == 0:
-            raise ParseError(spath, f"truncated trace: {gz_problem or 'the JSON ends'} before the first whole event")
+    if res.truncated:
         meta.truncated = True
-        why = gz_problem or "truncated or damaged JSON (the traceEvents array does not end cleanly)"
-        meta.warnings.append(f"{why}; loaded the {builder.events} whole events before the cut")
-    df = _finish(builder, meta, sp.top)
+        meta.warnings.append(f"{res.problem}; loaded the {builder.events} whole events before the cut")
+    df = _finish(builder, meta, res.top)
     return df, meta
 
 
@@ -531,9 +400,11 @@ def _fill_meta(meta: TraceMeta, top: dict, builder: _Builder) -> None:
         meta.platform = "rocm"
     elif any(k in top for k in ("cupti_version", "cuda_runtime_version", "cuda_driver_version")):
         meta.platform = "cuda"
-    for e in builder.meta_events:
-        if e.name == "thread_name" and e.args is not None and e.args.label is not None:
-            meta.threads[f"{_as_int(e.pid)}:{_as_int(e.tid)}"] = str(e.args.label)
+    for name, pid, tid, rargs in builder.meta_events:
+        if name == "thread_name":
+            label = _decode_args((rargs,))[0].label
+            if label is not None:
+                meta.threads[f"{_as_int(pid)}:{_as_int(tid)}"] = str(label)
 
 
 def _finish(builder: _Builder, meta: TraceMeta, top: dict) -> pl.DataFrame:
@@ -543,7 +414,7 @@ def _finish(builder: _Builder, meta: TraceMeta, top: dict) -> pl.DataFrame:
     if not builder.frames:
         meta.warnings.append(f"the trace holds no timed events")
         return empty_frame()
-    raw = pl.concat(builder.frames, how="vertical")
+    raw = pl.concat(builder.frames, how="vertical", rechunk=False)
     builder.frames.clear()
     df = _normalise(raw, builder, meta)
     return df
@@ -613,18 +484,18 @@ def _normalise(raw: pl.DataFrame, builder: _Builder, meta: TraceMeta) -> pl.Data
     df = _promote_backend_annotations(df)
     # Fill missing correlations from ac2g flow events (s at the launch, f at the GPU activity).
     df = _fill_from_flows(df, builder)
-    # Kernel classes, once per distinct (name, cat) of device activity.
-    dev_names = df.filter(pl.col("kind").is_in(["kernel", "memcpy", "memset"])).select("name", "_cat_l").unique()
-    mapping = {
-        (n, c): classify(n, c) for n, c in dev_names.iter_rows()
-    }
-    kc = pl.DataFrame(
-        {"name": [k[0] for k in mapping], "_cat_l": [k[1] for k in mapping], "kclass": list(mapping.values())},
-        schema={"name": pl.String, "_cat_l": pl.String, "kclass": pl.String},
-    )
-    df = df.join(kc, on=["name", "_cat_l"], how="left", maintain_order="left")
+    # Kernel classes, once per distinct kernel name (copies and fills by their category).
+    kernel_names = df.filter(pl.col("kind") == "kernel").get_column("name").unique().to_list()
+    classes = {n: classify(n) for n in kernel_names}
     df = df.with_columns(
-        pl.when(pl.col("kind").is_in(["kernel", "memcpy", "memset"])).then(pl.col("kclass")).otherwise(None).alias("kclass")
+        pl.when(pl.col("kind") == "kernel")
+        .then(pl.col("name").replace_strict(classes, default="other", return_dtype=pl.String))
+        .when(pl.col("kind") == "memcpy")
+        .then(pl.lit("memcpy"))
+        .when(pl.col("kind") == "memset")
+        .then(pl.lit("memset"))
+        .otherwise(None)
+        .alias("kclass")
     )
     # Collective from the kernel name when the kernel carries no args (older PyTorch).
     comm_names = df.filter((pl.col("kclass") == "comm") & pl.col("collective").is_null()).get_column("name").unique().to_list()
@@ -684,7 +555,7 @@ def _normalise(raw: pl.DataFrame, builder: _Builder, meta: TraceMeta) -> pl.Data
         pl.lit(0, dtype=pl.Int32).alias("file"),
         pl.lit("kineto").alias("source"),
     )
-    return conform(df).sort("ts_ns", maintain_order=True)
+    return conform(df)
 
 
 _BACKEND_ANN = r"^(gloo|nccl|rccl|mpi|ucc|xccl):"
