@@ -80,11 +80,26 @@ class _Event(msgspec.Struct, gc=False):
     args: msgspec.Raw = msgspec.Raw(b"{}")
 
 
+class _EventExact(msgspec.Struct, gc=False):
+    """_Event with the timestamp kept as its JSON text (see _Builder.timestamps)."""
+
+    ph: str = ""
+    cat: str | None = None
+    name: str | int | float | None = None
+    pid: int | float | str | None = None
+    tid: int | float | str | None = None
+    ts: msgspec.Raw = msgspec.Raw(b"null")
+    dur: float | None = None
+    id: Num = None
+    args: msgspec.Raw = msgspec.Raw(b"{}")
+
+
 class _RawTs(msgspec.Struct, gc=False):
-    ts: msgspec.Raw = msgspec.Raw(b"")
+    ts: msgspec.Raw = msgspec.Raw(b"null")
 
 
 _DEC_EVENTS = msgspec.json.Decoder(list[_Event])
+_DEC_EVENTS_EXACT = msgspec.json.Decoder(list[_EventExact])
 _DEC_ARGS = msgspec.json.Decoder(list[_Args])
 _DEC_ONE_ARGS = msgspec.json.Decoder(_Args)
 _NO_ARGS = _Args()
@@ -103,14 +118,6 @@ _DATALOADER_RE = r"(?i)enumerate\(DataLoader\)|DataLoaderIter\.__next__|^## data
 _SYNC_RE = r"^(cuda|hip|cu)(Device|Stream|Event|Ctx)Synchronize"
 _INT64_MAX = (1 << 63) - 1
 _NUM_TAIL = re.compile(r"(-?\d+)\s*$")
-
-# Columns each chunk produces before normalisation.
-_CHUNK_COLS = (
-    "ph", "cat", "name", "_pid", "_tid", "ts", "dur", "_id", "ext_id", "correlation", "_device",
-    "_stream", "coll_name", "pg_name", "pg_desc", "group_size", "seq", "in_nelems", "out_nelems",
-    "dtype", "_bytes", "args",
-)
-
 
 def _as_int(v: Any) -> int | None:
     """An id-like value as a signed 64-bit int (ids above int64 wrap; "stream 7" -> 7)."""
@@ -158,36 +165,17 @@ def _float_col(values: list) -> pl.Series:
         return pl.Series([v if isinstance(v, (int, float)) else None for v in values], dtype=pl.Float64)
 
 
-def _ts_col(values, chunk: bytes | None, kept: pl.Series | None) -> pl.Series:
-    """Timestamps in ns, exact: integers multiply exactly, and µs floats too large for a
-    float64 to hold every ns (absolute epoch times with ns decimals) are read from the text.
-    ``kept`` marks which events of ``chunk`` the values belong to."""
-    try:
-        return pl.Series(values, dtype=pl.Int64) * 1000
-    except (TypeError, OverflowError, pl.exceptions.PolarsError):
-        pass
-    f = _float_col(values)
-    ns = (f * 1000.0).round().cast(pl.Int64)
-    big = f.abs() >= _EXACT_FLOAT_US
-    if chunk is None or not big.any() or not (f != f.round()).filter(big).any():
-        return ns
-    raw = _DEC_TS.decode(chunk)
-    idx = kept.arg_true().to_list() if kept is not None else range(len(raw))
-    text = _args_text([raw[k].ts for k in idx])
-    exact = decimal_us_to_ns(text)
-    return pl.select(pl.when(exact.is_not_null()).then(exact).otherwise(ns)).to_series()
-
-
 def decimal_us_to_ns(text: pl.Series) -> pl.Series:
-    """Decimal µs strings ("1712195495519689.047") to int ns, rounding past the 3rd decimal.
-    Null where the text is not a plain decimal (exponent notation, junk)."""
+    """Decimal µs strings ("1712195495519689.047") to int ns, exactly, rounding past the 3rd
+    decimal; exponent notation goes through a float; null where the text is not a number."""
     plain = text.str.contains(r"^-?\d+(\.\d*)?$")
     neg = text.str.starts_with("-")
     parts = text.str.strip_prefix("-").str.split_exact(".", 1)
     whole = parts.struct.field("field_0").cast(pl.Int64, strict=False)
     frac4 = parts.struct.field("field_1").fill_null("").str.slice(0, 4).str.pad_end(4, "0").cast(pl.Int64, strict=False)
     mag = whole * 1000 + (frac4 + 5) // 10
-    out = pl.select(pl.when(plain).then(pl.when(neg).then(-mag).otherwise(mag))).to_series()
+    as_float = (text.cast(pl.Float64, strict=False) * 1000.0).round().cast(pl.Int64, strict=False)
+    out = pl.select(pl.when(plain).then(pl.when(neg).then(-mag).otherwise(mag)).otherwise(as_float)).to_series()
     return out.alias(text.name)
 
 
@@ -200,9 +188,28 @@ class _Builder:
         self.flows: list[tuple[str, Any, Any, Any, float | None]] = []
         self.meta_events: list[tuple] = []  # (name, pid, tid, raw args) of "M" events
         self.skipped: Counter[str] = Counter()
-        self.invalid = 0
+        self.counts: Counter[str] = Counter()
+        self.exact_ts = False
         self.events = 0
         self.with_ph = 0
+
+    def timestamps(self, ts: tuple, chunk: bytes | None) -> pl.Series:
+        """ns timestamps of every event of a chunk (null where missing), exact.  Integers
+        multiply exactly.  µs floats too large for a float64 to hold every ns (absolute epoch
+        times with ns decimals) are read from their text: from then on the file is decoded
+        with the timestamp kept as text (_EventExact)."""
+        if self.exact_ts:
+            return decimal_us_to_ns(_args_text(ts))
+        try:
+            return pl.Series(ts, dtype=pl.Int64) * 1000
+        except (TypeError, OverflowError, pl.exceptions.PolarsError):
+            pass
+        f = _float_col(ts)
+        big = f.abs() >= _EXACT_FLOAT_US
+        if chunk is not None and big.any() and (f != f.round()).filter(big).any():
+            self.exact_ts = True
+            return decimal_us_to_ns(_args_text([r.ts for r in _DEC_TS.decode(chunk)]))
+        return (f * 1000.0).round().cast(pl.Int64)
 
     def add(self, evs: list[_Event], chunk: bytes | None, keep_args: bool) -> None:
         """Turn one chunk of decoded events into columns; no Python loop over the events."""
@@ -212,20 +219,19 @@ class _Builder:
         ph, cat, name, pid, tid, ts, dur, fid, rargs = zip(*map(_GET_EVENT, evs))
         del evs
         ph_s, cat_s = pl.Series(ph, dtype=pl.String), _str_col(cat)
-        ts_null = pl.Series([t is None for t in ts]) if None in ts else None
+        ts_ns = self.timestamps(ts, chunk)
+        del ts
         self.with_ph += int((ph_s != "").sum())
-        keep = (ph_s == "X") & (cat_s.fill_null("") != "Trace")
+        keep = (ph_s == "X") & (cat_s.fill_null("") != "Trace") & ts_ns.is_not_null()
         if not self.keep_python:
             py = keep & (cat_s.fill_null("") == "python_function")
             self.skipped["python_function"] += int(py.sum())
             keep &= ~py
-        if ts_null is not None:
-            keep &= ~ts_null
         # flows (ac2g s/f pairs) and metadata events, which are few
         flow = ph_s.is_in(["s", "f", "t"]) & cat_s.is_in(list(_FLOW_CATS))
         if flow.any():
             for i in flow.arg_true().to_list():
-                self.flows.append((ph[i], fid[i], pid[i], tid[i], ts[i]))
+                self.flows.append((ph[i], fid[i], pid[i], tid[i], ts_ns[i]))
         meta_rows = ph_s == "M"
         if meta_rows.any():
             for i in meta_rows.arg_true().to_list():
@@ -236,7 +242,7 @@ class _Builder:
             return
         if n < len(mask):
             sel = lambda xs: list(compress(xs, mask))  # noqa: E731
-            cat, name, pid, tid, ts, dur, rargs = map(sel, (cat, name, pid, tid, ts, dur, rargs))
+            cat, name, pid, tid, dur, rargs = map(sel, (cat, name, pid, tid, dur, rargs))
         args = _decode_args(rargs)
         (ext_id, ext_id_old, correlation, device, stream, coll_name, pg_name, pg_desc, group_size, seq, in_nelems,
          out_nelems, dtype, nbytes) = zip(*map(_GET_ARGS, args))
@@ -246,7 +252,7 @@ class _Builder:
             "name": _str_col(name),
             "_pid": _int_col(pid),
             "_tid": _int_col(tid),
-            "ts": _ts_col(ts, chunk, keep),
+            "ts": ts_ns.filter(keep),
             "dur": _float_col(dur),
             "ext_id": _int_col(ext_id).fill_null(_int_col(ext_id_old)),
             "correlation": _int_col(correlation),
@@ -263,7 +269,7 @@ class _Builder:
             "_bytes": _int_col(nbytes),
             "args": _args_text(rargs) if keep_args else pl.Series([None] * n, dtype=pl.String),
         }
-        self.frames.append(pl.DataFrame(cols))
+        self.frames.append(_rows(pl.DataFrame(cols), self))
 
 
 def _args_text(rargs: list) -> pl.Series:
@@ -294,7 +300,7 @@ def _decode_args(rargs: tuple[msgspec.Raw, ...]) -> list[_Args]:
 def _decode_chunk(chunk: bytes, builder: _Builder, keep_args: bool) -> bool:
     """Decode a JSON array of events into the builder; False if it is not valid JSON."""
     try:
-        evs = _DEC_EVENTS.decode(chunk)
+        evs = (_DEC_EVENTS_EXACT if builder.exact_ts else _DEC_EVENTS).decode(chunk)
     except msgspec.ValidationError:
         return _decode_lenient(chunk, builder, keep_args)
     except msgspec.DecodeError:
@@ -312,14 +318,17 @@ def _decode_lenient(chunk: bytes, builder: _Builder, keep_args: bool) -> bool:
     evs: list[_Event] = []
     for item in items:
         if not isinstance(item, dict):
-            builder.invalid += 1
+            builder.counts["invalid"] += 1
             continue
         a = item.pop("args", None)
+        ts = item.pop("ts", None) if builder.exact_ts else None
         try:
-            ev = msgspec.convert(item, _Event, strict=False)
+            ev = msgspec.convert(item, _EventExact if builder.exact_ts else _Event, strict=False)
         except msgspec.ValidationError:
-            builder.invalid += 1
+            builder.counts["invalid"] += 1
             continue
+        if builder.exact_ts:
+            ev.ts = msgspec.Raw(orjson.dumps(ts if isinstance(ts, (int, float)) else None))
         ev.args = msgspec.Raw(orjson.dumps(a)) if isinstance(a, dict) else msgspec.Raw(b"{}")
         evs.append(ev)
     builder.add(evs, None, keep_args)
@@ -355,7 +364,7 @@ def _parse(path: Path, keep_python: bool, keep_args: bool) -> tuple[pl.DataFrame
     if builder.with_ph == 0:
         if res.truncated:
             raise ParseError(spath, f"truncated trace: {res.problem} before the first whole event")
-        if builder.events == 0 and builder.invalid == 0:
+        if builder.events == 0 and builder.counts["invalid"] == 0:
             raise ParseError(spath, "no trace events: the traceEvents array is empty")
         raise ParseError(spath, "not a trace: the array holds no trace events (objects with a 'ph' field)")
     meta = TraceMeta(
@@ -408,47 +417,71 @@ def _fill_meta(meta: TraceMeta, top: dict, builder: _Builder) -> None:
 
 
 def _finish(builder: _Builder, meta: TraceMeta, top: dict) -> pl.DataFrame:
+    """The steps that need the whole file: flows, collective records onto kernels, sequence
+    numbers, the device this rank ran on.  Row-local work was done chunk by chunk."""
     _fill_meta(meta, top, builder)
-    if builder.invalid:
-        meta.warnings.append(f"skipped {builder.invalid} events that are not well-formed trace events")
+    c = builder.counts
+    for key, msg in (
+        ("invalid", "events that are not well-formed trace events were skipped"),
+        ("neg_dur", "events with negative durations were clamped to 0"),
+        ("no_dur", "complete events without a duration were given 0"),
+        ("no_tid", "host events without a usable thread id were dropped"),
+        ("no_dev", "GPU events without a usable device id were dropped"),
+    ):
+        if c[key]:
+            meta.warnings.append(f"{c[key]} {msg}")
+    meta.trace_schema = "2021" if c["old_schema"] else "current"
     if not builder.frames:
-        meta.warnings.append(f"the trace holds no timed events")
+        meta.warnings.append("the trace holds no timed events")
         return empty_frame()
-    raw = pl.concat(builder.frames, how="vertical", rechunk=False)
+    df = pl.concat(builder.frames, how="vertical", rechunk=False)
     builder.frames.clear()
-    df = _normalise(raw, builder, meta)
-    return df
+    df = _promote_backend_annotations(df)
+    df = _fill_from_flows(df, builder)
+    df = _attach_comm_records(df, meta)
+    meta.device_id = _mode(df.filter(pl.col("kind") == "kernel").get_column("device"))
+    if meta.device_id is None:
+        meta.device_id = _mode(df.get_column("device"))
+    if meta.device_id is not None:
+        for d in meta.devices:
+            if d.get("id") == meta.device_id:
+                meta.device_properties = d
+                meta.device_name = d.get("name")
+                break
+        if meta.device_name is None and len(meta.devices) == 1:
+            meta.device_properties = meta.devices[0]
+            meta.device_name = meta.devices[0].get("name")
+    else:
+        meta.warnings.append("no GPU events (a CPU-only trace)")
+    if meta.platform is None and meta.device_name:
+        low = meta.device_name.lower()
+        meta.platform = "rocm" if ("amd" in low or "instinct" in low or "radeon" in low) else "cuda"
+    return conform(df.with_columns(pl.lit(-1 if meta.rank is None else meta.rank, dtype=pl.Int32).alias("rank")))
 
 
 _DEVICE_CATS = ["kernel", "gpu_memcpy", "memcpy", "gpu_memset", "memset", "gpu_user_annotation", "cuda_sync"]
+_KEEP_TEMP = ("_pid", "_tid", "_is_dev")  # needed by the whole-file steps, dropped by conform
 
 
-def _normalise(raw: pl.DataFrame, builder: _Builder, meta: TraceMeta) -> pl.DataFrame:
+def _rows(raw: pl.DataFrame, builder: _Builder) -> pl.DataFrame:
+    """Row-local normalisation of one chunk into the event schema (plus _KEEP_TEMP)."""
+    c = builder.counts
+    c["neg_dur"] += raw.select((pl.col("dur") < 0).sum()).item()
+    c["no_dur"] += raw.select(pl.col("dur").is_null().sum()).item()
+    c["old_schema"] += raw.select(pl.col("cat").is_in(["Operator", "Kernel", "Runtime"]).sum()).item()
     cat_l = pl.col("cat").str.to_lowercase()
-    name = pl.col("name")
-    n_neg = raw.select((pl.col("dur") < 0).sum()).item()
-    n_nodur = raw.select(pl.col("dur").is_null().sum()).item()
-    if n_neg:
-        meta.warnings.append(f"{n_neg} events with negative durations were clamped to 0")
-    if n_nodur:
-        meta.warnings.append(f"{n_nodur} complete events without a duration were given 0")
-    if raw.select(pl.col("cat").is_in(["Operator", "Kernel", "Runtime"]).any()).item():
-        meta.trace_schema = "2021"
-    else:
-        meta.trace_schema = "current"
-
-    is_dev = cat_l.is_in(_DEVICE_CATS)
-    coll_norm = pl.col("coll_name").map_elements(normalize_collective, return_dtype=pl.String, skip_nulls=True)
+    colls = raw.get_column("coll_name").drop_nulls().unique().to_list()
     df = raw.with_columns(
-        is_dev.alias("_is_dev"),
+        cat_l.is_in(_DEVICE_CATS).alias("_is_dev"),
         cat_l.alias("_cat_l"),
-        pl.col("ts").alias("ts_ns"),
+        pl.col("name").fill_null(""),
         ((pl.col("dur").fill_null(0.0).clip(lower_bound=0.0) * 1000.0).round()).cast(pl.Int64).alias("dur_ns"),
-        coll_norm.alias("collective"),
+        (
+            pl.col("coll_name").replace_strict({x: normalize_collective(x) for x in colls}, default=None, return_dtype=pl.String)
+            if colls
+            else pl.lit(None, pl.String)
+        ).alias("collective"),
     )
-    if df.schema["name"] != pl.String:
-        df = df.with_columns(pl.col("name").cast(pl.String))
-    df = df.with_columns(pl.col("name").fill_null(""))
     kind = (
         pl.when(pl.col("name").str.contains(_STEP_RE) & ~pl.col("_is_dev"))
         .then(pl.lit("step"))
@@ -481,81 +514,52 @@ def _normalise(raw: pl.DataFrame, builder: _Builder, meta: TraceMeta) -> pl.Data
         .otherwise(pl.lit("other"))
     )
     df = df.with_columns(kind.alias("kind"))
-    df = _promote_backend_annotations(df)
-    # Fill missing correlations from ac2g flow events (s at the launch, f at the GPU activity).
-    df = _fill_from_flows(df, builder)
     # Kernel classes, once per distinct kernel name (copies and fills by their category).
     kernel_names = df.filter(pl.col("kind") == "kernel").get_column("name").unique().to_list()
     classes = {n: classify(n) for n in kernel_names}
+    comm_no_coll = [n for n in kernel_names if classes[n] == "comm"]
+    from_kernel = {n: collective_from_kernel(n) for n in comm_no_coll}
+    dsize = {d: dtype_bytes(d) for d in df.get_column("dtype").drop_nulls().unique().to_list()}
+    elem = pl.col("dtype").replace_strict(dsize, default=None, return_dtype=pl.Int64) if dsize else pl.lit(None, pl.Int64)
     df = df.with_columns(
         pl.when(pl.col("kind") == "kernel")
-        .then(pl.col("name").replace_strict(classes, default="other", return_dtype=pl.String))
+        .then(pl.col("name").replace_strict(classes, default="other", return_dtype=pl.String) if classes else pl.lit("other"))
         .when(pl.col("kind") == "memcpy")
         .then(pl.lit("memcpy"))
         .when(pl.col("kind") == "memset")
         .then(pl.lit("memset"))
         .otherwise(None)
-        .alias("kclass")
-    )
-    # Collective from the kernel name when the kernel carries no args (older PyTorch).
-    comm_names = df.filter((pl.col("kclass") == "comm") & pl.col("collective").is_null()).get_column("name").unique().to_list()
-    if comm_names:
-        from_kernel = {n: collective_from_kernel(n) for n in comm_names}
-        df = df.with_columns(
-            pl.when((pl.col("kclass") == "comm") & pl.col("collective").is_null())
+        .alias("kclass"),
+        # the collective from the kernel name when the kernel carries no args (older PyTorch)
+        (
+            pl.when(pl.col("collective").is_null() & (pl.col("kind") == "kernel"))
             .then(pl.col("name").replace_strict(from_kernel, default=None, return_dtype=pl.String))
             .otherwise(pl.col("collective"))
-            .alias("collective")
-        )
-    # bytes: explicit, else the larger message (nccl-tests' "size") x element size.
-    dsize = {d: dtype_bytes(d) for d in df.get_column("dtype").drop_nulls().unique().to_list()}
-    elem = pl.col("dtype").replace_strict(dsize, default=None, return_dtype=pl.Int64) if dsize else pl.lit(None, pl.Int64)
-    df = df.with_columns(
-        pl.coalesce(
-            pl.col("_bytes"),
-            pl.max_horizontal(pl.col("in_nelems"), pl.col("out_nelems")) * elem,
-        ).alias("bytes"),
+            if from_kernel
+            else pl.col("collective")
+        ).alias("collective"),
+        # bytes: explicit, else the larger message (nccl-tests' "size") x element size
+        pl.coalesce(pl.col("_bytes"), pl.max_horizontal(pl.col("in_nelems"), pl.col("out_nelems")) * elem).alias("bytes"),
         pl.when(pl.col("_is_dev")).then(pl.coalesce(pl.col("_device"), pl.col("_pid"))).otherwise(None).cast(pl.Int32).alias("device"),
         pl.when(pl.col("_is_dev")).then(pl.coalesce(pl.col("_stream"), pl.col("_tid"))).otherwise(None).alias("stream"),
         pl.when(pl.col("_is_dev")).then(None).otherwise(pl.col("_pid")).alias("pid"),
         pl.when(pl.col("_is_dev")).then(None).otherwise(pl.col("_tid")).alias("tid"),
+        pl.col("ts").alias("ts_ns"),
         pl.col("ext_id").alias("external_id"),
         pl.col("pg_name").alias("group"),
         pl.col("pg_desc").alias("group_desc"),
+        pl.lit("kineto").alias("source"),
+        pl.lit(0, dtype=pl.Int32).alias("file"),
+        pl.lit(-1, dtype=pl.Int32).alias("rank"),
     )
     no_tid = pl.col("kind").is_in(["cpu_op", "runtime", "python"]) & pl.col("tid").is_null()
     no_dev = pl.col("kind").is_in(["kernel", "memcpy", "memset"]) & pl.col("device").is_null()
     n_no_tid, n_no_dev = df.select(no_tid.sum().alias("a"), no_dev.sum().alias("b")).row(0)
-    if n_no_tid:
-        meta.warnings.append(f"dropped {n_no_tid} host events without a usable thread id")
-    if n_no_dev:
-        meta.warnings.append(f"dropped {n_no_dev} GPU events without a usable device id")
+    c["no_tid"] += n_no_tid
+    c["no_dev"] += n_no_dev
     if n_no_tid or n_no_dev:
         df = df.filter(~(no_tid | no_dev))
-    df = _attach_comm_records(df, meta)
-    meta.device_id = _mode(df.filter(pl.col("kind") == "kernel").get_column("device"))
-    if meta.device_id is None:
-        meta.device_id = _mode(df.filter(pl.col("_is_dev")).get_column("device"))
-    if meta.device_id is not None:
-        for d in meta.devices:
-            if d.get("id") == meta.device_id:
-                meta.device_properties = d
-                meta.device_name = d.get("name")
-                break
-        if meta.device_name is None and len(meta.devices) == 1:
-            meta.device_properties = meta.devices[0]
-            meta.device_name = meta.devices[0].get("name")
-    if meta.platform is None and meta.device_name:
-        low = meta.device_name.lower()
-        meta.platform = "rocm" if ("amd" in low or "instinct" in low or "radeon" in low) else "cuda"
-    if meta.device_id is None and not df.select(pl.col("_is_dev").any()).item():
-        meta.warnings.append(f"no GPU events (a CPU-only trace)")
-    df = df.with_columns(
-        pl.lit(-1 if meta.rank is None else meta.rank, dtype=pl.Int32).alias("rank"),
-        pl.lit(0, dtype=pl.Int32).alias("file"),
-        pl.lit("kineto").alias("source"),
-    )
-    return conform(df)
+    return conform(df).hstack(df.select(_KEEP_TEMP))
 
 
 _BACKEND_ANN = r"^(gloo|nccl|rccl|mpi|ucc|xccl):"
@@ -567,32 +571,30 @@ def _promote_backend_annotations(df: pl.DataFrame) -> pl.DataFrame:
     collective records, with bytes from their recorded input shape and type."""
     if df.select(pl.col("kind").is_in(["collective", "p2p"]).any()).item():
         return df
-    cand = (pl.col("_cat_l") == "user_annotation") & pl.col("name").str.contains(_BACKEND_ANN)
-    rows = df.with_row_index("_row").filter(cand).select("_row", "name", "args")
+    cand = (
+        (pl.col("kind") == "annotation")
+        & ~pl.col("_is_dev")
+        & pl.col("name").cast(pl.String).str.contains(_BACKEND_ANN)
+    )
+    rows = df.with_row_index("_row").filter(cand).select("_row", pl.col("name").cast(pl.String), "args")
     if rows.height == 0:
         return df
-    colls, nbytes, dtypes = [], [], []
+    kinds, colls, nbytes, dtypes = [], [], [], []
     for _, name, args in rows.iter_rows():
         coll = normalize_collective(name.split(":", 1)[1])
-        colls.append(coll)
         n, dt = _first_tensor(args)
         size = dtype_bytes(dt)
+        kinds.append("p2p" if coll in P2P else "collective")
+        colls.append(coll)
         nbytes.append(n * size if (n is not None and size) else None)
         dtypes.append(dt)
-    promoted = pl.DataFrame(
-        {"_row": rows.get_column("_row"), "_c": colls, "_b": nbytes, "_dt": dtypes},
-        schema={"_row": pl.UInt32, "_c": pl.String, "_b": pl.Int64, "_dt": pl.String},
-    )
-    df = df.with_row_index("_row").join(promoted, on="_row", how="left", maintain_order="left")
-    return df.with_columns(
-        pl.when(pl.col("_row").is_in(promoted.get_column("_row").implode()))
-        .then(pl.when(pl.col("_c").is_in(list(P2P))).then(pl.lit("p2p")).otherwise(pl.lit("collective")))
-        .otherwise(pl.col("kind"))
-        .alias("kind"),
-        pl.coalesce("collective", "_c").alias("collective"),
-        pl.coalesce("_bytes", "_b").alias("_bytes"),
-        pl.coalesce("dtype", "_dt").alias("dtype"),
-    ).drop("_row", "_c", "_b", "_dt")
+    idx = rows.get_column("_row")
+    out = {}
+    for col, values in (("kind", kinds), ("collective", colls), ("bytes", nbytes), ("dtype", dtypes)):
+        s = df.get_column(col)
+        new = pl.Series(values).cast(s.dtype)
+        out[col] = s.scatter(idx, new)
+    return df.with_columns(**out)
 
 
 def _first_tensor(args: str | None) -> tuple[int | None, str | None]:
@@ -628,7 +630,7 @@ def _fill_from_flows(df: pl.DataFrame, builder: _Builder) -> pl.DataFrame:
             "_flow_id": _int_col([f[1] for f in builder.flows]),
             "_pid": _int_col([f[2] for f in builder.flows]),
             "_tid": _int_col([f[3] for f in builder.flows]),
-            "ts_ns": ((_float_col([f[4] for f in builder.flows]) * 1000.0).round()).cast(pl.Int64),
+            "ts_ns": pl.Series([f[4] for f in builder.flows], dtype=pl.Int64),
         }
     )
     builder.flows.clear()

@@ -157,7 +157,7 @@ def test_many_chunks_give_the_same_table(tmp_path, monkeypatch):
 @pytest.mark.parametrize(
     "text,ns",
     [("1712195495519689.047", 1712195495519689047), ("12", 12000), ("0.0004", 0), ("0.0005", 1),
-     ("-3.25", -3250), ("7.", 7000), ("1e3", None)],
+     ("-3.25", -3250), ("7.", 7000), ("1e3", 1000000), ("null", None)],
 )
 def test_decimal_us_to_ns(text, ns):
     assert decimal_us_to_ns(pl.Series([text])).to_list() == [ns]
