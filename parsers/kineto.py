@@ -701,16 +701,13 @@ def _attach_comm_records(df: pl.DataFrame, meta: TraceMeta) -> pl.DataFrame:
                 .select("_row", "_c", "_g", "_gd", "_gs", "_s", "_dt", "_b")
             )
             if linked.height:
-                df = df.with_row_index("_row").join(linked, on="_row", how="left", maintain_order="left")
-                df = df.with_columns(
-                    pl.coalesce("_c", "collective").alias("collective"),
-                    pl.coalesce("group", "_g").alias("group"),
-                    pl.coalesce("group_desc", "_gd").alias("group_desc"),
-                    pl.coalesce("group_size", "_gs").alias("group_size"),
-                    pl.coalesce("seq", "_s").alias("seq"),
-                    pl.coalesce("dtype", "_dt").alias("dtype"),
-                    pl.coalesce("bytes", "_b").alias("bytes"),
-                ).drop("_row", "_c", "_g", "_gd", "_gs", "_s", "_dt", "_b")
+                df = _scatter_fill(
+                    df,
+                    linked,
+                    # the record's collective wins over one guessed from the kernel name
+                    {"collective": ("_c", True), "group": ("_g", False), "group_desc": ("_gd", False),
+                     "group_size": ("_gs", False), "seq": ("_s", False), "dtype": ("_dt", False), "bytes": ("_b", False)},
+                )
     # Comm kernels still without a sequence number: their order within the group (or collective).
     comm = pl.col("kclass") == "comm"
     if df.select((comm & pl.col("seq").is_null()).any()).item():
@@ -723,6 +720,21 @@ def _attach_comm_records(df: pl.DataFrame, meta: TraceMeta) -> pl.DataFrame:
         )
         meta.attributes.setdefault("seq_source", "derived: order within the process group on this rank")
     return df
+
+
+def _scatter_fill(df: pl.DataFrame, linked: pl.DataFrame, columns: dict[str, tuple[str, bool]]) -> pl.DataFrame:
+    """Write ``linked``'s values into the rows ``linked["_row"]`` of ``df`` without copying the
+    frame: for each column, the linked value where the row has none (or always, when the flag says
+    the linked value wins)."""
+    rows = linked.get_column("_row")
+    out = {}
+    for col, (src, wins) in columns.items():
+        s = df.get_column(col)
+        new = linked.get_column(src).cast(s.dtype)
+        old = s.gather(rows)
+        merged = new.fill_null(old) if wins else old.fill_null(new)
+        out[col] = s.clone().scatter(rows, merged)
+    return df.with_columns(**out)
 
 
 def _mode(s: pl.Series) -> int | None:
