@@ -14,7 +14,7 @@ from tracelens import __version__
 from tracelens.errors import EXIT_BAD_INPUT, EXIT_OK, EXIT_USAGE
 
 EXIT_INTERNAL = 4
-COMMANDS = ("info",)
+COMMANDS = ("info", "report")
 
 
 def _common(p: argparse.ArgumentParser) -> None:
@@ -36,6 +36,12 @@ def build_parser() -> argparse.ArgumentParser:
     p_info = sub.add_parser("info", help="what each trace file holds: rank, device, event counts, span, steps")
     _common(p_info)
     p_info.add_argument("--json", action="store_true", help="print the same as JSON")
+    p_rep = sub.add_parser("report", help="where the GPU time went: steps and the GPU-time partition per rank")
+    _common(p_rep)
+    p_rep.add_argument("-o", "--output", metavar="FILE", help="write the report here: .json (the versioned contract) or .txt; default: text on stdout")
+    p_rep.add_argument("--steps", metavar="A:B", help="only ProfilerStep numbers A..B (N, A:B, :B, A:)")
+    p_rep.add_argument("--step-range", metavar="REGEX", help="use host ranges whose name matches REGEX as the steps")
+    p_rep.add_argument("--include-warmup", action="store_true", help="count the first step in the totals too")
     return parser
 
 
@@ -55,6 +61,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if args.command == "info":
             return _cmd_info(args)
+        if args.command == "report":
+            return _cmd_report(args)
     except KeyboardInterrupt:
         print("tracelens: interrupted", file=sys.stderr)
         return 130
@@ -84,5 +92,35 @@ def _cmd_info(args: argparse.Namespace) -> int:
     else:
         sys.stdout.write(render_text(summary))
     for w in trace.all_warnings:
+        print(f"tracelens: warning: {w}", file=sys.stderr)
+    return EXIT_OK
+
+
+def _cmd_report(args: argparse.Namespace) -> int:
+    from tracelens.analysis import Options, analyze, parse_steps
+    from tracelens.load import load
+    from tracelens.report import format_for, render, write_atomic
+
+    fmt = format_for(args.output)
+    if not fmt:
+        print(f"tracelens: error: {args.output}: unknown report format (use .json or .txt)", file=sys.stderr)
+        return EXIT_USAGE
+    try:
+        steps = parse_steps(args.steps) if args.steps else None
+        if args.step_range:
+            import re
+
+            re.compile(args.step_range)
+    except (ValueError, re.error) as e:
+        print(f"tracelens: error: {e}", file=sys.stderr)
+        return EXIT_USAGE
+    trace = load(args.paths, use_cache=not args.no_cache, keep_python=args.keep_python, jobs=args.jobs)
+    analysis = analyze(trace, Options(steps=steps, step_range=args.step_range, include_warmup=args.include_warmup))
+    data = render(analysis, fmt)
+    if args.output:
+        write_atomic(args.output, data)
+    else:
+        sys.stdout.buffer.write(data)
+    for w in analysis.to_dict()["warnings"]:
         print(f"tracelens: warning: {w}", file=sys.stderr)
     return EXIT_OK

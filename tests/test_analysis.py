@@ -1,0 +1,173 @@
+"""Steps and the exact GPU-time partition."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import polars as pl
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from tests.conftest import ROOT, real_trace_files
+from tracelens import intervals as iv
+from tracelens.analysis import Options, analyze, parse_steps, partition
+from tracelens.load import load
+
+
+def X(cat, name, ts, dur, pid=1, tid=1, **args):
+    return {"ph": "X", "cat": cat, "name": name, "pid": pid, "tid": tid, "ts": ts, "dur": dur, "args": args}
+
+
+def K(name, ts, dur, stream=7, corr=None):
+    a = {"device": 0, "stream": stream}
+    if corr is not None:
+        a["correlation"] = corr
+    return X("kernel", name, ts, dur, pid=0, tid=stream, **a)
+
+
+def write(tmp_path, events, name="rank-0.json"):
+    p = tmp_path / name
+    p.write_text(json.dumps({"traceEvents": events, "deviceProperties": [{"id": 0, "name": "NVIDIA H100 80GB HBM3"}]}))
+    return p
+
+
+def test_partition_by_hand(tmp_path):
+    # One step, CPU span [0, 100) µs.  GPU (µs):
+    #   gemm A on stream 7   [10, 30)     gemm B on stream 8 [20, 40)   -> compute C = [10, 40)  = 30
+    #   allreduce on stream 9 [35, 60)                                   -> comm M = [35, 60)     = 25, exposed X = [40, 60) = 20
+    #   memcpy on stream 7    [55, 70)                                   -> copies Y = [55, 70)  = 15, exposed Z = [60, 70) = 10
+    # The window starts at the first kernel (10) and, for the last step, ends at the later of
+    # the CPU span's end (100) and the last kernel's end (70): W = [10, 100) = 90.
+    # idle I = W minus busy [10, 70) = 30.   30 + 30 + 20 + 10 = 90.
+    ev = [
+        X("user_annotation", "ProfilerStep#1", 0, 100),
+        X("cuda_runtime", "cudaLaunchKernel", 1, 1, correlation=1),
+        X("cuda_runtime", "cudaLaunchKernel", 2, 1, correlation=2),
+        X("cuda_runtime", "cudaLaunchKernel", 3, 1, correlation=3),
+        X("cuda_runtime", "cudaMemcpyAsync", 4, 1, correlation=4),
+        K("sm90_xmma_gemm_a", 10, 20, stream=7, corr=1),
+        K("sm90_xmma_gemm_b", 20, 20, stream=8, corr=2),
+        K("ncclDevKernel_AllReduce_Sum_f32_RING_LL", 35, 25, stream=9, corr=3),
+        {**X("gpu_memcpy", "Memcpy DtoH (Device -> Pinned)", 55, 15, pid=0, tid=7, device=0, stream=7, correlation=4)},
+    ]
+    a = analyze(load([write(tmp_path, ev)], use_cache=False))
+    r = a.ranks[0]
+    (s,) = r.steps
+    assert (s.step, s.start_ns, s.end_ns, s.kernels, s.warmup) == (1, 10_000, 100_000, 4, False)
+    g = s.gpu
+    assert (g.window, g.idle, g.compute, g.exposed_comm, g.exposed_memcpy, g.comm, g.memcpy) == (
+        90_000, 30_000, 30_000, 20_000, 10_000, 25_000, 15_000)
+    d = a.to_dict()
+    assert d["schema_version"] == 1 and d["ranks"][0]["gpu_time_ns"]["idle"] == 30_000
+
+
+def test_kernels_belong_to_the_step_that_launched_them(tmp_path):
+    # Step 1 CPU [0, 50), step 2 CPU [50, 100).  Kernel k1 is launched at 40 (step 1) but runs
+    # at [60, 80), inside step 2's CPU span; k2 is launched at 60 and runs [85, 95).
+    # Step 1's GPU window: [60, 85) (to step 2's first kernel); step 2: [85, 100).
+    ev = [
+        X("user_annotation", "ProfilerStep#1", 0, 50),
+        X("user_annotation", "ProfilerStep#2", 50, 50),
+        X("cuda_runtime", "cudaLaunchKernel", 40, 1, correlation=1),
+        X("cuda_runtime", "cudaLaunchKernel", 60, 1, correlation=2),
+        K("k1_elementwise_kernel", 60, 20, corr=1),
+        K("k2_elementwise_kernel", 85, 10, corr=2),
+    ]
+    a = analyze(load([write(tmp_path, ev)], use_cache=False), Options(include_warmup=True))
+    s1, s2 = a.ranks[0].steps
+    assert (s1.start_ns, s1.end_ns, s1.kernels, s1.gpu.compute, s1.gpu.idle) == (60_000, 85_000, 1, 20_000, 5_000)
+    assert (s2.start_ns, s2.end_ns, s2.kernels, s2.gpu.compute, s2.gpu.idle) == (85_000, 100_000, 1, 10_000, 5_000)
+    # by default the first step is the warm-up and stays out of the rank's totals
+    b = analyze(load([write(tmp_path, ev)], use_cache=False))
+    assert b.ranks[0].steps[0].warmup and b.ranks[0].gpu.window == 15_000
+    # --steps keeps the named steps only
+    c = analyze(load([write(tmp_path, ev)], use_cache=False), Options(steps=parse_steps("2")))
+    assert [s.step for s in c.ranks[0].steps] == [2]
+
+
+def test_parse_steps():
+    assert parse_steps("3:7") == (3, 7) and parse_steps("5") == (5, 5) and parse_steps(":4") == (0, 4)
+    assert parse_steps("3:")[0] == 3
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.lists(
+        st.tuples(st.sampled_from(["gemm", "comm", "memcpy", "elementwise"]), st.integers(0, 1000), st.integers(0, 300)),
+        max_size=40,
+    ),
+    st.integers(0, 600),
+    st.integers(0, 1500),
+    st.randoms(use_true_random=False),
+)
+def test_partition_sums_to_the_window(kernels, lo, span, rnd):
+    rows = [{"ts_ns": s, "dur_ns": d, "kclass": c} for c, s, d in kernels]
+
+    def sets(rs):
+        f = pl.DataFrame(rs, schema={"ts_ns": pl.Int64, "dur_ns": pl.Int64, "kclass": pl.String})
+        return (
+            iv.union_of(f.filter(~pl.col("kclass").is_in(["comm", "memcpy"]))),
+            iv.union_of(f.filter(pl.col("kclass") == "comm")),
+            iv.union_of(f.filter(pl.col("kclass") == "memcpy")),
+        )
+
+    g = partition(*sets(rows), lo, lo + span)
+    assert g.idle + g.compute + g.exposed_comm + g.exposed_memcpy == g.window == span
+    assert min(g.idle, g.compute, g.exposed_comm, g.exposed_memcpy) >= 0
+    assert g.exposed_comm <= g.comm and g.exposed_memcpy <= g.memcpy
+    shuffled = rows[:]
+    rnd.shuffle(shuffled)
+    assert partition(*sets(shuffled), lo, lo + span) == g  # row order changes nothing
+    # brute force on integer points: each ns is exactly one of the four
+    C, M, Y = (iv.clip(x, lo, lo + span) for x in sets(rows))
+    inside = lambda t, s: any(a <= t < b for a, b in s)  # noqa: E731
+    n = {"i": 0, "c": 0, "x": 0, "z": 0}
+    for t in range(lo, lo + span):
+        n["c" if inside(t, C) else "x" if inside(t, M) else "z" if inside(t, Y) else "i"] += 1
+    assert (n["i"], n["c"], n["x"], n["z"]) == (g.idle, g.compute, g.exposed_comm, g.exposed_memcpy)
+
+
+def test_real_traces_partition_exactly():
+    files = [f for f in real_trace_files("hta", "amd-tracelens", "kineto-tbplugin") if f.stat().st_size > 20_000]
+    checked = 0
+    for f in files:
+        try:
+            trace = load([f], use_cache=False)
+        except Exception:
+            continue  # non-trace files are covered by test_kineto_real
+        a = analyze(trace)
+        for r in a.ranks:
+            if r.gpu is None:
+                continue
+            for s in r.steps:
+                g = s.gpu
+                assert g.idle + g.compute + g.exposed_comm + g.exposed_memcpy == g.window, (f, s.name)
+                assert min(g.idle, g.compute, g.exposed_comm, g.exposed_memcpy) >= 0
+            checked += 1
+    assert checked >= 15
+
+
+def test_report_cli_json_and_text(tmp_path):
+    out = tmp_path / "r.json"
+    r = subprocess.run([sys.executable, "-m", "tracelens", "report", "sample_traces/job_2ranks", "-o", str(out)],
+                       capture_output=True, text=True, cwd=ROOT)
+    assert r.returncode == 0, r.stderr
+    d = json.loads(out.read_text())
+    assert d["schema_version"] == 1 and d["job"]["ranks"] == 2
+    assert [x["rank"] for x in d["ranks"]] == [0, 1]
+    for rk in d["ranks"]:
+        g = rk["gpu_time_ns"]
+        kept = [s for s in rk["steps"] if not s["warmup"]]
+        assert g["idle"] + g["compute"] + g["exposed_comm"] + g["exposed_memcpy"] == rk["window_ns"] == sum(s["dur_ns"] for s in kept)
+    t = subprocess.run([sys.executable, "-m", "tracelens", "report", "sample_traces/job_2ranks"], capture_output=True, text=True, cwd=ROOT)
+    assert t.returncode == 0 and "ProfilerStep#552" in t.stdout
+    bad = subprocess.run([sys.executable, "-m", "tracelens", "report", "sample_traces/job_2ranks", "-o", str(tmp_path / "r.pdf")],
+                         capture_output=True, text=True, cwd=ROOT)
+    assert bad.returncode == 2 and not (tmp_path / "r.pdf").exists()
+    empty = tmp_path / "empty.json"
+    empty.write_text("")
+    e = subprocess.run([sys.executable, "-m", "tracelens", "report", str(empty), "-o", str(tmp_path / "x.json")],
+                       capture_output=True, text=True, cwd=ROOT)
+    assert e.returncode == 3 and not (tmp_path / "x.json").exists()

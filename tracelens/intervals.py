@@ -1,0 +1,93 @@
+"""Exact interval arithmetic on int64 ns: unions, intersections, differences, lengths.
+
+An interval set is a list of ``(start, end)`` pairs, sorted, disjoint, non-touching and
+non-empty (``start < end``).  Unions of many events are built in polars (sort + running max);
+the set operations then walk the (much shorter) merged lists.
+"""
+
+from __future__ import annotations
+
+import polars as pl
+
+Intervals = list[tuple[int, int]]
+
+
+def union_of(df: pl.DataFrame, start: str = "ts_ns", dur: str = "dur_ns") -> Intervals:
+    """The union of the events' [start, start + dur) intervals (zero-length ones vanish)."""
+    if df.height == 0:
+        return []
+    s = (
+        df.select(pl.col(start).alias("s"), (pl.col(start) + pl.col(dur)).alias("e"))
+        .filter(pl.col("e") > pl.col("s"))
+        .sort("s", "e")
+    )
+    if s.height == 0:
+        return []
+    merged = (
+        s.with_columns(pl.col("e").cum_max().shift(1).alias("reach"))
+        .with_columns((pl.col("reach").is_null() | (pl.col("s") > pl.col("reach"))).cum_sum().alias("g"))
+        .group_by("g")
+        .agg(pl.col("s").min(), pl.col("e").max())
+        .sort("s")
+    )
+    return list(zip(merged.get_column("s").to_list(), merged.get_column("e").to_list()))
+
+
+def normalize(iv: list[tuple[int, int]]) -> Intervals:
+    """Sort and merge arbitrary pairs into an interval set."""
+    out: Intervals = []
+    for s, e in sorted(p for p in iv if p[1] > p[0]):
+        if out and s <= out[-1][1]:
+            if e > out[-1][1]:
+                out[-1] = (out[-1][0], e)
+        else:
+            out.append((s, e))
+    return out
+
+
+def length(iv: Intervals) -> int:
+    return sum(e - s for s, e in iv)
+
+
+def intersect(a: Intervals, b: Intervals) -> Intervals:
+    out: Intervals = []
+    i = j = 0
+    while i < len(a) and j < len(b):
+        s = max(a[i][0], b[j][0])
+        e = min(a[i][1], b[j][1])
+        if s < e:
+            out.append((s, e))
+        if a[i][1] < b[j][1]:
+            i += 1
+        else:
+            j += 1
+    return out
+
+
+def subtract(a: Intervals, b: Intervals) -> Intervals:
+    """a \\ b."""
+    out: Intervals = []
+    j = 0
+    for s, e in a:
+        cur = s
+        while j < len(b) and b[j][1] <= cur:
+            j += 1
+        k = j
+        while k < len(b) and b[k][0] < e:
+            if b[k][0] > cur:
+                out.append((cur, b[k][0]))
+            cur = max(cur, b[k][1])
+            if cur >= e:
+                break
+            k += 1
+        if cur < e:
+            out.append((cur, e))
+    return out
+
+
+def union(a: Intervals, b: Intervals) -> Intervals:
+    return normalize(a + b)
+
+
+def clip(a: Intervals, lo: int, hi: int) -> Intervals:
+    return intersect(a, [(lo, hi)]) if hi > lo else []

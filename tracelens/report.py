@@ -1,0 +1,103 @@
+"""Renderers of an Analysis: the versioned JSON report (DESIGN.md 5) and a terminal summary.
+They read only the Analysis (its ``to_dict()``), never the traces."""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from tracelens.analysis import Analysis
+from tracelens.info import _fmt_ns
+
+
+def render_json(analysis: Analysis) -> bytes:
+    import orjson
+
+    return orjson.dumps(analysis.to_dict(), option=orjson.OPT_INDENT_2) + b"\n"
+
+
+def _pct(part: int | None, whole: int | None) -> str:
+    if part is None or not whole:
+        return "-"
+    return f"{100.0 * part / whole:5.1f}%"
+
+
+def render_text(analysis: Analysis) -> str:
+    d = analysis.to_dict()
+    job = d["job"]
+    lines = [f"tracelens {d['tool']['version']} — {job['ranks']} rank(s)"]
+    st = job["step_time_ns"]
+    if st["mean"] is not None:
+        lines.append(f"step time: mean {_fmt_ns(st['mean'])}, p50 {_fmt_ns(st['p50'])}, max {_fmt_ns(st['max'])} (warm-up step excluded)")
+    g = job["gpu_time_ns"]
+    if g:
+        w = sum(g[k] for k in ("idle", "compute", "exposed_comm", "exposed_memcpy"))
+        lines.append(
+            f"GPU time, all ranks: compute {_pct(g['compute'], w)}, idle {_pct(g['idle'], w)}, "
+            f"exposed comm {_pct(g['exposed_comm'], w)}, exposed memcpy {_pct(g['exposed_memcpy'], w)}"
+        )
+    lines.append("")
+    lines.append(f"{'rank':>4}  {'device':<24} {'steps':>5} {'step time':>10} {'compute':>8} {'idle':>7} {'exp.comm':>8} {'exp.copy':>8}")
+    for r in d["ranks"]:
+        kept = [s for s in r["steps"] if not s["warmup"]] or r["steps"]
+        mean = sum(s["dur_ns"] for s in kept) // len(kept) if kept else None
+        g = r["gpu_time_ns"]
+        w = r["window_ns"]
+        name = (r["device"]["name"] or "unknown GPU")[:24]
+        lines.append(
+            f"{r['rank']:>4}  {name:<24} {len(r['steps']):>5} {_fmt_ns(mean):>10} "
+            + " ".join(f"{_pct(g[k] if g else None, w):>8}" for k in ("compute", "idle", "exposed_comm", "exposed_memcpy"))
+        )
+    worst = sorted(
+        ((s["dur_ns"], r["rank"], s) for r in d["ranks"] for s in r["steps"] if not s["warmup"]),
+        key=lambda t: -t[0],
+    )[:3]
+    if worst:
+        lines.append("")
+        lines.append("slowest steps:")
+        for dur, rank, s in worst:
+            g = s["gpu_time_ns"]
+            idle = f", idle {_pct(g['idle'], dur).strip()}" if g else ""
+            lines.append(f"  rank {rank} {s['name']}: {_fmt_ns(dur)}{idle}")
+    if d["warnings"]:
+        lines.append("")
+        lines.extend(f"warning: {w}" for w in d["warnings"])
+    return "\n".join(lines) + "\n"
+
+
+def write_atomic(dest: str | Path, data: bytes) -> None:
+    """Write to a temporary name beside ``dest`` and rename: never a half-written report."""
+    dest = Path(dest)
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=dest.parent, prefix=f".{dest.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(data)
+        os.replace(tmp, dest)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise
+
+
+def render(analysis: Analysis, fmt: str) -> bytes:
+    if fmt == "json":
+        return render_json(analysis)
+    if fmt == "text":
+        return render_text(analysis).encode()
+    raise ValueError(f"unknown report format {fmt!r}")
+
+
+def format_for(path: str | None) -> str:
+    if path is None:
+        return "text"
+    suffix = Path(path).suffix.lower()
+    return {".json": "json", ".txt": "text", ".text": "text"}.get(suffix, "")
+
+
+def as_dict(analysis: Analysis) -> dict[str, Any]:
+    return analysis.to_dict()
