@@ -21,6 +21,7 @@ test-venv: $(VENV)/.test-installed
 
 demo: $(VENV)/.installed
 	$(VENV)/bin/tracelens info $(SAMPLE)
+	$(VENV)/bin/tracelens report $(SAMPLE)
 
 test: $(VENV)/.test-installed
 	$(PY) -m pytest -q
