@@ -34,7 +34,7 @@ from tracelens.kclass import classify, collective_from_kernel
 from tracelens.schema import TraceMeta, conform, empty_frame
 
 PARSER_VERSION = "1.0"
-CHUNK_BYTES = 4 << 20
+CHUNK_BYTES = 1 << 20
 
 Num = int | float | str | None
 
@@ -439,7 +439,7 @@ def _finish(builder: _Builder, meta: TraceMeta, top: dict) -> pl.DataFrame:
     df = _promote_backend_annotations(df)
     df = _fill_from_flows(df, builder)
     df = _attach_comm_records(df, meta)
-    meta.device_id = _mode(df.filter(pl.col("kind") == "kernel").get_column("device"))
+    meta.device_id = _mode(df.select("kind", "device").filter(pl.col("kind") == "kernel").get_column("device"))
     if meta.device_id is None:
         meta.device_id = _mode(df.get_column("device"))
     if meta.device_id is not None:
@@ -515,7 +515,7 @@ def _rows(raw: pl.DataFrame, builder: _Builder) -> pl.DataFrame:
     )
     df = df.with_columns(kind.alias("kind"))
     # Kernel classes, once per distinct kernel name (copies and fills by their category).
-    kernel_names = df.filter(pl.col("kind") == "kernel").get_column("name").unique().to_list()
+    kernel_names = df.select("kind", "name").filter(pl.col("kind") == "kernel").get_column("name").unique().to_list()
     classes = {n: classify(n) for n in kernel_names}
     comm_no_coll = [n for n in kernel_names if classes[n] == "comm"]
     from_kernel = {n: collective_from_kernel(n) for n in comm_no_coll}
@@ -576,7 +576,12 @@ def _promote_backend_annotations(df: pl.DataFrame) -> pl.DataFrame:
         & ~pl.col("_is_dev")
         & pl.col("name").cast(pl.String).str.contains(_BACKEND_ANN)
     )
-    rows = df.with_row_index("_row").filter(cand).select("_row", pl.col("name").cast(pl.String), "args")
+    rows = (
+        df.select("kind", "_is_dev", "name", "args")
+        .with_row_index("_row")
+        .filter(cand)
+        .select("_row", pl.col("name").cast(pl.String), "args")
+    )
     if rows.height == 0:
         return df
     kinds, colls, nbytes, dtypes = [], [], [], []
@@ -621,7 +626,10 @@ def _first_tensor(args: str | None) -> tuple[int | None, str | None]:
 
 
 def _fill_from_flows(df: pl.DataFrame, builder: _Builder) -> pl.DataFrame:
-    if not builder.flows or not df.select(pl.col("correlation").is_null().any()).item():
+    """GPU activities and launches without a ``correlation`` arg take it from the ac2g flow
+    event at the same place and time (``s`` at the launch, ``f`` at the GPU activity)."""
+    need = (pl.col("_is_dev") | pl.col("kind").is_in(["runtime", "sync"])) & pl.col("correlation").is_null()
+    if not builder.flows or not df.select(need.any()).item():
         builder.flows.clear()
         return df
     flows = pl.DataFrame(
@@ -632,24 +640,19 @@ def _fill_from_flows(df: pl.DataFrame, builder: _Builder) -> pl.DataFrame:
             "_tid": _int_col([f[3] for f in builder.flows]),
             "ts_ns": pl.Series([f[4] for f in builder.flows], dtype=pl.Int64),
         }
-    )
+    ).unique(subset=["_pid", "_tid", "ts_ns", "_ph"], keep="first")
     builder.flows.clear()
-    # A flow start sits on the launch (host), a flow finish on the GPU activity.
-    ends = flows.filter(pl.col("_ph").is_in(["s", "f"])).select("_pid", "_tid", "ts_ns", "_flow_id", "_ph").unique(
-        subset=["_pid", "_tid", "ts_ns", "_ph"], keep="first"
+    rows = (
+        df.select("_is_dev", "kind", "correlation", "_pid", "_tid", "ts_ns")
+        .with_row_index("_row")
+        .filter(need)
+        .with_columns(pl.when(pl.col("_is_dev")).then(pl.lit("f")).otherwise(pl.lit("s")).alias("_ph"))
+        .join(flows, on=["_pid", "_tid", "ts_ns", "_ph"], how="inner")
+        .select("_row", "_flow_id")
     )
-    dev = ends.filter(pl.col("_ph") == "f").drop("_ph")
-    host = ends.filter(pl.col("_ph") == "s").drop("_ph")
-    df = df.join(dev.rename({"_flow_id": "_fid_dev"}), on=["_pid", "_tid", "ts_ns"], how="left", maintain_order="left")
-    df = df.join(host.rename({"_flow_id": "_fid_host"}), on=["_pid", "_tid", "ts_ns"], how="left", maintain_order="left")
-    return df.with_columns(
-        pl.coalesce(
-            pl.col("correlation"),
-            pl.when(pl.col("_is_dev")).then(pl.col("_fid_dev")).otherwise(
-                pl.when(pl.col("kind").is_in(["runtime", "sync"])).then(pl.col("_fid_host"))
-            ),
-        ).alias("correlation")
-    ).drop("_fid_dev", "_fid_host")
+    if rows.height == 0:
+        return df
+    return _scatter_fill(df, rows, {"correlation": ("_flow_id", False)})
 
 
 def _attach_comm_records(df: pl.DataFrame, meta: TraceMeta) -> pl.DataFrame:
@@ -657,26 +660,23 @@ def _attach_comm_records(df: pl.DataFrame, meta: TraceMeta) -> pl.DataFrame:
     and give every collective a sequence number within its process group."""
     host = pl.col("kind").is_in(["collective", "p2p"])
     if df.select(host.any()).item():
-        if df.filter(host).select(pl.col("seq").is_null().any()).item():
+        if df.select((host & pl.col("seq").is_null()).any()).item():
             meta.attributes["seq_source"] = "derived: order within the process group on this rank"
-            df = df.with_columns(
-                pl.when(host & pl.col("seq").is_null())
-                .then(pl.int_range(pl.len()).over(pl.when(host).then(pl.col("group")).otherwise(None), pl.col("kind").is_in(["collective", "p2p"]), order_by="ts_ns"))
-                .otherwise(pl.col("seq"))
-                .alias("seq")
-            )
+            df = _derive_seq(df, host & pl.col("seq").is_null(), pl.col("group"))
         else:
             meta.attributes["seq_source"] = "trace"
         need = (pl.col("kclass") == "comm") & pl.col("group").is_null()
-        kernels = df.with_row_index("_row").filter(need).select("_row", "correlation")
+        kernels = df.select("kclass", "group", "correlation").with_row_index("_row").filter(need).select("_row", "correlation")
         if kernels.height:
             launches = (
-                df.filter(pl.col("kind").is_in(["runtime"]) & pl.col("correlation").is_not_null())
+                df.select("kind", "correlation", "pid", "tid", "ts_ns")
+                .filter(pl.col("kind").is_in(["runtime"]) & pl.col("correlation").is_not_null())
                 .select("correlation", pl.col("pid").alias("_lpid"), pl.col("tid").alias("_ltid"), pl.col("ts_ns").alias("_lts"))
                 .unique(subset=["correlation"], keep="first")
             )
             records = (
-                df.filter(host)
+                df.drop("args")
+                .filter(host)
                 .select(
                     pl.col("pid").alias("_lpid"),
                     pl.col("tid").alias("_ltid"),
@@ -709,17 +709,24 @@ def _attach_comm_records(df: pl.DataFrame, meta: TraceMeta) -> pl.DataFrame:
                      "group_size": ("_gs", False), "seq": ("_s", False), "dtype": ("_dt", False), "bytes": ("_b", False)},
                 )
     # Comm kernels still without a sequence number: their order within the group (or collective).
-    comm = pl.col("kclass") == "comm"
-    if df.select((comm & pl.col("seq").is_null()).any()).item():
-        key = pl.coalesce(pl.col("group"), pl.col("collective"), pl.lit("?"))
-        df = df.with_columns(
-            pl.when(comm & pl.col("seq").is_null())
-            .then(pl.int_range(pl.len()).over(key, comm & pl.col("seq").is_null(), order_by="ts_ns"))
-            .otherwise(pl.col("seq"))
-            .alias("seq")
-        )
+    orphan = (pl.col("kclass") == "comm") & pl.col("seq").is_null()
+    if df.select(orphan.any()).item():
+        df = _derive_seq(df, orphan, pl.coalesce(pl.col("group").cast(pl.String), pl.col("collective").cast(pl.String), pl.lit("?")))
         meta.attributes.setdefault("seq_source", "derived: order within the process group on this rank")
     return df
+
+
+def _derive_seq(df: pl.DataFrame, rows: pl.Expr, key: pl.Expr) -> pl.DataFrame:
+    """Number the selected rows 0, 1, ... in time order within each ``key``."""
+    sub = (
+        df.select("kind", "kclass", "group", "collective", "seq", "ts_ns")
+        .with_row_index("_row")
+        .filter(rows)
+        .with_columns(key.alias("_key"))
+        .with_columns(pl.int_range(pl.len(), dtype=pl.Int64).over("_key", order_by="ts_ns").alias("_s"))
+        .select("_row", "_s")
+    )
+    return _scatter_fill(df, sub, {"seq": ("_s", False)})
 
 
 def _scatter_fill(df: pl.DataFrame, linked: pl.DataFrame, columns: dict[str, tuple[str, bool]]) -> pl.DataFrame:
