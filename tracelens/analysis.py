@@ -36,6 +36,7 @@ _STEP_NUM = re.compile(r"#(\d+)$")
 class Options:
     steps: tuple[int, int] | None = None  # keep steps whose number is in [a, b] ("3:7")
     step_range: str | None = None  # regex naming user ranges to use as steps
+    data_range: str | None = None  # regex naming user ranges that load data
     include_warmup: bool = False
 
 
@@ -61,6 +62,38 @@ def astuple_(g: GpuTime) -> tuple[int, ...]:
 
 ZERO = GpuTime(0, 0, 0, 0, 0, 0, 0)
 
+IDLE_KEYS = ("data_loading", "host_launch", "sync", "launch_latency", "pipeline_bubble", "other")
+
+
+@dataclass(frozen=True)
+class IdleSplit:
+    """What the host was doing while the GPU idled (DESIGN.md 4.3); sums to GpuTime.idle."""
+
+    data_loading: int = 0  # the launching thread was inside a DataLoader __next__ / data range
+    host_launch: int = 0  # the host was busy elsewhere and launched the next kernel late
+    sync: int = 0  # the host had just been blocked in a synchronize and was refilling the queue
+    launch_latency: int = 0  # the next kernel was already launched: latency or a dependency
+    pipeline_bubble: int = 0  # the next kernel is a pipeline send/recv
+    other: int = 0  # no launch information (e.g. the tail after the last kernel)
+
+    def __add__(self, o: IdleSplit) -> IdleSplit:
+        return IdleSplit(*(getattr(self, k) + getattr(o, k) for k in IDLE_KEYS))
+
+    def total(self) -> int:
+        return sum(getattr(self, k) for k in IDLE_KEYS)
+
+
+@dataclass(frozen=True)
+class DataLoading:
+    host_ns: int  # host time inside DataLoader __next__ (or data ranges) during the step
+    gpu_idle_ns: int  # GPU idle spent waiting for this step's input (gaps ended by its kernels)
+    fraction: float  # gpu_idle_ns / step time
+    input_bound: str  # "highly" (>= 20%), "moderately" (>= 5%), "no" (XProf's bands)
+
+
+def input_bound_class(fraction: float) -> str:
+    return "highly" if fraction >= 0.20 else "moderately" if fraction >= 0.05 else "no"
+
 
 @dataclass(frozen=True)
 class Step:
@@ -73,6 +106,8 @@ class Step:
     warmup: bool
     kernels: int
     gpu: GpuTime
+    idle: IdleSplit = IdleSplit()
+    data: DataLoading | None = None
 
     @property
     def dur_ns(self) -> int:
@@ -90,6 +125,7 @@ class RankResult:
     clock_offset_ns: int
     steps: tuple[Step, ...]
     gpu: GpuTime | None  # over the steps kept (warm-up excluded); None without GPU events
+    idle: IdleSplit | None = None
     warnings: tuple[str, ...] = ()
 
 
@@ -157,10 +193,13 @@ def _rank_dict(r: RankResult) -> dict[str, Any]:
                 "warmup": s.warmup,
                 "kernels": s.kernels,
                 "gpu_time_ns": _gpu_dict(s.gpu) if r.gpu is not None else None,
+                "idle_ns": asdict(s.idle) if r.gpu is not None else None,
+                "data_loading": asdict(s.data) if s.data is not None else None,
             }
             for s in r.steps
         ],
         "gpu_time_ns": _gpu_dict(r.gpu),
+        "idle_ns": asdict(r.idle) if r.idle is not None else None,
         "mfu": {"value": None, "model_flops": None, "flops_source": None},
         "waterfall": [],
     }
@@ -180,7 +219,7 @@ def analyze(trace: Trace, options: Options | None = None) -> Analysis:
     return Analysis(inputs=inputs, ranks=tuple(ranks), warnings=tuple(trace.warnings + warnings))
 
 
-def _step_spans(df: pl.DataFrame, options: Options) -> pl.DataFrame:
+def _step_spans(df: pl.DataFrame, options: Options) -> tuple[pl.DataFrame, int | None]:
     """(name, step, start, end) of the steps, on the thread that records them."""
     if options.step_range:
         spans = df.filter(
@@ -191,7 +230,7 @@ def _step_spans(df: pl.DataFrame, options: Options) -> pl.DataFrame:
     else:
         spans = df.filter((pl.col("kind") == "step") & pl.col("tid").is_not_null())
     if spans.height == 0:
-        return pl.DataFrame(schema={"name": pl.String, "step": pl.Int64, "start": pl.Int64, "end": pl.Int64})
+        return pl.DataFrame(schema={"name": pl.String, "step": pl.Int64, "start": pl.Int64, "end": pl.Int64}), None
     main = spans.group_by("pid", "tid").len().sort("len", "tid", descending=[True, False]).row(0, named=True)
     spans = spans.filter((pl.col("pid") == main["pid"]) & (pl.col("tid") == main["tid"]))
     out = spans.select(
@@ -203,7 +242,7 @@ def _step_spans(df: pl.DataFrame, options: Options) -> pl.DataFrame:
     if options.steps is not None:
         a, b = options.steps
         out = out.filter(pl.col("step").is_between(a, b))
-    return out
+    return out, main["tid"]
 
 
 def _analyze_rank(df: pl.DataFrame, fi: int, meta, options: Options) -> RankResult:
@@ -217,13 +256,15 @@ def _analyze_rank(df: pl.DataFrame, fi: int, meta, options: Options) -> RankResu
     # launch time of each GPU activity: its runtime call (same correlation), else its own start
     launches = (
         df.filter(pl.col("kind").is_in(["runtime", "sync"]) & pl.col("correlation").is_not_null())
+        .sort("ts_ns")
         .group_by("correlation")
-        .agg(pl.col("ts_ns").min().alias("launch_ns"))
+        .agg(pl.col("ts_ns").first().alias("launch_ns"), pl.col("tid").first().alias("launch_tid"))
     )
     gpu_rows = gpu_rows.join(launches, on="correlation", how="left").with_columns(
-        pl.col("launch_ns").fill_null(pl.col("ts_ns"))
+        pl.col("launch_ns").is_not_null().alias("launch_known"),
+        pl.col("launch_ns").fill_null(pl.col("ts_ns")),
     )
-    spans = _step_spans(df, options)
+    spans, main_tid = _step_spans(df, options)
     host_end = df.select((pl.col("ts_ns") + pl.col("dur_ns")).max()).item()
     host_start = df.select(pl.col("ts_ns").min()).item()
     if spans.height == 0:
@@ -272,9 +313,21 @@ def _analyze_rank(df: pl.DataFrame, fi: int, meta, options: Options) -> RankResu
     copy = gpu_rows.filter(pl.col("kclass").is_in(["memcpy", "memset"]))
     C, M, Y = iv.union_of(comp), iv.union_of(comm), iv.union_of(copy)
     counts = dict(gpu_rows.group_by("_step").len().iter_rows()) if has_gpu else {}
+    if main_tid is None:  # no steps: the thread that launched most GPU work
+        top = gpu_rows.filter(pl.col("launch_known")).group_by("launch_tid").len().sort("len", descending=True)
+        main_tid = top.get_column("launch_tid")[0] if top.height else None
+    attr = _IdleAttribution(df, gpu_rows, options, main_tid)
+    busy = iv.union(iv.union(C, M), Y)
+    parts = []
+    for i, (ws, we) in enumerate(windows):
+        gpu = partition(C, M, Y, ws, we)
+        parts.append((gpu, attr.split(iv.subtract([(ws, we)], busy) if we > ws else [], i)))
     steps = []
     rows = spans.iter_rows(named=True)
-    for i, (row, (ws, we)) in enumerate(zip(rows, windows)):
+    for i, (row, (ws, we), (gpu, idle)) in enumerate(zip(rows, windows, parts)):
+        dl_host = iv.length(iv.clip(attr.dl_spans(main_tid), row["start"], row["end"]))
+        waited = attr.waited.get(i, 0)
+        frac = waited / gpu.window if gpu.window else 0.0
         steps.append(
             Step(
                 step=row["step"],
@@ -285,11 +338,14 @@ def _analyze_rank(df: pl.DataFrame, fi: int, meta, options: Options) -> RankResu
                 end_ns=we,
                 warmup=(i == 0 and len(windows) > 1 and not options.include_warmup),
                 kernels=counts.get(i, 0),
-                gpu=partition(C, M, Y, ws, we),
+                gpu=gpu,
+                idle=idle,
+                data=DataLoading(dl_host, waited, frac, input_bound_class(frac)),
             )
         )
     kept = [s for s in steps if not s.warmup] or steps
     total = sum((s.gpu for s in kept), ZERO)
+    idle_total = sum((s.idle for s in kept), IdleSplit())
     if not has_gpu:
         warnings.append(f"{meta.path}: no GPU activity in the selected steps; GPU time is unknown")
     return RankResult(
@@ -302,8 +358,94 @@ def _analyze_rank(df: pl.DataFrame, fi: int, meta, options: Options) -> RankResu
         clock_offset_ns=meta.clock_offset_ns,
         steps=tuple(steps),
         gpu=total if has_gpu else None,
+        idle=idle_total if has_gpu else None,
         warnings=tuple(warnings),
     )
+
+
+_BLOCKING = r"^((cuda|hip|cu)(Device|Stream|Event|Ctx)Synchronize|cudaMemcpy|hipMemcpy|cuMemcpyDtoH.*|aten::item|aten::_local_scalar_dense|aten::nonzero)$"
+_SYNC_SLACK_NS = 1_000  # a blocking call that returned this close before the gap still drained it
+
+
+class _IdleAttribution:
+    """Splits idle gaps by what the launching thread was doing (DESIGN.md 4.3, MFU.md 9.4).
+
+    For a gap [a, b), k* is the GPU activity that starts at b, launched at l by thread t;
+    h = min(max(l, a), b).  [h, b) is launch latency (k* was already queued).  [a, h) is host
+    starvation: the part under a DataLoader span of t is data loading; the rest is sync drain
+    if t had just returned from a blocking call, else host launch overhead.  A gap ended by a
+    pipeline send/recv is pipeline bubble; a gap with no k* (the tail of the last step) is data
+    loading where the main thread waited for data, else other."""
+
+    def __init__(self, df: pl.DataFrame, gpu_rows: pl.DataFrame, options: Options, main_tid: int | None):
+        self.main_tid = main_tid
+        firsts = (
+            gpu_rows.with_columns(
+                ((pl.col("kclass") == "comm") & pl.col("collective").cast(pl.String).is_in(["send", "recv", "sendrecv"])).alias("_p2p")
+            )
+            .sort("ts_ns", "launch_ns")
+            .group_by("ts_ns", maintain_order=True)
+            .first()
+            .select("ts_ns", "launch_ns", "launch_tid", "launch_known", "_p2p", "_step")
+        )
+        self.waited: dict[int, int] = {}  # step -> data-loading idle before that step's kernels
+        self.by_start = {r[0]: r[1:] for r in firsts.iter_rows()}
+        host = df.filter(pl.col("tid").is_not_null())
+        data = host.filter(pl.col("kind") == "dataloader")
+        if options.data_range:
+            data = pl.concat([data, host.filter(pl.col("name").cast(pl.String).str.contains(options.data_range))])
+        self.dl: dict[int, iv.Intervals] = {
+            tid: iv.union_of(g) for (tid,), g in data.partition_by("tid", as_dict=True).items()
+        }
+        self.dl_any = iv.normalize([p for ivs in self.dl.values() for p in ivs])
+        blocking = host.filter(
+            (pl.col("kind") == "sync") | pl.col("name").cast(pl.String).str.contains(_BLOCKING)
+        ).select("tid", (pl.col("ts_ns") + pl.col("dur_ns")).alias("end")).sort("end")
+        self.sync_ends: dict[int, list[int]] = {
+            tid: g.get_column("end").to_list() for (tid,), g in blocking.partition_by("tid", as_dict=True).items()
+        }
+
+    def dl_spans(self, tid: int | None) -> iv.Intervals:
+        return self.dl.get(tid, []) if tid is not None else self.dl_any
+
+    def split(self, gaps: iv.Intervals, step: int) -> IdleSplit:
+        """Split the idle gaps of step ``step``'s window.  Data-loading idle is also credited,
+        in ``self.waited``, to the step whose kernel the GPU was waiting for."""
+        from bisect import bisect_left
+
+        out = dict.fromkeys(IDLE_KEYS, 0)
+        for a, b in gaps:
+            k = self.by_start.get(b)
+            if k is None:  # nothing starts at the gap's end: the tail of the window
+                dl = iv.length(iv.clip(self.dl_spans(self.main_tid), a, b))
+                out["data_loading"] += dl
+                out["other"] += (b - a) - dl
+                self.waited[step] = self.waited.get(step, 0) + dl
+                continue
+            launch, tid, known, p2p, waiting_step = k
+            if p2p:
+                out["pipeline_bubble"] += b - a
+                continue
+            if not known:
+                out["other"] += b - a
+                continue
+            h = min(max(launch, a), b)
+            out["launch_latency"] += b - h
+            if h == a:
+                continue
+            dl = iv.length(iv.clip(self.dl_spans(tid), a, h))
+            out["data_loading"] += dl
+            if dl and waiting_step is not None:
+                self.waited[waiting_step] = self.waited.get(waiting_step, 0) + dl
+            rest = (h - a) - dl
+            if rest:
+                ends = self.sync_ends.get(tid, [])
+                i = bisect_left(ends, a - _SYNC_SLACK_NS)
+                if i < len(ends) and ends[i] < h:
+                    out["sync"] += rest
+                else:
+                    out["host_launch"] += rest
+        return IdleSplit(**out)
 
 
 def partition(C: iv.Intervals, M: iv.Intervals, Y: iv.Intervals, start: int, end: int) -> GpuTime:

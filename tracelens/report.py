@@ -50,6 +50,24 @@ def render_text(analysis: Analysis) -> str:
             f"{r['rank']:>4}  {name:<24} {len(r['steps']):>5} {_fmt_ns(mean):>10} "
             + " ".join(f"{_pct(g[k] if g else None, w):>8}" for k in ("compute", "idle", "exposed_comm", "exposed_memcpy"))
         )
+    idle_rows = [(r["rank"], r["idle_ns"], r["window_ns"]) for r in d["ranks"] if r["idle_ns"]]
+    if idle_rows:
+        lines.append("")
+        lines.append("GPU idle, by what the host was doing (% of the window):")
+        keys = ("data_loading", "host_launch", "sync", "launch_latency", "pipeline_bubble", "other")
+        lines.append(f"{'rank':>4}  " + " ".join(f"{k.replace('_', ' '):>15}" for k in keys))
+        for rank, idle, w in idle_rows:
+            lines.append(f"{rank:>4}  " + " ".join(f"{_pct(idle[k], w):>15}" for k in keys))
+    bound = [
+        (r["rank"], s) for r in d["ranks"] for s in r["steps"]
+        if not s["warmup"] and s["data_loading"] and s["data_loading"]["input_bound"] != "no"
+    ]
+    if bound:
+        lines.append("")
+        lines.append("input-bound steps (GPU waiting for the DataLoader; >= 20% highly, >= 5% moderately):")
+        for rank, s in bound[:8]:
+            dl = s["data_loading"]
+            lines.append(f"  rank {rank} {s['name']}: {dl['input_bound']}, {100 * dl['fraction']:.1f}% of the step ({_fmt_ns(dl['gpu_idle_ns'])})")
     worst = sorted(
         ((s["dur_ns"], r["rank"], s) for r in d["ranks"] for s in r["steps"] if not s["warmup"]),
         key=lambda t: -t[0],
