@@ -111,6 +111,7 @@ _GET_ARGS = attrgetter(
 _DEC_TS = msgspec.json.Decoder(list[_RawTs])
 # Above this many µs a float64 no longer holds every ns: such timestamps are read from the text.
 _EXACT_FLOAT_US = float(1 << 53) / 1000.0
+_MAX_US = 9_200_000_000_000_000  # int64 ns reach about 9.22e18
 _BOUNDARY = re.compile(rb"\}\s*,\s*\{")
 _FLOW_CATS = frozenset({"ac2g", "async", "async_cpu_to_gpu", "async_gpu"})
 _STEP_RE = r"^ProfilerStep#\d+$"
@@ -173,8 +174,10 @@ def decimal_us_to_ns(text: pl.Series) -> pl.Series:
     parts = text.str.strip_prefix("-").str.split_exact(".", 1)
     whole = parts.struct.field("field_0").cast(pl.Int64, strict=False)
     frac4 = parts.struct.field("field_1").fill_null("").str.slice(0, 4).str.pad_end(4, "0").cast(pl.Int64, strict=False)
+    whole = pl.select(pl.when(whole.abs() < _MAX_US).then(whole)).to_series()
     mag = whole * 1000 + (frac4 + 5) // 10
-    as_float = (text.cast(pl.Float64, strict=False) * 1000.0).round().cast(pl.Int64, strict=False)
+    f = text.cast(pl.Float64, strict=False)
+    as_float = pl.select(pl.when(f.abs() < _MAX_US).then((f * 1000.0).round().cast(pl.Int64, strict=False))).to_series()
     out = pl.select(pl.when(plain).then(pl.when(neg).then(-mag).otherwise(mag)).otherwise(as_float)).to_series()
     return out.alias(text.name)
 
@@ -201,7 +204,8 @@ class _Builder:
         if self.exact_ts:
             return decimal_us_to_ns(_args_text(ts))
         try:
-            return pl.Series(ts, dtype=pl.Int64) * 1000
+            whole = pl.Series(ts, dtype=pl.Int64)
+            return pl.select(pl.when(whole.abs() < _MAX_US).then(whole * 1000)).to_series()
         except (TypeError, OverflowError, pl.exceptions.PolarsError):
             pass
         f = _float_col(ts)
@@ -209,7 +213,14 @@ class _Builder:
         if chunk is not None and big.any() and (f != f.round()).filter(big).any():
             self.exact_ts = True
             return decimal_us_to_ns(_args_text([r.ts for r in _DEC_TS.decode(chunk)]))
-        return (f * 1000.0).round().cast(pl.Int64)
+        # whole µs (ints mixed with floats) multiply exactly as integers
+        return pl.select(
+            pl.when(f.abs() >= _MAX_US)  # past the year 2262 in epoch µs: not a time int64 ns can hold
+            .then(None)
+            .when(f == f.round())
+            .then(f.cast(pl.Int64, strict=False) * 1000)
+            .otherwise((f * 1000.0).round().cast(pl.Int64, strict=False))
+        ).to_series()
 
     def add(self, evs: list[_Event], chunk: bytes | None, keep_args: bool) -> None:
         """Turn one chunk of decoded events into columns; no Python loop over the events."""
@@ -437,6 +448,7 @@ def _finish(builder: _Builder, meta: TraceMeta, top: dict) -> pl.DataFrame:
     df = pl.concat(builder.frames, how="vertical", rechunk=False)
     builder.frames.clear()
     df = _promote_backend_annotations(df)
+    df = _single_group(df, meta)
     df = _fill_from_flows(df, builder)
     df = _attach_comm_records(df, meta)
     meta.device_id = _mode(df.select("kind", "device").filter(pl.col("kind") == "kernel").get_column("device"))
@@ -602,6 +614,26 @@ def _promote_backend_annotations(df: pl.DataFrame) -> pl.DataFrame:
     return df.with_columns(**out)
 
 
+def _single_group(df: pl.DataFrame, meta: TraceMeta) -> pl.DataFrame:
+    """With exactly one process group in ``distributedInfo.pg_config``, a collective that does
+    not name its group can only be in that one."""
+    pgs = meta.distributed.get("pg_config")
+    if not (isinstance(pgs, list) and len(pgs) == 1 and isinstance(pgs[0], dict)):
+        return df
+    pg = pgs[0]
+    name, size, desc = pg.get("pg_name"), pg.get("pg_size"), pg.get("pg_desc")
+    coll = (pl.col("kind").is_in(["collective", "p2p"]) | (pl.col("kclass") == "comm")) & pl.col("group").is_null()
+    if name is None or not df.select(coll.any()).item():
+        return df
+    return df.with_columns(
+        pl.when(coll).then(pl.lit(str(name))).otherwise(pl.col("group").cast(pl.String)).cast(pl.Categorical).alias("group"),
+        pl.when(coll & pl.col("group_size").is_null()).then(pl.lit(size if isinstance(size, int) else None, pl.Int32))
+        .otherwise(pl.col("group_size")).alias("group_size"),
+        pl.when(coll & pl.col("group_desc").is_null()).then(pl.lit(desc if isinstance(desc, str) else None))
+        .otherwise(pl.col("group_desc").cast(pl.String)).cast(pl.Categorical).alias("group_desc"),
+    )
+
+
 def _first_tensor(args: str | None) -> tuple[int | None, str | None]:
     """Element count and type of the first tensor in an op's recorded ``Input Dims``."""
     if not args:
@@ -660,6 +692,7 @@ def _attach_comm_records(df: pl.DataFrame, meta: TraceMeta) -> pl.DataFrame:
     and give every collective a sequence number within its process group."""
     host = pl.col("kind").is_in(["collective", "p2p"])
     if df.select(host.any()).item():
+        df = _collective_from_c10d_op(df, host)
         if df.select((host & pl.col("seq").is_null()).any()).item():
             meta.attributes["seq_source"] = "derived: order within the process group on this rank"
             df = _derive_seq(df, host & pl.col("seq").is_null(), pl.col("group"))
@@ -714,6 +747,42 @@ def _attach_comm_records(df: pl.DataFrame, meta: TraceMeta) -> pl.DataFrame:
         df = _derive_seq(df, orphan, pl.coalesce(pl.col("group").cast(pl.String), pl.col("collective").cast(pl.String), pl.lit("?")))
         meta.attributes.setdefault("seq_source", "derived: order within the process group on this rank")
     return df
+
+
+def _collective_from_c10d_op(df: pl.DataFrame, host: pl.Expr) -> pl.DataFrame:
+    """Older ``record_param_comms`` carry no ``Collective name``: take it from the
+    ``c10d::allreduce_`` (etc.) op that encloses the record on its thread."""
+    need = (
+        df.select("kind", "collective", "pid", "tid", "ts_ns")
+        .with_row_index("_row")
+        .filter(host & pl.col("collective").is_null())
+    )
+    if need.height == 0:
+        return df
+    ops = (
+        df.select("kind", "name", "pid", "tid", "ts_ns", "dur_ns")
+        .filter((pl.col("kind") == "cpu_op") & pl.col("name").cast(pl.String).str.starts_with("c10d::"))
+        .select("pid", "tid", pl.col("ts_ns").alias("_ots"), (pl.col("ts_ns") + pl.col("dur_ns")).alias("_oend"),
+                pl.col("name").cast(pl.String).alias("_op"))
+        .sort("_ots")
+    )
+    if ops.height == 0:
+        return df
+    linked = (
+        need.sort("ts_ns")
+        .join_asof(ops, left_on="ts_ns", right_on="_ots", by=["pid", "tid"], strategy="backward", check_sortedness=False)
+        .filter(pl.col("_oend") >= pl.col("ts_ns"))
+    )
+    if linked.height == 0:
+        return df
+    names = linked.get_column("_op").unique().to_list()
+    mapping = {n: normalize_collective(n.removeprefix("c10d::").rstrip("_")) for n in names}
+    linked = linked.with_columns(
+        pl.col("_op").replace_strict(mapping, default=None, return_dtype=pl.String).alias("_c")
+    ).with_columns(
+        pl.when(pl.col("_c").is_in(list(P2P))).then(pl.lit("p2p")).otherwise(pl.lit("collective")).alias("_k")
+    )
+    return _scatter_fill(df, linked, {"collective": ("_c", False), "kind": ("_k", True)})
 
 
 def _derive_seq(df: pl.DataFrame, rows: pl.Expr, key: pl.Expr) -> pl.DataFrame:

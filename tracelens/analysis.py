@@ -134,6 +134,9 @@ class Analysis:
     inputs: tuple[dict[str, Any], ...]
     ranks: tuple[RankResult, ...]
     warnings: tuple[str, ...] = field(default_factory=tuple)
+    collectives: tuple = ()  # tracelens.comm.Collective, one per (group, seq)
+    stragglers: tuple = ()  # tracelens.comm.Straggler
+    clock_method: str = "none"
 
     def step_times(self) -> list[int]:
         return [s.dur_ns for r in self.ranks for s in r.steps if not s.warmup or len(r.steps) == 1]
@@ -158,11 +161,63 @@ class Analysis:
                 },
                 "gpu_time_ns": _gpu_dict(job_gpu) if any(r.gpu for r in self.ranks) else None,
                 "waterfall": [],
-                "stragglers": [],
+                "stragglers": [
+                    {"rank": st.rank, "excess_ns": st.excess_ns, "evidence": st.evidence, "last_in": st.last_in,
+                     "of": st.of, "p_value": st.p_value}
+                    for st in self.stragglers
+                ],
+                "clock_alignment": self.clock_method,
             },
             "ranks": [_rank_dict(r) for r in self.ranks],
+            "communication": _comm_dict(self.collectives),
             "suggestions": [],
         }
+
+
+def _comm_dict(table: tuple, top: int = 20) -> dict[str, Any]:
+    """Per (group, collective) totals, and the slowest collective instances."""
+    groups: dict[tuple, dict[str, Any]] = {}
+    for c in table:
+        g = groups.setdefault(
+            (c.group, c.collective),
+            {"group": c.group, "group_desc": c.group_desc, "collective": c.collective, "count": 0, "bytes": 0,
+             "time_ns": 0, "exposed_ns": 0, "wait_ns": 0, "wait_known": True, "busbw": []},
+        )
+        g["count"] += 1
+        g["bytes"] += c.bytes or 0
+        for r in c.ranks:
+            g["time_ns"] += r.dur_ns
+            g["exposed_ns"] += r.exposed_ns
+            if r.wait_ns is None:
+                g["wait_known"] = False
+            else:
+                g["wait_ns"] += r.wait_ns
+            if r.busbw_gbps is not None:
+                g["busbw"].append(r.busbw_gbps)
+    summary = []
+    for g in groups.values():
+        bw = sorted(g.pop("busbw"))
+        g["busbw_gbps_median"] = bw[len(bw) // 2] if bw else None
+        if not g.pop("wait_known"):
+            g["wait_ns"] = None
+        summary.append(g)
+    summary.sort(key=lambda g: -g["time_ns"])
+    slowest = sorted(table, key=lambda c: -max((r.dur_ns for r in c.ranks), default=0))[:top]
+    return {
+        "by_group": summary,
+        "slowest": [
+            {
+                "group": c.group, "seq": c.seq, "collective": c.collective, "bytes": c.bytes, "group_size": c.group_size,
+                "complete": c.complete, "slowest_rank": c.slowest_rank,
+                "ranks": [
+                    {"rank": r.rank, "start_ns": r.start_ns, "dur_ns": r.dur_ns, "exposed_ns": r.exposed_ns,
+                     "wait_ns": r.wait_ns, "busbw_gbps": r.busbw_gbps}
+                    for r in c.ranks
+                ],
+            }
+            for c in slowest
+        ],
+    }
 
 
 def _gpu_dict(g: GpuTime | None) -> dict[str, int] | None:
@@ -206,17 +261,45 @@ def _rank_dict(r: RankResult) -> dict[str, Any]:
 
 
 def analyze(trace: Trace, options: Options | None = None) -> Analysis:
+    from dataclasses import replace
+
+    from tracelens import comm
+
     options = options or Options()
     ev = trace.events
     ranks = []
+    computes: dict[int, iv.Intervals] = {}
     warnings: list[str] = []
     for fi, meta in enumerate(trace.metas):
         mine = ev.filter(pl.col("file") == fi)
-        ranks.append(_analyze_rank(mine, fi, meta, options))
+        result, computes[fi] = _analyze_rank(mine, fi, meta, options)
+        ranks.append(result)
+    align = comm.align_clocks(ev, len(trace.metas))
+    if len(trace.metas) > 1:
+        if align.method == "none":
+            warnings.append("ranks' clocks could not be aligned (no shared collectives or steps): cross-rank times are as recorded")
+        for f, off in align.offsets.items():
+            if f and abs(off) > 1_000_000:
+                warnings.append(
+                    f"{trace.metas[f].path}: clock differs from {trace.metas[0].path} by {off / 1e6:.3f} ms "
+                    f"(aligned by {align.method}; spread {align.spread_ns.get(f, 0) / 1e3:.1f} µs)"
+                )
+        ranks = [replace(r, clock_offset_ns=align.offsets.get(r.file, 0)) for r in ranks]
+    file_rank = {i: m.rank for i, m in enumerate(trace.metas)}
+    table = comm.collective_table(ev, align, computes, file_rank)
+    total = sum(r.gpu.window for r in ranks if r.gpu is not None)
+    slow = comm.stragglers(table, len(trace.metas), total_ns=total // max(len(ranks), 1), align=align)
     inputs = tuple(
         {"path": m.path, "format": m.format, "rank": m.rank, "size_bytes": m.size_bytes} for m in trace.metas
     )
-    return Analysis(inputs=inputs, ranks=tuple(ranks), warnings=tuple(trace.warnings + warnings))
+    return Analysis(
+        inputs=inputs,
+        ranks=tuple(ranks),
+        warnings=tuple(trace.warnings + warnings),
+        collectives=tuple(table),
+        stragglers=tuple(slow),
+        clock_method=align.method,
+    )
 
 
 def _step_spans(df: pl.DataFrame, options: Options) -> tuple[pl.DataFrame, int | None]:
@@ -360,7 +443,7 @@ def _analyze_rank(df: pl.DataFrame, fi: int, meta, options: Options) -> RankResu
         gpu=total if has_gpu else None,
         idle=idle_total if has_gpu else None,
         warnings=tuple(warnings),
-    )
+    ), C
 
 
 _BLOCKING = r"^((cuda|hip|cu)(Device|Stream|Event|Ctx)Synchronize|cudaMemcpy|hipMemcpy|cuMemcpyDtoH.*|aten::item|aten::_local_scalar_dense|aten::nonzero)$"
