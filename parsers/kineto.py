@@ -33,7 +33,7 @@ from tracelens.errors import ParseError
 from tracelens.kclass import classify, collective_from_kernel
 from tracelens.schema import TraceMeta, conform, empty_frame
 
-PARSER_VERSION = "1.0"
+PARSER_VERSION = "1.1"
 CHUNK_BYTES = 1 << 20
 
 Num = int | float | str | None

@@ -464,7 +464,7 @@ class _IdleAttribution:
         self.main_tid = main_tid
         firsts = (
             gpu_rows.with_columns(
-                ((pl.col("kclass") == "comm") & pl.col("collective").cast(pl.String).is_in(["send", "recv", "sendrecv"])).alias("_p2p")
+                ((pl.col("kclass") == "comm") & pl.col("collective").cast(pl.String).is_in(["send", "recv"])).alias("_p2p")
             )
             .sort("ts_ns", "launch_ns")
             .group_by("ts_ns", maintain_order=True)

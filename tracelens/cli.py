@@ -41,6 +41,7 @@ def build_parser() -> argparse.ArgumentParser:
     p_rep.add_argument("-o", "--output", metavar="FILE", help="write the report here: .json (the versioned contract) or .txt; default: text on stdout")
     p_rep.add_argument("--steps", metavar="A:B", help="only ProfilerStep numbers A..B (N, A:B, :B, A:)")
     p_rep.add_argument("--step-range", metavar="REGEX", help="use host ranges whose name matches REGEX as the steps")
+    p_rep.add_argument("--data-range", metavar="REGEX", help="host ranges whose name matches REGEX load data (besides DataLoader __next__)")
     p_rep.add_argument("--include-warmup", action="store_true", help="count the first step in the totals too")
     return parser
 
@@ -107,15 +108,19 @@ def _cmd_report(args: argparse.Namespace) -> int:
         return EXIT_USAGE
     try:
         steps = parse_steps(args.steps) if args.steps else None
-        if args.step_range:
-            import re
+        import re
 
-            re.compile(args.step_range)
+        for rx in (args.step_range, args.data_range):
+            if rx:
+                re.compile(rx)
     except (ValueError, re.error) as e:
         print(f"tracelens: error: {e}", file=sys.stderr)
         return EXIT_USAGE
     trace = load(args.paths, use_cache=not args.no_cache, keep_python=args.keep_python, jobs=args.jobs)
-    analysis = analyze(trace, Options(steps=steps, step_range=args.step_range, include_warmup=args.include_warmup))
+    analysis = analyze(
+        trace,
+        Options(steps=steps, step_range=args.step_range, data_range=args.data_range, include_warmup=args.include_warmup),
+    )
     data = render(analysis, fmt)
     if args.output:
         write_atomic(args.output, data)

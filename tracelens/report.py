@@ -68,6 +68,27 @@ def render_text(analysis: Analysis) -> str:
         for rank, s in bound[:8]:
             dl = s["data_loading"]
             lines.append(f"  rank {rank} {s['name']}: {dl['input_bound']}, {100 * dl['fraction']:.1f}% of the step ({_fmt_ns(dl['gpu_idle_ns'])})")
+    comm = d["communication"]["by_group"]
+    if comm:
+        lines.append("")
+        lines.append("communication (all ranks):")
+        lines.append(f"  {'group':<14} {'collective':<14} {'count':>6} {'time':>10} {'exposed':>10} {'wait':>10} {'busbw':>11}")
+        for g in comm[:10]:
+            grp = (g["group"] or "?") + (f" ({g['group_desc']})" if g["group_desc"] else "")
+            bw = f"{g['busbw_gbps_median']:.1f} GB/s" if g["busbw_gbps_median"] is not None else "-"
+            wait = _fmt_ns(g["wait_ns"]) if g["wait_ns"] is not None else "-"
+            lines.append(
+                f"  {grp[:14]:<14} {(g['collective'] or '?'):<14} {g['count']:>6} {_fmt_ns(g['time_ns']):>10} "
+                f"{_fmt_ns(g['exposed_ns']):>10} {wait:>10} {bw:>11}"
+            )
+    if job["stragglers"]:
+        lines.append("")
+        lines.append("straggler ranks:")
+        for st in job["stragglers"]:
+            lines.append(f"  rank {st['rank']}: {st['evidence']}")
+    elif job["ranks"] > 1:
+        lines.append("")
+        lines.append("straggler ranks: none (no rank arrives last at collectives more often than chance)")
     worst = sorted(
         ((s["dur_ns"], r["rank"], s) for r in d["ranks"] for s in r["steps"] if not s["warmup"]),
         key=lambda t: -t[0],
