@@ -35,6 +35,7 @@ from tracelens.schema import TraceMeta, conform, empty_frame
 
 PARSER_VERSION = "1.1"
 CHUNK_BYTES = 1 << 20
+ROWS_PER_BATCH = 32768
 
 Num = int | float | str | None
 
@@ -193,6 +194,8 @@ class _Builder:
         self.skipped: Counter[str] = Counter()
         self.counts: Counter[str] = Counter()
         self.exact_ts = False
+        self.pending: list[pl.DataFrame] = []
+        self.pending_rows = 0
         self.events = 0
         self.with_ph = 0
 
@@ -280,7 +283,18 @@ class _Builder:
             "_bytes": _int_col(nbytes),
             "args": _args_text(rargs) if keep_args else pl.Series([None] * n, dtype=pl.String),
         }
-        self.frames.append(_rows(pl.DataFrame(cols), self))
+        self.pending.append(pl.DataFrame(cols))
+        self.pending_rows += n
+        if self.pending_rows >= ROWS_PER_BATCH:
+            self.flush()
+
+    def flush(self) -> None:
+        """Normalise the raw chunks gathered so far in one batch (fewer, larger polars calls)."""
+        if self.pending:
+            raw = self.pending[0] if len(self.pending) == 1 else pl.concat(self.pending, how="vertical")
+            self.pending.clear()
+            self.pending_rows = 0
+            self.frames.append(_rows(raw, self))
 
 
 def _args_text(rargs: list) -> pl.Series:
@@ -430,6 +444,7 @@ def _fill_meta(meta: TraceMeta, top: dict, builder: _Builder) -> None:
 def _finish(builder: _Builder, meta: TraceMeta, top: dict) -> pl.DataFrame:
     """The steps that need the whole file: flows, collective records onto kernels, sequence
     numbers, the device this rank ran on.  Row-local work was done chunk by chunk."""
+    builder.flush()
     _fill_meta(meta, top, builder)
     c = builder.counts
     for key, msg in (

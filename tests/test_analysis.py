@@ -235,3 +235,22 @@ def test_idle_split_by_hand(tmp_path):
     assert (idle.data_loading, idle.host_launch, idle.sync, idle.launch_latency, idle.other) == (
         20_000, 45_000, 10_000, 35_000, 40_000)
     assert s.data.host_ns == 20_000 and s.data.gpu_idle_ns == 20_000
+
+
+interval_sets = st.lists(st.tuples(st.integers(0, 300), st.integers(1, 40)), max_size=25).map(
+    lambda xs: iv.normalize([(s, s + d) for s, d in xs])
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(interval_sets, interval_sets, st.integers(0, 350), st.integers(0, 100))
+def test_interval_operations_pointwise(a, b, lo, span):
+    """Every set operation agrees with its definition on each integer point."""
+    pts = lambda s: {t for x, y in s for t in range(x, y)}  # noqa: E731
+    A, B = pts(a), pts(b)
+    assert pts(iv.union(a, b)) == A | B
+    assert pts(iv.intersect(a, b)) == A & B
+    assert pts(iv.subtract(a, b)) == A - B
+    assert pts(iv.clip(a, lo, lo + span)) == {t for t in A if lo <= t < lo + span}
+    for res in (iv.union(a, b), iv.intersect(a, b), iv.subtract(a, b), iv.clip(a, lo, lo + span)):
+        assert res == iv.normalize(res)  # sorted, disjoint, non-touching, non-empty

@@ -7,6 +7,9 @@ the set operations then walk the (much shorter) merged lists.
 
 from __future__ import annotations
 
+from bisect import bisect_right
+from heapq import merge
+
 import polars as pl
 
 Intervals = list[tuple[int, int]]
@@ -67,7 +70,11 @@ def intersect(a: Intervals, b: Intervals) -> Intervals:
 def subtract(a: Intervals, b: Intervals) -> Intervals:
     """a \\ b."""
     out: Intervals = []
-    j = 0
+    if not a:
+        return out
+    # skip the part of b that ends before a begins (a is often short, b long)
+    j = bisect_right(b, (a[0][0], a[0][0])) - 1 if b else 0
+    j = max(j, 0)
     for s, e in a:
         cur = s
         while j < len(b) and b[j][1] <= cur:
@@ -86,8 +93,30 @@ def subtract(a: Intervals, b: Intervals) -> Intervals:
 
 
 def union(a: Intervals, b: Intervals) -> Intervals:
-    return normalize(a + b)
+    """a ∪ b by a linear merge of the two sorted sets."""
+    if not a:
+        return list(b)
+    if not b:
+        return list(a)
+    out: Intervals = []
+    for s, e in merge(a, b):
+        if out and s <= out[-1][1]:
+            if e > out[-1][1]:
+                out[-1] = (out[-1][0], e)
+        else:
+            out.append((s, e))
+    return out
 
 
 def clip(a: Intervals, lo: int, hi: int) -> Intervals:
-    return intersect(a, [(lo, hi)]) if hi > lo else []
+    """a ∩ [lo, hi), found by bisection."""
+    if hi <= lo or not a:
+        return []
+    i = max(bisect_right(a, (lo, lo)) - 1, 0)
+    out: Intervals = []
+    while i < len(a) and a[i][0] < hi:
+        s, e = a[i]
+        if e > lo:
+            out.append((max(s, lo), min(e, hi)))
+        i += 1
+    return out

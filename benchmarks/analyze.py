@@ -1,0 +1,101 @@
+"""End to end, cold: tracelens parse + analyze + JSON vs HTA load + its breakdowns, same files.
+
+    python benchmarks/analyze.py [TRACE ...] [--repeat 3] [--hta-python PATH]
+
+tracelens: ``tracelens report FILE -o out.json --no-cache`` work (load without the cache,
+analyze, render the JSON report).  HTA 0.5.0: ``TraceAnalysis`` load, then
+``get_temporal_breakdown``, ``get_idle_time_breakdown`` and ``get_comm_comp_overlap`` (the HTA
+analyses that cover what the report holds).  Each run is a fresh process; the best of
+--repeat runs is kept.  Without arguments: the largest traces in ../shared/traces and the
+two-rank sample job.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+SHARED = ROOT.parent / "shared" / "traces"
+DEFAULT = [
+    SHARED / "hta/trace_diff/control/control.json.gz",
+    SHARED / "kineto-tbplugin/samples/resnet50_num_workers_0/worker0.1623143089861.pt.trace.json.gz",
+    SHARED / "hta/ns_resolution_trace/rank-0.Apr_03_18_51_38.1102.pt.trace.json.gz",
+    SHARED / "hta/nccl_parser_config/nccl_data.json.gz",
+    SHARED / "hta/trace_filter",
+]
+
+OURS = r"""
+import sys, time
+sys.path.insert(0, sys.argv[2])
+t0 = time.perf_counter()
+from tracelens.analysis import analyze
+from tracelens.load import load
+from tracelens.report import render_json
+data = render_json(analyze(load([sys.argv[1]], use_cache=False)))
+print(time.perf_counter() - t0)
+"""
+
+HTA = r"""
+import logging, os, sys, tempfile, time
+logging.disable(logging.WARNING)
+t0 = time.perf_counter()
+from hta.trace_analysis import TraceAnalysis
+path = sys.argv[1]
+if os.path.isdir(path):
+    d = path
+else:
+    d = tempfile.mkdtemp()
+    os.symlink(os.path.abspath(path), os.path.join(d, os.path.basename(path)))
+ta = TraceAnalysis(trace_dir=d)
+ta.get_temporal_breakdown(visualize=False)
+ta.get_idle_time_breakdown(visualize=False)
+ta.get_comm_comp_overlap(visualize=False)
+print(time.perf_counter() - t0)
+"""
+
+
+def run(python: str, code: str, path: Path, env: dict) -> float | None:
+    r = subprocess.run([python, "-c", code, str(path), str(ROOT)], capture_output=True, text=True, env=env, timeout=1800)
+    if r.returncode != 0:
+        sys.stderr.write(f"{path.name}: {r.stderr.strip().splitlines()[-1:]}\n")
+        return None
+    return float(r.stdout.strip().splitlines()[-1])
+
+
+def best(python: str, code: str, path: Path, env: dict, repeat: int) -> float | None:
+    times = [t for t in (run(python, code, path, env) for _ in range(repeat)) if t is not None]
+    return min(times) if times else None
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("traces", nargs="*", type=Path)
+    ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--hta-python", default=str(ROOT / "benchmarks/.hta-venv/bin/python"))
+    ap.add_argument("--json", type=Path)
+    args = ap.parse_args()
+    traces = args.traces or [p for p in DEFAULT if p.exists()]
+    env = dict(os.environ, TRACELENS_CACHE_DIR=tempfile.mkdtemp())
+    have_hta = Path(args.hta_python).exists()
+    rows = []
+    print("| input | tracelens: parse + analyze + JSON | HTA: load + breakdowns | speed-up |\n|---|---|---|---|")
+    for p in traces:
+        ours = best(sys.executable, OURS, p, env, args.repeat)
+        hta = best(args.hta_python, HTA, p, env, args.repeat) if have_hta else None
+        rows.append({"input": p.name, "tracelens_s": ours, "hta_s": hta})
+        ratio = f"{hta / ours:.1f}x" if ours and hta else "-"
+        fmt = lambda t: f"{t:.2f} s" if t is not None else "failed"  # noqa: E731
+        print(f"| {p.name} | {fmt(ours)} | {fmt(hta)} | {ratio} |", flush=True)
+    if args.json:
+        args.json.write_text(json.dumps(rows, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
