@@ -54,7 +54,7 @@ else:
     os.symlink(os.path.abspath(path), os.path.join(d, os.path.basename(path)))
 ta = TraceAnalysis(trace_dir=d)
 ta.get_temporal_breakdown(visualize=False)
-ta.get_idle_time_breakdown(visualize=False)
+ta.get_idle_time_breakdown(ranks=list(ta.t.traces.keys()), visualize=False)
 ta.get_comm_comp_overlap(visualize=False)
 print(time.perf_counter() - t0)
 """

@@ -33,7 +33,7 @@ from tracelens.errors import ParseError
 from tracelens.kclass import classify, collective_from_kernel
 from tracelens.schema import TraceMeta, conform, empty_frame
 
-PARSER_VERSION = "1.1"
+PARSER_VERSION = "1.2"
 CHUNK_BYTES = 1 << 20
 ROWS_PER_BATCH = 32768
 
@@ -803,11 +803,16 @@ def _collective_from_c10d_op(df: pl.DataFrame, host: pl.Expr) -> pl.DataFrame:
 def _derive_seq(df: pl.DataFrame, rows: pl.Expr, key: pl.Expr) -> pl.DataFrame:
     """Number the selected rows 0, 1, ... in time order within each ``key``."""
     sub = (
-        df.select("kind", "kclass", "group", "collective", "seq", "ts_ns")
+        df.select("kind", "kclass", "group", "collective", "seq", "ts_ns", "dur_ns", "stream", "tid", "correlation")
         .with_row_index("_row")
         .filter(rows)
         .with_columns(key.alias("_key"))
-        .with_columns(pl.int_range(pl.len(), dtype=pl.Int64).over("_key", order_by="ts_ns").alias("_s"))
+        # ties in time are broken by fields of the event, never by its place in the file
+        .with_columns(
+            pl.int_range(pl.len(), dtype=pl.Int64)
+            .over("_key", order_by=["ts_ns", "dur_ns", "stream", "tid", "correlation"])
+            .alias("_s")
+        )
         .select("_row", "_s")
     )
     return _scatter_fill(df, sub, {"seq": ("_s", False)})

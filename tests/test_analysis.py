@@ -254,3 +254,61 @@ def test_interval_operations_pointwise(a, b, lo, span):
     assert pts(iv.clip(a, lo, lo + span)) == {t for t in A if lo <= t < lo + span}
     for res in (iv.union(a, b), iv.intersect(a, b), iv.subtract(a, b), iv.clip(a, lo, lo + span)):
         assert res == iv.normalize(res)  # sorted, disjoint, non-touching, non-empty
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    st.lists(
+        st.tuples(
+            st.integers(0, 2000),  # kernel start (µs)
+            st.integers(1, 150),  # duration
+            st.integers(0, 120),  # launch this long before the start
+            st.sampled_from(["sm90_xmma_gemm", "ncclDevKernel_AllReduce_Sum_f32", "Memcpy HtoD", "elementwise_kernel"]),
+            st.sampled_from([7, 8, 9]),  # stream
+        ),
+        min_size=1,
+        max_size=30,
+    ),
+    st.lists(st.tuples(st.integers(0, 2000), st.integers(1, 200)), max_size=4),  # DataLoader spans
+    st.lists(st.integers(0, 2000), max_size=3),  # synchronize calls
+    st.integers(1, 3),  # steps
+    st.randoms(use_true_random=False),
+)
+def test_every_split_sums_and_order_does_not_matter(kernels, loaders, syncs, n_steps, rnd):
+    """On generated traces: each step's four GPU buckets sum to its window, its idle split sums
+    to its idle, nothing is negative, and shuffling the file's events changes no number."""
+    import tempfile
+    from pathlib import Path
+
+    ev = []
+    span = 2300 // n_steps
+    for i in range(n_steps):
+        ev.append(X("user_annotation", f"ProfilerStep#{i}", i * span, span))
+    for j, (ts, dur, lead, name, stream) in enumerate(kernels):
+        launch = max(ts - lead, 0)
+        cat = "gpu_memcpy" if name.startswith("Memcpy") else "kernel"
+        ev.append(X("cuda_runtime", "cudaLaunchKernel", launch, 1, correlation=j + 1))
+        ev.append(X(cat, name, ts, dur, pid=0, tid=stream, device=0, stream=stream, correlation=j + 1))
+    for ts, dur in loaders:
+        ev.append(X("user_annotation", "enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__", ts, dur))
+    for ts in syncs:
+        ev.append(X("cuda_runtime", "cudaDeviceSynchronize", ts, 3))
+
+    def run(events):
+        with tempfile.TemporaryDirectory() as d:
+            p = Path(d) / "rank-0.json"
+            p.write_text(json.dumps({"traceEvents": events}))
+            out = analyze(load([p], use_cache=False)).to_dict()
+        out["inputs"] = out["ranks"][0]["path"] = None
+        return out
+
+    d = run(ev)
+    for s in d["ranks"][0]["steps"]:
+        g, idle = s["gpu_time_ns"], s["idle_ns"]
+        assert g["idle"] + g["compute"] + g["exposed_comm"] + g["exposed_memcpy"] == s["dur_ns"]
+        assert sum(idle.values()) == g["idle"]
+        assert min(list(g.values()) + list(idle.values())) >= 0
+        assert s["data_loading"]["gpu_idle_ns"] >= 0
+    shuffled = ev[:]
+    rnd.shuffle(shuffled)
+    assert run(shuffled) == d

@@ -202,7 +202,7 @@ def _comm_dict(table: tuple, top: int = 20) -> dict[str, Any]:
             g["wait_ns"] = None
         summary.append(g)
     summary.sort(key=lambda g: -g["time_ns"])
-    slowest = sorted(table, key=lambda c: -max((r.dur_ns for r in c.ranks), default=0))[:top]
+    slowest = sorted(table, key=lambda c: (-max((r.dur_ns for r in c.ranks), default=0), c.group or "", c.seq))[:top]
     return {
         "by_group": summary,
         "slowest": [

@@ -18,6 +18,7 @@ from tracelens.errors import ParseError, TraceInputError
 from tracelens.schema import EVENT_SCHEMA, TraceMeta, empty_frame
 
 TRACE_SUFFIXES = (".json", ".json.gz")
+PARALLEL_MIN_BYTES = 8 << 20  # on disk (gzip): about 100 MB of JSON
 _RANK_PATTERNS = (
     re.compile(r"rank[-_]?(\d+)", re.IGNORECASE),
     re.compile(r"_(\d+)\.(?:pt\.trace\.)?json", re.IGNORECASE),
@@ -148,7 +149,10 @@ def load(
         raise TraceInputError(".", "no input files")
     results: dict[int, tuple[pl.DataFrame, TraceMeta]] = {}
     warnings: list[str] = []
-    jobs = jobs or min(len(files), os.cpu_count() or 1)
+    if jobs is None:
+        # worker processes cost ~0.3 s to start (imports): worth it only for real work
+        total = sum(f.stat().st_size for f in files)
+        jobs = min(len(files), os.cpu_count() or 1) if total > PARALLEL_MIN_BYTES else 1
     work = [(str(f), use_cache, keep_python) for f in files]
 
     def record(i: int, res: tuple[pl.DataFrame, TraceMeta] | None, err: TraceInputError | None) -> None:
