@@ -53,6 +53,18 @@ path = sys.argv[1]
 warm = sys.argv[3] if len(sys.argv) > 3 else None
 """
 
+PARSE = r"""
+sys.path.insert(0, sys.argv[2])
+import polars, msgspec, orjson
+from tracelens.load import parse_file
+import parsers.kineto
+if warm:  # the runtime's one-off costs (polars' thread pools and arenas) are not the file's
+    parse_file(warm, use_cache=False)
+base = rss(); t0 = time.perf_counter()
+df, meta = parse_file(path, use_cache={cache})
+done(t0, base)
+"""
+
 CHILD = {
     "orjson": CHILD_PRELUDE
     + r"""
@@ -64,30 +76,8 @@ if raw[:2] == b'\x1f\x8b':
 doc = orjson.loads(raw)
 done(t0, base)
 """,
-    "cold": CHILD_PRELUDE
-    + r"""
-sys.path.insert(0, sys.argv[2])
-import polars, msgspec, orjson
-from tracelens.load import parse_file
-import parsers.kineto
-if warm:  # the runtime's one-off costs (polars' thread pools and arenas) are not the file's
-    parse_file(warm, use_cache=False)
-base = rss(); t0 = time.perf_counter()
-df, meta = parse_file(path, use_cache=False)
-done(t0, base)
-""",
-    "cached": CHILD_PRELUDE
-    + r"""
-sys.path.insert(0, sys.argv[2])
-import polars, msgspec, orjson
-from tracelens.load import parse_file
-import parsers.kineto
-if warm:
-    parse_file(warm, use_cache=False)
-base = rss(); t0 = time.perf_counter()
-df, meta = parse_file(path, use_cache=True)
-done(t0, base)
-""",
+    "cold": CHILD_PRELUDE + PARSE.format(cache=False),
+    "cached": CHILD_PRELUDE + PARSE.format(cache=True),
     "hta": CHILD_PRELUDE
     + r"""
 import logging, shutil, tempfile

@@ -81,18 +81,10 @@ class _Event(msgspec.Struct, gc=False):
     args: msgspec.Raw = msgspec.Raw(b"{}")
 
 
-class _EventExact(msgspec.Struct, gc=False):
+class _EventExact(_Event, gc=False):
     """_Event with the timestamp kept as its JSON text (see _Builder.timestamps)."""
 
-    ph: str = ""
-    cat: str | None = None
-    name: str | int | float | None = None
-    pid: int | float | str | None = None
-    tid: int | float | str | None = None
     ts: msgspec.Raw = msgspec.Raw(b"null")
-    dur: float | None = None
-    id: Num = None
-    args: msgspec.Raw = msgspec.Raw(b"{}")
 
 
 class _RawTs(msgspec.Struct, gc=False):

@@ -67,7 +67,7 @@ def test_cache_roundtrip_and_hits(tmp_path, monkeypatch, _isolated_cache):
     shutil.copy(src, f)
     first = load([f])
     entries = sorted(p.name for p in _isolated_cache.glob("*.parquet"))
-    assert len(entries) == 1 and not list(_isolated_cache.glob(".tmp-*"))
+    assert len(entries) == 1 and not list(_isolated_cache.rglob("*.tmp"))
 
     def boom(*a, **k):
         raise AssertionError("parsed again instead of using the cache")

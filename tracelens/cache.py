@@ -10,12 +10,12 @@ from __future__ import annotations
 
 import hashlib
 import os
-import tempfile
 from pathlib import Path
 
 import orjson
 import polars as pl
 
+from tracelens.atomic import write_bytes, write_with
 from tracelens.schema import TraceMeta
 
 HASH_BLOCK = 1 << 22
@@ -56,25 +56,10 @@ def file_hash(path: Path, root: Path | None = None) -> str:
         pass
     h = content_hash(path)
     try:
-        _atomic_write(idx, h.encode())
+        write_bytes(idx, h.encode())
     except OSError:
         pass
     return h
-
-
-def _atomic_write(dest: Path, data: bytes) -> None:
-    dest.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=dest.parent, prefix=".tmp-", suffix=dest.suffix)
-    try:
-        with os.fdopen(fd, "wb") as fh:
-            fh.write(data)
-        os.replace(tmp, dest)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        raise
 
 
 def _entry(root: Path, key: str) -> tuple[Path, Path]:
@@ -94,18 +79,7 @@ def get(key: str, root: Path | None = None) -> tuple[pl.DataFrame, TraceMeta] | 
 
 
 def put(key: str, df: pl.DataFrame, meta: TraceMeta, root: Path | None = None) -> None:
-    root = root or cache_dir()
-    pq, mj = _entry(root, key)
-    _atomic_write(mj, orjson.dumps(meta.to_dict()))
-    root.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=root, prefix=".tmp-", suffix=".parquet")
-    os.close(fd)
-    try:
-        df.write_parquet(tmp, compression="zstd", compression_level=1, statistics=False)
-        os.replace(tmp, pq)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        raise
+    """Store an entry: the metadata first, the Parquet file (which marks it complete) last."""
+    pq, mj = _entry(root or cache_dir(), key)
+    write_bytes(mj, orjson.dumps(meta.to_dict()))
+    write_with(pq, lambda tmp: df.write_parquet(tmp, compression="zstd", compression_level=1, statistics=False))

@@ -100,7 +100,8 @@ def _cmd_info(args: argparse.Namespace) -> int:
 def _cmd_report(args: argparse.Namespace) -> int:
     from tracelens.analysis import Options, analyze, parse_steps
     from tracelens.load import load
-    from tracelens.report import format_for, render, write_atomic
+    from tracelens.atomic import write_bytes
+    from tracelens.report import format_for, render
 
     fmt = format_for(args.output)
     if not fmt:
@@ -123,7 +124,7 @@ def _cmd_report(args: argparse.Namespace) -> int:
     )
     data = render(analysis, fmt)
     if args.output:
-        write_atomic(args.output, data)
+        write_bytes(args.output, data)
     else:
         sys.stdout.buffer.write(data)
     for w in analysis.to_dict()["warnings"]:

@@ -36,16 +36,21 @@ def union_of(df: pl.DataFrame, start: str = "ts_ns", dur: str = "dur_ns") -> Int
     return list(zip(merged.get_column("s").to_list(), merged.get_column("e").to_list()))
 
 
-def normalize(iv: list[tuple[int, int]]) -> Intervals:
-    """Sort and merge arbitrary pairs into an interval set."""
+def _merge_sorted(pairs) -> Intervals:
+    """Merge pairs that come sorted by start into an interval set."""
     out: Intervals = []
-    for s, e in sorted(p for p in iv if p[1] > p[0]):
+    for s, e in pairs:
         if out and s <= out[-1][1]:
             if e > out[-1][1]:
                 out[-1] = (out[-1][0], e)
         else:
             out.append((s, e))
     return out
+
+
+def normalize(iv: list[tuple[int, int]]) -> Intervals:
+    """Sort and merge arbitrary pairs into an interval set."""
+    return _merge_sorted(sorted(p for p in iv if p[1] > p[0]))
 
 
 def length(iv: Intervals) -> int:
@@ -94,18 +99,9 @@ def subtract(a: Intervals, b: Intervals) -> Intervals:
 
 def union(a: Intervals, b: Intervals) -> Intervals:
     """a ∪ b by a linear merge of the two sorted sets."""
-    if not a:
-        return list(b)
-    if not b:
-        return list(a)
-    out: Intervals = []
-    for s, e in merge(a, b):
-        if out and s <= out[-1][1]:
-            if e > out[-1][1]:
-                out[-1] = (out[-1][0], e)
-        else:
-            out.append((s, e))
-    return out
+    if not a or not b:
+        return list(a or b)
+    return _merge_sorted(merge(a, b))
 
 
 def clip(a: Intervals, lo: int, hi: int) -> Intervals:

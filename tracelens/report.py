@@ -3,8 +3,6 @@ They read only the Analysis (its ``to_dict()``), never the traces."""
 
 from __future__ import annotations
 
-import os
-import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -104,23 +102,6 @@ def render_text(analysis: Analysis) -> str:
         lines.append("")
         lines.extend(f"warning: {w}" for w in d["warnings"])
     return "\n".join(lines) + "\n"
-
-
-def write_atomic(dest: str | Path, data: bytes) -> None:
-    """Write to a temporary name beside ``dest`` and rename: never a half-written report."""
-    dest = Path(dest)
-    dest.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=dest.parent, prefix=f".{dest.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as fh:
-            fh.write(data)
-        os.replace(tmp, dest)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        raise
 
 
 def render(analysis: Analysis, fmt: str) -> bytes:
