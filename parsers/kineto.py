@@ -96,7 +96,7 @@ _DEC_EVENTS_EXACT = msgspec.json.Decoder(list[_EventExact])
 _DEC_ARGS = msgspec.json.Decoder(list[_Args])
 _DEC_ONE_ARGS = msgspec.json.Decoder(_Args)
 _NO_ARGS = _Args()
-_GET_EVENT = attrgetter("ph", "cat", "name", "pid", "tid", "ts", "dur", "id", "args")
+_GET_EVENT = attrgetter("cat", "name", "pid", "tid", "dur", "args")
 _GET_ARGS = attrgetter(
     "ext_id", "ext_id_old", "correlation", "device", "stream", "coll_name", "pg_name", "pg_desc",
     "group_size", "seq", "in_nelems", "out_nelems", "dtype", "bytes",
@@ -191,11 +191,12 @@ class _Builder:
         self.events = 0
         self.with_ph = 0
 
-    def timestamps(self, ts: tuple, chunk: bytes | None) -> pl.Series:
+    def timestamps(self, ts: list, chunk: bytes | None, which: pl.Series | None = None) -> pl.Series:
         """ns timestamps of every event of a chunk (null where missing), exact.  Integers
         multiply exactly.  µs floats too large for a float64 to hold every ns (absolute epoch
         times with ns decimals) are read from their text: from then on the file is decoded
-        with the timestamp kept as text (_EventExact)."""
+        with the timestamp kept as text (_EventExact).  ``which`` marks the chunk's events
+        that ``ts`` holds."""
         if self.exact_ts:
             return decimal_us_to_ns(_args_text(ts))
         try:
@@ -207,7 +208,9 @@ class _Builder:
         big = f.abs() >= _EXACT_FLOAT_US
         if chunk is not None and big.any() and (f != f.round()).filter(big).any():
             self.exact_ts = True
-            return decimal_us_to_ns(_args_text([r.ts for r in _DEC_TS.decode(chunk)]))
+            raw = _DEC_TS.decode(chunk)
+            idx = which.arg_true().to_list() if which is not None else range(len(raw))
+            return decimal_us_to_ns(_args_text([raw[i].ts for i in idx]))
         # whole µs (ints mixed with floats) multiply exactly as integers
         return pl.select(
             pl.when(f.abs() >= _MAX_US)  # past the year 2262 in epoch µs: not a time int64 ns can hold
@@ -222,33 +225,40 @@ class _Builder:
         if not evs:
             return
         self.events += len(evs)
-        ph, cat, name, pid, tid, ts, dur, fid, rargs = zip(*map(_GET_EVENT, evs))
-        del evs
-        ph_s, cat_s = pl.Series(ph, dtype=pl.String), _str_col(cat)
-        ts_ns = self.timestamps(ts, chunk)
-        del ts
+        ph_s = pl.Series([e.ph for e in evs], dtype=pl.String)
+        cat_s = _str_col([e.cat for e in evs])
         self.with_ph += int((ph_s != "").sum())
-        keep = (ph_s == "X") & (cat_s.fill_null("") != "Trace") & ts_ns.is_not_null()
+        keep = (ph_s == "X") & (cat_s.fill_null("") != "Trace")
         if not self.keep_python:
             py = keep & (cat_s.fill_null("") == "python_function")
             self.skipped["python_function"] += int(py.sum())
             keep &= ~py
-        # flows (ac2g s/f pairs) and metadata events, which are few
         flow = ph_s.is_in(["s", "f", "t"]) & cat_s.is_in(list(_FLOW_CATS))
-        if flow.any():
-            for i in flow.arg_true().to_list():
-                self.flows.append((ph[i], fid[i], pid[i], tid[i], ts_ns[i]))
         meta_rows = ph_s == "M"
         if meta_rows.any():
             for i in meta_rows.arg_true().to_list():
-                self.meta_events.append((name[i], pid[i], tid[i], rargs[i]))
-        mask = keep.to_list()
-        n = int(keep.sum())
+                e = evs[i]
+                self.meta_events.append((e.name, e.pid, e.tid, e.args))
+        # timestamps of the events we keep and of the flows, converted together (same method)
+        sel_mask = keep | flow
+        sel = list(compress(evs, sel_mask.to_list())) if not sel_mask.all() else evs
+        del evs
+        ts_sel = self.timestamps([e.ts for e in sel], chunk, sel_mask)
+        f_in = flow.filter(sel_mask)
+        if f_in.any():
+            fl = list(compress(sel, f_in.to_list()))
+            self.flows.extend(
+                zip([e.ph for e in fl], [e.id for e in fl], [e.pid for e in fl], [e.tid for e in fl], ts_sel.filter(f_in).to_list())
+            )
+        k_in = keep.filter(sel_mask)
+        n = int(k_in.sum())
         if n == 0:
             return
-        if n < len(mask):
-            sel = lambda xs: list(compress(xs, mask))  # noqa: E731
-            cat, name, pid, tid, dur, rargs = map(sel, (cat, name, pid, tid, dur, rargs))
+        kept = list(compress(sel, k_in.to_list())) if n < len(sel) else sel
+        del sel
+        cat, name, pid, tid, dur, rargs = zip(*map(_GET_EVENT, kept))
+        del kept
+        ts_ns = ts_sel.filter(k_in)
         args = _decode_args(rargs)
         (ext_id, ext_id_old, correlation, device, stream, coll_name, pg_name, pg_desc, group_size, seq, in_nelems,
          out_nelems, dtype, nbytes) = zip(*map(_GET_ARGS, args))
@@ -258,7 +268,7 @@ class _Builder:
             "name": _str_col(name),
             "_pid": _int_col(pid),
             "_tid": _int_col(tid),
-            "ts": ts_ns.filter(keep),
+            "ts": ts_ns,
             "dur": _float_col(dur),
             "ext_id": _int_col(ext_id).fill_null(_int_col(ext_id_old)),
             "correlation": _int_col(correlation),
@@ -275,7 +285,11 @@ class _Builder:
             "_bytes": _int_col(nbytes),
             "args": _args_text(rargs) if keep_args else pl.Series([None] * n, dtype=pl.String),
         }
-        self.pending.append(pl.DataFrame(cols))
+        frame = pl.DataFrame(cols)
+        if ts_ns.null_count():
+            self.skipped["no_ts"] += ts_ns.null_count()
+            frame = frame.filter(pl.col("ts").is_not_null())
+        self.pending.append(frame)
         self.pending_rows += n
         if self.pending_rows >= ROWS_PER_BATCH:
             self.flush()
