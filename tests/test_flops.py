@@ -1,0 +1,103 @@
+"""FLOPs from recorded shapes, against torch.utils.flop_counter.FlopCounterMode on the same
+models and inputs (the oracle), on traces recorded here with torch's profiler on the CPU."""
+
+from __future__ import annotations
+
+from collections import Counter
+
+import polars as pl
+import pytest
+
+from tracelens.flops import CONV, count
+from tracelens.load import load
+
+torch = pytest.importorskip("torch")
+pytestmark = pytest.mark.slow
+
+
+def _key(name: str) -> str:
+    if name in CONV:
+        return "aten.convolution"
+    return name.replace("::", ".")
+
+
+def record_and_count(tmp_path, fn):
+    """Run fn() under FlopCounterMode and, separately, under the profiler; return both
+    per-op FLOP totals."""
+    from torch.utils.flop_counter import FlopCounterMode
+
+    torch.manual_seed(0)
+    with FlopCounterMode(display=False) as fc:
+        fn()
+    oracle = {str(k): v for k, v in fc.get_flop_counts().get("Global", {}).items()}
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU], record_shapes=True) as prof:
+        fn()
+    path = tmp_path / "trace.json"
+    prof.export_chrome_trace(str(path))
+    ev = load([path], use_cache=False).events
+    counted = count(ev)
+    names = (
+        ev.select("name").with_row_index("_row").join(counted, on="_row").select(pl.col("name").cast(pl.String), "flops")
+    )
+    ours: Counter[str] = Counter()
+    for name, f in names.iter_rows():
+        ours[_key(name)] += int(f) if f is not None else 0
+    return {k: v for k, v in ours.items() if k in oracle or v}, oracle
+
+
+def test_linear_stack_training_step(tmp_path):
+    model = torch.nn.Sequential(torch.nn.Linear(48, 96), torch.nn.GELU(), torch.nn.Linear(96, 96, bias=False), torch.nn.Linear(96, 10))
+    x = torch.randn(16, 48)
+
+    def step():
+        model(x).square().mean().backward()
+
+    ours, oracle = record_and_count(tmp_path, step)
+    assert ours == oracle and set(oracle) == {"aten.addmm", "aten.mm"}
+
+
+def test_conv_net(tmp_path):
+    net = torch.nn.Sequential(
+        torch.nn.Conv2d(3, 8, 3, stride=2, padding=1),
+        torch.nn.ReLU(),
+        torch.nn.Conv2d(8, 8, 3, padding=2, dilation=2, groups=4),
+        torch.nn.ConvTranspose2d(8, 4, 4, stride=2, padding=1, output_padding=0),
+    )
+    x = torch.randn(2, 3, 20, 20, requires_grad=True)
+
+    def step():
+        net(x).sum().backward()
+
+    ours, oracle = record_and_count(tmp_path, step)
+    assert ours == oracle and {"aten.convolution", "aten.convolution_backward"} <= set(oracle)
+
+
+def test_batched_gemms(tmp_path):
+    a, b, c = torch.randn(4, 8, 16), torch.randn(4, 16, 12), torch.randn(4, 8, 12)
+
+    def step():
+        torch.bmm(a, b)
+        torch.baddbmm(c, a, b)
+        torch.matmul(a, b)  # a leaf bmm under matmul: counted once
+
+    ours, oracle = record_and_count(tmp_path, step)
+    assert ours == oracle and set(oracle) == {"aten.bmm", "aten.baddbmm"}
+
+
+@pytest.mark.parametrize("causal", [False, True])
+def test_attention_uses_flop_counter_formulas(tmp_path, causal):
+    """FlopCounterMode has no formula registered for the CPU flash kernel, so the oracle is its
+    own shape functions (sdpa_flop_count, sdpa_backward_flop_count) on the recorded shapes.
+    Causal masking is not discounted, as in FlopCounterMode (a documented convention)."""
+    from torch.utils.flop_counter import sdpa_backward_flop_count, sdpa_flop_count
+
+    q, k, v = (torch.randn(2, 4, 32, 16, requires_grad=True) for _ in range(3))  # shapes the CPU flash kernel takes
+
+    def step():
+        torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=causal).sum().backward()
+
+    ours, _ = record_and_count(tmp_path, step)
+    fwd = sdpa_flop_count(q.shape, k.shape, v.shape)
+    bwd = sdpa_backward_flop_count(q.shape[:3] + (v.shape[3],), q.shape, k.shape, v.shape)
+    assert ours["aten._scaled_dot_product_flash_attention_for_cpu"] == fwd
+    assert ours["aten._scaled_dot_product_flash_attention_for_cpu_backward"] == bwd

@@ -1,0 +1,185 @@
+"""FLOPs of aten ops from their recorded shapes (``record_shapes=True``; MFU.md 2.3).
+
+Counted at the outermost op of each call (``aten::convolution``, not also the
+``aten::_convolution`` / ``cudnn_convolution`` it calls; never ``aten::linear`` or
+``aten::matmul``, whose work is their ``mm``/``addmm``/``bmm`` children).  The convention is
+``torch.utils.flop_counter.FlopCounterMode``'s, so the two agree exactly on GEMMs and convs:
+2·M·N·K per GEMM (no bias term), convolutions 2·N·C_out·(C_in/g)·k·out_spatial, their backward
+one convolution per computed gradient (``output_mask``; FlopCounterMode's shapes, which count
+a grouped convolution's weight gradient at full width), attention 2·B·H_q·S_q·S_k·(D + D_v) forward and 2·B·H_q·S_q·S_k·(3·D + 2·D_v) backward (the
+"executed" count, score recompute included: 10·B·H·S²·D for D = D_v), causal masking not
+discounted (as FlopCounterMode; MFU.md 1.10).
+"""
+
+from __future__ import annotations
+
+import ast
+import math
+from typing import Any
+
+import orjson
+import polars as pl
+
+GEMM = {"aten::mm", "aten::addmm", "aten::bmm", "aten::baddbmm", "aten::_scaled_mm", "aten::_grouped_mm"}
+CONV = {
+    "aten::convolution", "aten::_convolution", "aten::cudnn_convolution", "aten::mkldnn_convolution",
+    "aten::miopen_convolution", "aten::convolution_overrideable", "aten::cudnn_convolution_transpose",
+}
+CONV_BWD = {"aten::convolution_backward", "aten::convolution_backward_overrideable"}
+# name -> index of is_causal in Concrete Inputs (query, key, value are inputs 0..2)
+SDPA_FWD = {
+    "aten::_scaled_dot_product_flash_attention": 4,
+    "aten::_scaled_dot_product_flash_attention_for_cpu": 4,
+    "aten::_scaled_dot_product_efficient_attention": 6,
+    "aten::_scaled_dot_product_cudnn_attention": 6,
+}
+# backward: grad_out is input 0, query/key/value 1..3
+SDPA_BWD = {
+    "aten::_scaled_dot_product_flash_attention_backward",
+    "aten::_scaled_dot_product_flash_attention_for_cpu_backward",
+    "aten::_scaled_dot_product_efficient_attention_backward",
+    "aten::_scaled_dot_product_cudnn_attention_backward",
+}
+COUNTED = GEMM | CONV | CONV_BWD | set(SDPA_FWD) | SDPA_BWD
+
+DTYPES = {
+    "c10::BFloat16": "bf16", "BFloat16": "bf16", "c10::Half": "fp16", "Half": "fp16", "float": "fp32", "Float": "fp32",
+    "double": "fp64", "c10::Float8_e4m3fn": "fp8", "c10::Float8_e5m2": "fp8", "c10::Float8_e4m3fnuz": "fp8",
+    "c10::Float8_e5m2fnuz": "fp8", "signed char": "int8", "unsigned char": "int8",
+}
+
+
+def _prod(xs) -> int:
+    return math.prod(int(x) for x in xs)
+
+
+def _lit(s: Any) -> Any:
+    """A Concrete Inputs entry ("[2, 2]", "True", "1") as a Python value; None if empty."""
+    if not isinstance(s, str) or not s:
+        return None
+    try:
+        return ast.literal_eval(s)
+    except (ValueError, SyntaxError):
+        return None
+
+
+def _conv_out(x: list[int], w: list[int], stride, padding, dilation, transposed: bool, output_padding) -> list[int]:
+    dims = len(x) - 2
+    as_list = lambda v, d: list(v) if isinstance(v, (list, tuple)) else [v if v is not None else d] * dims  # noqa: E731
+    s, p, d, op = as_list(stride, 1), as_list(padding, 0), as_list(dilation, 1), as_list(output_padding, 0)
+    k = w[2:]
+    if transposed:
+        return [(x[2 + i] - 1) * s[i] - 2 * p[i] + d[i] * (k[i] - 1) + op[i] + 1 for i in range(dims)]
+    return [(x[2 + i] + 2 * p[i] - d[i] * (k[i] - 1) - 1) // s[i] + 1 for i in range(dims)]
+
+
+def _conv_count(x, w, out, transposed: bool) -> int:
+    """2 · batch · C_out · C_in/g · prod(kernel) · prod(spatial), the spatial size being the
+    output's (the input's for a transposed convolution), as FlopCounterMode counts it."""
+    spatial = x[2:] if transposed else out[2:]
+    return 2 * x[0] * w[0] * w[1] * _prod(w[2:]) * _prod(spatial)
+
+
+def _conv_flops(x, w, out_spatial, transposed: bool) -> int:
+    return _conv_count(x, w, [0, 0, *out_spatial], transposed)
+
+
+def op_flops(name: str, args: dict) -> int | None:
+    """FLOPs of one op from its recorded args; None when the shapes do not tell."""
+    dims = args.get("Input Dims")
+    if not isinstance(dims, list):
+        return None
+    conc = args.get("Concrete Inputs") or []
+    try:
+        if name in ("aten::mm", "aten::_scaled_mm"):
+            (m, k), (_, n) = dims[0], dims[1]
+            return 2 * m * n * k
+        if name == "aten::addmm":
+            (m, k), (_, n) = dims[1], dims[2]
+            return 2 * m * n * k
+        if name == "aten::bmm":
+            (b, m, k), (_, _, n) = dims[0], dims[1]
+            return 2 * b * m * n * k
+        if name == "aten::baddbmm":
+            (b, m, k), (_, _, n) = dims[1], dims[2]
+            return 2 * b * m * n * k
+        if name == "aten::_grouped_mm":
+            a, bmat = dims[0], dims[1]
+            if len(a) == 2 and len(bmat) == 3:  # routed tokens [T, K] x experts [E, K, N]
+                return 2 * a[0] * a[1] * bmat[2]
+            return None
+        if name in CONV:
+            x, w = dims[0], dims[1]
+            if len(x) < 3 or len(w) != len(x):
+                return None
+            transposed = bool(_lit(conc[6])) if len(conc) > 6 else False
+            out = _conv_out(x, w, _lit(conc[3]) if len(conc) > 3 else 1, _lit(conc[4]) if len(conc) > 4 else 0,
+                            _lit(conc[5]) if len(conc) > 5 else 1, transposed, _lit(conc[7]) if len(conc) > 7 else 0)
+            return _conv_flops(x, w, out, transposed)
+        if name in CONV_BWD:
+            # FlopCounterMode's conv_backward_flop: one convolution per computed gradient
+            grad_out, x, w = dims[0], dims[1], dims[2]
+            transposed = bool(_lit(conc[7])) if len(conc) > 7 else False
+            mask = _lit(conc[10]) if len(conc) > 10 else None
+            mask = mask if isinstance(mask, (list, tuple)) and len(mask) >= 2 else [True, True]
+            t = lambda s: [s[1], s[0], *s[2:]]  # noqa: E731
+            total = 0
+            if mask[0]:  # grad_input: a convolution of grad_out with w, the other way round
+                total += _conv_count(grad_out, w, x, not transposed)
+            if mask[1]:  # grad_weight
+                total += _conv_count(t(grad_out), t(x), t(w), False) if transposed else _conv_count(t(x), t(grad_out), t(w), False)
+            return total
+        if name in SDPA_FWD:
+            q, k, v = dims[0], dims[1], dims[2]
+            b, h, sq, d = q
+            sk, dv = k[2], v[3]
+            return 2 * b * h * sq * sk * (d + dv)
+        if name in SDPA_BWD:
+            q, k, v = dims[1], dims[2], dims[3]
+            b, h, sq, d = q
+            sk, dv = k[2], v[3]
+            # score recompute (d), grad of scores and of v (dv each), grads of q and k (d each)
+            return 2 * b * h * sq * sk * (3 * d + 2 * dv)
+    except (TypeError, ValueError, IndexError):
+        return None
+    return None
+
+
+def op_dtype(args: dict) -> str | None:
+    types = args.get("Input type")
+    if not isinstance(types, list):
+        return None
+    for t in types:
+        if isinstance(t, str) and t in DTYPES:
+            return DTYPES[t]
+    return None
+
+
+def count(events: pl.DataFrame) -> pl.DataFrame:
+    """(row index, flops, dtype) of the outermost counted ops of every thread."""
+    ops = (
+        events.with_row_index("_row")
+        .filter((pl.col("kind") == "cpu_op") & pl.col("name").cast(pl.String).is_in(list(COUNTED)))
+        .select("_row", "file", "pid", "tid", "ts_ns", "dur_ns", pl.col("name").cast(pl.String), "args")
+        .sort("file", "pid", "tid", "ts_ns", pl.col("dur_ns"), descending=[False, False, False, False, True])
+    )
+    rows, flops, dtypes = [], [], []
+    current: tuple | None = None
+    outer_end = -1
+    for r in ops.iter_rows(named=True):
+        key = (r["file"], r["pid"], r["tid"])
+        end = r["ts_ns"] + r["dur_ns"]
+        if key == current and r["ts_ns"] < outer_end and end <= outer_end:
+            continue  # inside an op already counted (e.g. _convolution under convolution)
+        current, outer_end = key, end
+        try:
+            args = orjson.loads(r["args"]) if r["args"] else {}
+        except orjson.JSONDecodeError:
+            args = {}
+        rows.append(r["_row"])
+        flops.append(op_flops(r["name"], args))
+        dtypes.append(op_dtype(args))
+    return pl.DataFrame(
+        {"_row": rows, "flops": flops, "dtype": dtypes},
+        schema={"_row": pl.UInt32, "flops": pl.Float64, "dtype": pl.String},
+    )
