@@ -20,11 +20,12 @@ Definitions (DESIGN.md 4.1-4.2, MFU.md 9.2-9.3):
 from __future__ import annotations
 
 import re
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 import polars as pl
 
+from tracelens import gpus
 from tracelens import intervals as iv
 from tracelens.load import Trace
 from tracelens.schema import NON_COMPUTE_KCLASSES, SCHEMA_VERSION
@@ -38,6 +39,9 @@ class Options:
     step_range: str | None = None  # regex naming user ranges to use as steps
     data_range: str | None = None  # regex naming user ranges that load data
     include_warmup: bool = False
+    gpu: str | None = None  # --gpu NAME: use this GPU's peaks
+    peak_tflops: float | None = None  # --peak-tflops X: the reference dense peak
+    model_flops_per_step: float | None = None  # --model-flops-per-step F
 
 
 @dataclass(frozen=True)
@@ -108,6 +112,8 @@ class Step:
     gpu: GpuTime
     idle: IdleSplit = IdleSplit()
     data: DataLoading | None = None
+    flops: float | None = None  # model FLOPs of the step (shapes or the user's number)
+    mfu: float | None = None
 
     @property
     def dur_ns(self) -> int:
@@ -127,6 +133,12 @@ class RankResult:
     gpu: GpuTime | None  # over the steps kept (warm-up excluded); None without GPU events
     idle: IdleSplit | None = None
     warnings: tuple[str, ...] = ()
+    peak_flops: float | None = None  # reference dense peak (FLOP/s) of this rank's GPU
+    peaks: dict[str, float] = field(default_factory=dict)  # dtype -> FLOP/s
+    gpu_model: str | None = None  # the peak table's entry
+    flops: float | None = None  # model FLOPs over the steps kept
+    flops_source: str | None = None  # "shapes" | "user"
+    mfu: float | None = None
 
 
 @dataclass(frozen=True)
@@ -137,6 +149,13 @@ class Analysis:
     collectives: tuple = ()  # tracelens.comm.Collective, one per (group, seq)
     stragglers: tuple = ()  # tracelens.comm.Straggler
     clock_method: str = "none"
+
+    def job_mfu(self) -> float | None:
+        """Σ model FLOPs / Σ (peak × window) over the ranks; null if any rank's is unknown."""
+        if not self.ranks or any(r.mfu is None for r in self.ranks):
+            return None
+        den = sum(r.peak_flops * r.gpu.window / 1e9 for r in self.ranks)
+        return sum(r.flops for r in self.ranks) / den if den else None
 
     def step_times(self) -> list[int]:
         return [s.dur_ns for r in self.ranks for s in r.steps if not s.warmup or len(r.steps) == 1]
@@ -153,7 +172,7 @@ class Analysis:
             "warnings": list(self.warnings) + [w for r in self.ranks for w in r.warnings],
             "job": {
                 "ranks": len(self.ranks),
-                "mfu": None,
+                "mfu": self.job_mfu(),
                 "step_time_ns": {
                     "mean": round(sum(times) / len(times)) if times else None,
                     "p50": times[(len(times) - 1) // 2] if times else None,
@@ -233,7 +252,7 @@ def _rank_dict(r: RankResult) -> dict[str, Any]:
         "rank": r.rank,
         "file": r.file,
         "path": r.path,
-        "device": r.device,
+        "device": {**r.device, "peak_flops": r.peaks or None},
         "window": {"start_ns": r.window_start_ns, "end_ns": r.window_end_ns},
         "window_ns": r.gpu.window if r.gpu else r.window_end_ns - r.window_start_ns,
         "clock_offset_ns": r.clock_offset_ns,
@@ -250,12 +269,15 @@ def _rank_dict(r: RankResult) -> dict[str, Any]:
                 "gpu_time_ns": _gpu_dict(s.gpu) if r.gpu is not None else None,
                 "idle_ns": asdict(s.idle) if r.gpu is not None else None,
                 "data_loading": asdict(s.data) if s.data is not None else None,
+                "model_flops": s.flops,
+                "mfu": s.mfu,
             }
             for s in r.steps
         ],
         "gpu_time_ns": _gpu_dict(r.gpu),
         "idle_ns": asdict(r.idle) if r.idle is not None else None,
-        "mfu": {"value": None, "model_flops": None, "flops_source": None},
+        "mfu": {"value": r.mfu, "model_flops": r.flops, "flops_source": r.flops_source, "peak_flops": r.peak_flops,
+                "gpu_model": r.gpu_model},
         "waterfall": [],
     }
 
@@ -426,9 +448,32 @@ def _analyze_rank(df: pl.DataFrame, fi: int, meta, options: Options) -> RankResu
                 data=DataLoading(dl_host, waited, frac, input_bound_class(frac)),
             )
         )
+    # MFU: model FLOPs (from shapes, or the user's per-step number) over peak x window
+    spec, why = gpus.identify(meta.device_properties, meta.device_name) if has_gpu else (None, None)
+    if options.gpu or options.peak_tflops:
+        spec, why2 = gpus.override(spec, options.gpu, options.peak_tflops)
+        why = why2 or (None if spec else why)
+    step_flops, source, fwarn = _step_flops(df, spans, options)
+    if fwarn:
+        warnings.append(f"{meta.path}: {fwarn}")
+    if has_gpu and spec is None and why:
+        warnings.append(f"{meta.path}: MFU unknown: {why}")
+    peak = spec.peak(spec.reference_dtype) if spec else None
+    steps = [
+        replace(
+            st,
+            flops=step_flops.get(i) if step_flops is not None else None,
+            mfu=(step_flops.get(i, 0.0) / (peak * st.gpu.window / 1e9))
+            if (step_flops is not None and peak and has_gpu and st.gpu.window)
+            else None,
+        )
+        for i, st in enumerate(steps)
+    ]
     kept = [s for s in steps if not s.warmup] or steps
     total = sum((s.gpu for s in kept), ZERO)
     idle_total = sum((s.idle for s in kept), IdleSplit())
+    flops = sum(s.flops or 0.0 for s in kept) if step_flops is not None else None
+    mfu = flops / (peak * total.window / 1e9) if (flops is not None and peak and has_gpu and total.window) else None
     if not has_gpu:
         warnings.append(f"{meta.path}: no GPU activity in the selected steps; GPU time is unknown")
     return RankResult(
@@ -443,7 +488,43 @@ def _analyze_rank(df: pl.DataFrame, fi: int, meta, options: Options) -> RankResu
         gpu=total if has_gpu else None,
         idle=idle_total if has_gpu else None,
         warnings=tuple(warnings),
+        peak_flops=peak,
+        peaks={k: spec.peak(k) for k in spec.peak_tflops} if spec else {},
+        gpu_model=spec.name if spec else None,
+        flops=flops,
+        flops_source=source if step_flops is not None else None,
+        mfu=mfu,
     ), C
+
+
+def _step_flops(df: pl.DataFrame, spans: pl.DataFrame, options: Options) -> tuple[dict[int, float] | None, str | None, str | None]:
+    """Model FLOPs per step index: the user's number, else the ops' recorded shapes (an op
+    belongs to the step whose CPU span holds its start, on any thread)."""
+    from tracelens import flops as fl
+
+    n = spans.height
+    if options.model_flops_per_step is not None:
+        return {i: float(options.model_flops_per_step) for i in range(max(n, 1))}, "user", None
+    counted = fl.count(df)
+    unknown = counted.get_column("flops").null_count()
+    if counted.height == unknown:  # nothing countable
+        if not df.select(pl.col("args").str.contains('"Input Dims"', literal=True).any()).item():
+            return None, None, "shapes were not recorded (record_shapes=False): model FLOPs and MFU unknown (give --model-flops-per-step)"
+        if counted.height == 0:
+            return None, None, "no matmul, convolution or attention ops with shapes: model FLOPs unknown (give --model-flops-per-step)"
+        return None, None, f"the shapes of all {unknown} matmul/conv/attention ops are unreadable: model FLOPs unknown"
+    ops = df.select("ts_ns").with_row_index("_row").join(counted, on="_row")
+    if n == 0:
+        return {0: float(ops.get_column("flops").sum())}, "shapes", None
+    ops = (
+        ops.sort("ts_ns")
+        .join_asof(spans.with_row_index("_step").select(pl.col("_step").cast(pl.Int64), "start", "end"),
+                   left_on="ts_ns", right_on="start", strategy="backward")
+        .filter(pl.col("_step").is_not_null() & (pl.col("ts_ns") <= pl.col("end")))
+    )
+    per = dict(ops.group_by("_step").agg(pl.col("flops").sum()).iter_rows())
+    warn = f"{unknown} matmul/conv/attention ops have shapes tracelens cannot read: their FLOPs are left out" if unknown else None
+    return {i: float(per.get(i, 0.0)) for i in range(n)}, "shapes", warn
 
 
 _BLOCKING = r"^((cuda|hip|cu)(Device|Stream|Event|Ctx)Synchronize|cudaMemcpy|hipMemcpy|cuMemcpyDtoH.*|aten::item|aten::_local_scalar_dense|aten::nonzero)$"

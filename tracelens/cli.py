@@ -43,6 +43,9 @@ def build_parser() -> argparse.ArgumentParser:
     p_rep.add_argument("--step-range", metavar="REGEX", help="use host ranges whose name matches REGEX as the steps")
     p_rep.add_argument("--data-range", metavar="REGEX", help="host ranges whose name matches REGEX load data (besides DataLoader __next__)")
     p_rep.add_argument("--include-warmup", action="store_true", help="count the first step in the totals too")
+    p_rep.add_argument("--gpu", metavar="NAME", help="take peaks from this GPU (e.g. 'H100 SXM', 'MI300X') instead of the trace's")
+    p_rep.add_argument("--peak-tflops", type=float, metavar="X", help="reference dense peak in TFLOP/s for MFU")
+    p_rep.add_argument("--model-flops-per-step", type=float, metavar="F", help="model FLOPs of one step (else counted from shapes)")
     return parser
 
 
@@ -120,7 +123,10 @@ def _cmd_report(args: argparse.Namespace) -> int:
     trace = load(args.paths, use_cache=not args.no_cache, keep_python=args.keep_python, jobs=args.jobs)
     analysis = analyze(
         trace,
-        Options(steps=steps, step_range=args.step_range, data_range=args.data_range, include_warmup=args.include_warmup),
+        Options(
+            steps=steps, step_range=args.step_range, data_range=args.data_range, include_warmup=args.include_warmup,
+            gpu=args.gpu, peak_tflops=args.peak_tflops, model_flops_per_step=args.model_flops_per_step,
+        ),
     )
     data = render(analysis, fmt)
     if args.output:

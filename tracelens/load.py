@@ -21,7 +21,7 @@ TRACE_SUFFIXES = (".json", ".json.gz")
 PARALLEL_MIN_BYTES = 8 << 20  # on disk (gzip): about 100 MB of JSON
 _RANK_PATTERNS = (
     re.compile(r"rank[-_]?(\d+)", re.IGNORECASE),
-    re.compile(r"_(\d+)\.(?:pt\.trace\.)?json", re.IGNORECASE),
+    re.compile(r"_(\d{1,5})\.(?:pt\.trace\.)?json", re.IGNORECASE),  # a long number is a pid or a time
 )
 
 

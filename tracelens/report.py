@@ -26,6 +26,17 @@ def render_text(analysis: Analysis) -> str:
     d = analysis.to_dict()
     job = d["job"]
     lines = [f"tracelens {d['tool']['version']} — {job['ranks']} rank(s)"]
+    mfus = [(r["rank"], r["mfu"]) for r in d["ranks"]]
+    if job["mfu"] is not None:
+        r0 = d["ranks"][0]["mfu"]
+        lines.append(
+            f"MFU: {100 * job['mfu']:.1f}% of {r0['gpu_model']} dense peak ({r0['peak_flops'] / 1e12:.0f} TFLOP/s), "
+            f"model FLOPs from {r0['flops_source']}"
+        )
+    elif any(m["value"] is not None for _, m in mfus):
+        lines.append("MFU: " + ", ".join(f"rank {rk} {100 * m['value']:.1f}%" for rk, m in mfus if m["value"] is not None))
+    else:
+        lines.append("MFU: unknown (see the warnings)")
     st = job["step_time_ns"]
     if st["mean"] is not None:
         lines.append(f"step time: mean {_fmt_ns(st['mean'])}, p50 {_fmt_ns(st['p50'])}, max {_fmt_ns(st['max'])} (warm-up step excluded)")
@@ -37,7 +48,7 @@ def render_text(analysis: Analysis) -> str:
             f"exposed comm {_pct(g['exposed_comm'], w)}, exposed memcpy {_pct(g['exposed_memcpy'], w)}"
         )
     lines.append("")
-    lines.append(f"{'rank':>4}  {'device':<24} {'steps':>5} {'step time':>10} {'compute':>8} {'idle':>7} {'exp.comm':>8} {'exp.copy':>8}")
+    lines.append(f"{'rank':>4}  {'device':<24} {'steps':>5} {'step time':>10} {'MFU':>6} {'compute':>8} {'idle':>7} {'exp.comm':>8} {'exp.copy':>8}")
     for r in d["ranks"]:
         kept = [s for s in r["steps"] if not s["warmup"]] or r["steps"]
         mean = sum(s["dur_ns"] for s in kept) // len(kept) if kept else None
@@ -46,6 +57,7 @@ def render_text(analysis: Analysis) -> str:
         name = (r["device"]["name"] or "unknown GPU")[:24]
         lines.append(
             f"{r['rank']:>4}  {name:<24} {len(r['steps']):>5} {_fmt_ns(mean):>10} "
+            + (f"{100 * r['mfu']['value']:5.1f}% " if r["mfu"]["value"] is not None else f"{'-':>6} ")
             + " ".join(f"{_pct(g[k] if g else None, w):>8}" for k in ("compute", "idle", "exposed_comm", "exposed_memcpy"))
         )
     idle_rows = [(r["rank"], r["idle_ns"], r["window_ns"]) for r in d["ranks"] if r["idle_ns"]]
