@@ -313,3 +313,43 @@ def test_every_split_sums_and_order_does_not_matter(kernels, loaders, syncs, n_s
     shuffled = ev[:]
     rnd.shuffle(shuffled)
     assert run(shuffled) == d
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    st.lists(
+        st.tuples(st.integers(0, 2000), st.integers(1, 150), st.integers(0, 120),
+                  st.sampled_from(["sm90_xmma_gemm", "ncclDevKernel_AllReduce_Sum_f32", "Memcpy HtoD", "elementwise_kernel", "layer_norm_kernel"]),
+                  st.sampled_from([7, 8, 9]), st.integers(1, 64)),
+        min_size=1, max_size=25,
+    ),
+    st.integers(1, 3),
+    st.sampled_from(["c10::BFloat16", "float", "c10::Float8_e4m3fn"]),
+)
+def test_waterfall_sums_to_one(kernels, n_steps, dtype):
+    """Generated traces with GEMM shapes on an H100: every waterfall (steps, rank, job) sums to
+    1 within 1e-9, ends with the MFU, and only the convention bar can be negative."""
+    import tempfile
+    from pathlib import Path
+
+    span = 2300 // n_steps
+    ev = [X("user_annotation", f"ProfilerStep#{i}", i * span, span) for i in range(n_steps)]
+    for j, (ts, dur, lead, name, stream, m) in enumerate(kernels):
+        launch = max(ts - lead, 0)
+        if "gemm" in name:
+            ev.append(X("cpu_op", "aten::mm", launch, 1, **{"External id": 1000 + j, "Input Dims": [[m * 16, 256], [256, 128]],
+                                                            "Input type": [dtype, dtype]}))
+        ev.append(X("cuda_runtime", "cudaLaunchKernel", launch, 1, correlation=j + 1))
+        cat = "gpu_memcpy" if name.startswith("Memcpy") else "kernel"
+        ev.append(X(cat, name, ts, dur, pid=0, tid=stream, device=0, stream=stream, correlation=j + 1))
+    with tempfile.TemporaryDirectory() as d:
+        p = Path(d) / "rank-0.json"
+        p.write_text(json.dumps({"traceEvents": ev, "deviceProperties": [{"id": 0, "name": "NVIDIA H100 80GB HBM3", "numSms": 132}]}))
+        out = analyze(load([p], use_cache=False)).to_dict()
+    falls = [out["job"]["waterfall"], out["ranks"][0]["waterfall"]] + [s["waterfall"] for s in out["ranks"][0]["steps"]]
+    for w in falls:
+        if not w:
+            continue
+        assert w[-1]["key"] == "mfu"
+        assert abs(sum(b["fraction"] for b in w) - 1.0) < 1e-9
+        assert all(b["fraction"] >= -1e-12 for b in w if b["key"] != "flop_convention")

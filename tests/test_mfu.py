@@ -116,3 +116,44 @@ def test_real_h100_gemms_are_physically_plausible():
     assert eff.get_column("of_peak").max() <= 1.0
     big = eff.filter(pl.col("flops") > 1e10)
     assert big.height > 0 and 0.55 <= big.get_column("of_peak").median() <= 0.75  # measured: 0.61
+
+
+def test_waterfall_by_hand(tmp_path):
+    # From test_mfu_by_hand: T = 900 µs; the GEMM kernel runs 500 µs; after it the GPU idles to
+    # the step's end with nothing launched: 400 µs of idle "other".  The GEMM's FLOPs at the
+    # BF16 peak take FLOPS / 989.4e12 s = 277.8 µs: matmul below peak = 500 - 277.8 µs; the op is
+    # BF16 so the convention bar is 0; MFU = 277.8 / 900.
+    a = analyze(load([trace(tmp_path)], use_cache=False))
+    bars = {b["key"]: b for b in a.to_dict()["ranks"][0]["waterfall"]}
+    ideal_ns = FLOPS / 989.4e12 * 1e9
+    assert bars["idle_other"]["ns"] == 400_000 and bars["idle_other"]["fraction"] == pytest.approx(400 / 900)
+    assert bars["matmul_below_peak"]["fraction"] == pytest.approx((500_000 - ideal_ns) / 900_000)
+    assert bars["flop_convention"]["fraction"] == pytest.approx(0.0, abs=1e-12)
+    assert bars["mfu"]["fraction"] == pytest.approx(ideal_ns / 900_000)
+    assert list(bars)[-1] == "mfu"
+    assert sum(b["fraction"] for b in bars.values()) == pytest.approx(1.0, abs=1e-9)
+
+
+def test_waterfalls_on_real_traces_sum_to_one():
+    """Every shared trace whose MFU is known: step, rank and job waterfalls sum to 1, only the
+    convention bar is signed, and the last bar is the MFU."""
+    from tests.conftest import real_trace_files
+
+    checked = 0
+    for f in real_trace_files("hta", "amd-tracelens", "kineto-tbplugin"):
+        try:
+            d = analyze(load([f], use_cache=False)).to_dict()
+        except Exception:
+            continue
+        falls = [d["job"]["waterfall"]] + [r["waterfall"] for r in d["ranks"]] + [s["waterfall"] for r in d["ranks"] for s in r["steps"]]
+        for w in falls:
+            if not w:
+                continue
+            assert w[-1]["key"] == "mfu"
+            assert abs(sum(b["fraction"] for b in w) - 1.0) < 1e-9, f
+            assert all(b["fraction"] >= -1e-12 for b in w if b["key"] != "flop_convention"), f
+            for b in w:
+                if b["parts"]:
+                    assert sum(p["ns"] for p in b["parts"]) == b["ns"]
+            checked += 1
+    assert checked >= 20

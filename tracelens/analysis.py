@@ -25,7 +25,7 @@ from typing import Any
 
 import polars as pl
 
-from tracelens import gpus
+from tracelens import gpus, waterfall
 from tracelens import intervals as iv
 from tracelens.load import Trace
 from tracelens.schema import NON_COMPUTE_KCLASSES, SCHEMA_VERSION
@@ -114,6 +114,7 @@ class Step:
     data: DataLoading | None = None
     flops: float | None = None  # model FLOPs of the step (shapes or the user's number)
     mfu: float | None = None
+    waterfall: Any = None  # tracelens.waterfall.Waterfall, when the MFU is known
 
     @property
     def dur_ns(self) -> int:
@@ -139,6 +140,7 @@ class RankResult:
     flops: float | None = None  # model FLOPs over the steps kept
     flops_source: str | None = None  # "shapes" | "user"
     mfu: float | None = None
+    waterfall: Any = None  # over the steps kept
 
 
 @dataclass(frozen=True)
@@ -149,6 +151,12 @@ class Analysis:
     collectives: tuple = ()  # tracelens.comm.Collective, one per (group, seq)
     stragglers: tuple = ()  # tracelens.comm.Straggler
     clock_method: str = "none"
+
+    def job_waterfall(self) -> list[dict[str, Any]]:
+        if not self.ranks or any(r.waterfall is None for r in self.ranks):
+            return []
+        w = waterfall.combine([r.waterfall for r in self.ranks])
+        return w.to_list() if w else []
 
     def job_mfu(self) -> float | None:
         """Σ model FLOPs / Σ (peak × window) over the ranks; null if any rank's is unknown."""
@@ -179,7 +187,7 @@ class Analysis:
                     "max": times[-1] if times else None,
                 },
                 "gpu_time_ns": _gpu_dict(job_gpu) if any(r.gpu for r in self.ranks) else None,
-                "waterfall": [],
+                "waterfall": self.job_waterfall(),
                 "stragglers": [
                     {"rank": st.rank, "excess_ns": st.excess_ns, "evidence": st.evidence, "last_in": st.last_in,
                      "of": st.of, "p_value": st.p_value}
@@ -271,6 +279,7 @@ def _rank_dict(r: RankResult) -> dict[str, Any]:
                 "data_loading": asdict(s.data) if s.data is not None else None,
                 "model_flops": s.flops,
                 "mfu": s.mfu,
+                "waterfall": s.waterfall.to_list() if s.waterfall else [],
             }
             for s in r.steps
         ],
@@ -278,7 +287,7 @@ def _rank_dict(r: RankResult) -> dict[str, Any]:
         "idle_ns": asdict(r.idle) if r.idle is not None else None,
         "mfu": {"value": r.mfu, "model_flops": r.flops, "flops_source": r.flops_source, "peak_flops": r.peak_flops,
                 "gpu_model": r.gpu_model},
-        "waterfall": [],
+        "waterfall": r.waterfall.to_list() if r.waterfall else [],
     }
 
 
@@ -453,7 +462,7 @@ def _analyze_rank(df: pl.DataFrame, fi: int, meta, options: Options) -> RankResu
     if options.gpu or options.peak_tflops:
         spec, why2 = gpus.override(spec, options.gpu, options.peak_tflops)
         why = why2 or (None if spec else why)
-    step_flops, source, fwarn = _step_flops(df, spans, options)
+    step_flops, step_ideal, source, fwarn = _step_flops(df, spans, options, spec)
     if fwarn:
         warnings.append(f"{meta.path}: {fwarn}")
     if has_gpu and spec is None and why:
@@ -469,11 +478,14 @@ def _analyze_rank(df: pl.DataFrame, fi: int, meta, options: Options) -> RankResu
         )
         for i, st in enumerate(steps)
     ]
+    if has_gpu:
+        steps = _waterfalls(steps, gpu_rows, C, M, step_ideal)
     kept = [s for s in steps if not s.warmup] or steps
     total = sum((s.gpu for s in kept), ZERO)
     idle_total = sum((s.idle for s in kept), IdleSplit())
     flops = sum(s.flops or 0.0 for s in kept) if step_flops is not None else None
     mfu = flops / (peak * total.window / 1e9) if (flops is not None and peak and has_gpu and total.window) else None
+    fall = waterfall.combine([s.waterfall for s in kept]) if all(s.waterfall for s in kept) else None
     if not has_gpu:
         warnings.append(f"{meta.path}: no GPU activity in the selected steps; GPU time is unknown")
     return RankResult(
@@ -494,37 +506,103 @@ def _analyze_rank(df: pl.DataFrame, fi: int, meta, options: Options) -> RankResu
         flops=flops,
         flops_source=source if step_flops is not None else None,
         mfu=mfu,
+        waterfall=fall,
     ), C
 
 
-def _step_flops(df: pl.DataFrame, spans: pl.DataFrame, options: Options) -> tuple[dict[int, float] | None, str | None, str | None]:
-    """Model FLOPs per step index: the user's number, else the ops' recorded shapes (an op
-    belongs to the step whose CPU span holds its start, on any thread)."""
+def _waterfalls(steps: list[Step], gpu_rows: pl.DataFrame, C: iv.Intervals, M: iv.Intervals, ideal: dict[int, float]) -> list[Step]:
+    """Each step's MFU waterfall (when its MFU is known)."""
+    mm = gpu_rows.filter(pl.col("kclass").is_in(list(waterfall.MATMUL_CLASSES)))
+    MM = iv.union_of(mm)
+    nm_spans = [
+        (s, s + d, c)
+        for s, d, c in gpu_rows.filter(~pl.col("kclass").is_in(list(NON_COMPUTE_KCLASSES) + list(waterfall.MATMUL_CLASSES)))
+        .select("ts_ns", "dur_ns", pl.col("kclass").cast(pl.String))
+        .sort("ts_ns")
+        .iter_rows()
+    ]
+    label = pl.coalesce(
+        pl.col("group_desc").cast(pl.String),
+        pl.lit("pg ") + pl.col("group").cast(pl.String),
+        pl.col("collective").cast(pl.String),
+        pl.lit("communication"),
+    )
+    comm_spans = [
+        (s, s + d, g)
+        for s, d, g in gpu_rows.filter(pl.col("kclass") == "comm").select("ts_ns", "dur_ns", label.alias("g")).sort("ts_ns").iter_rows()
+    ]
+    out = []
+    for i, st in enumerate(steps):
+        if st.mfu is None or st.gpu.window <= 0:
+            out.append(st)
+            continue
+        ws, we = st.start_ns, st.end_ns
+        c, m, mmw = iv.clip(C, ws, we), iv.clip(M, ws, we), iv.clip(MM, ws, we)
+        x = iv.subtract(m, c)
+        nm = iv.subtract(c, mmw)
+        fall = waterfall.build(
+            T=st.gpu.window,
+            idle=asdict(st.idle),
+            exposed_comm=waterfall.exclusive(comm_spans, x),
+            exposed_memcpy=st.gpu.exposed_memcpy,
+            non_matmul=waterfall.exclusive(nm_spans, nm),
+            matmul_ns=iv.length(mmw),
+            ideal_ns=ideal.get(i, 0.0),
+            mfu=st.mfu,
+        )
+        out.append(replace(st, waterfall=fall))
+    return out
+
+
+def _step_flops(
+    df: pl.DataFrame, spans: pl.DataFrame, options: Options, spec: gpus.GpuSpec | None
+) -> tuple[dict[int, float] | None, dict[int, float], str | None, str | None]:
+    """Model FLOPs per step index (the user's number, else the ops' recorded shapes; an op
+    belongs to the step whose CPU span holds its start, on any thread), and the ns those FLOPs
+    would take at the peak of each op's own dtype."""
     from tracelens import flops as fl
 
     n = spans.height
+    ref = spec.peak(spec.reference_dtype) if spec else None
     if options.model_flops_per_step is not None:
-        return {i: float(options.model_flops_per_step) for i in range(max(n, 1))}, "user", None
+        f = float(options.model_flops_per_step)
+        return {i: f for i in range(max(n, 1))}, {i: f / ref * 1e9 for i in range(max(n, 1))} if ref else {}, "user", None
     counted = fl.count(df)
     unknown = counted.get_column("flops").null_count()
     if counted.height == unknown:  # nothing countable
         if not df.select(pl.col("args").str.contains('"Input Dims"', literal=True).any()).item():
-            return None, None, "shapes were not recorded (record_shapes=False): model FLOPs and MFU unknown (give --model-flops-per-step)"
+            return None, {}, None, "shapes were not recorded (record_shapes=False): model FLOPs and MFU unknown (give --model-flops-per-step)"
         if counted.height == 0:
-            return None, None, "no matmul, convolution or attention ops with shapes: model FLOPs unknown (give --model-flops-per-step)"
-        return None, None, f"the shapes of all {unknown} matmul/conv/attention ops are unreadable: model FLOPs unknown"
-    ops = df.select("ts_ns").with_row_index("_row").join(counted, on="_row")
-    if n == 0:
-        return {0: float(ops.get_column("flops").sum())}, "shapes", None
-    ops = (
-        ops.sort("ts_ns")
-        .join_asof(spans.with_row_index("_step").select(pl.col("_step").cast(pl.Int64), "start", "end"),
-                   left_on="ts_ns", right_on="start", strategy="backward")
-        .filter(pl.col("_step").is_not_null() & (pl.col("ts_ns") <= pl.col("end")))
+            return None, {}, None, "no matmul, convolution or attention ops with shapes: model FLOPs unknown (give --model-flops-per-step)"
+        return None, {}, None, f"the shapes of all {unknown} matmul/conv/attention ops are unreadable: model FLOPs unknown"
+    ops = df.select("ts_ns").with_row_index("_row").join(counted, on="_row").drop_nulls("flops")
+    peaks = {d: (spec.peak(_PEAK_OF.get(d, spec.reference_dtype)) or ref) for d in ops.get_column("dtype").unique().to_list()} if spec else {}
+    ops = ops.with_columns(
+        (pl.col("flops") / pl.col("dtype").replace_strict(peaks, default=ref, return_dtype=pl.Float64) * 1e9).alias("ideal_ns")
+        if spec
+        else pl.lit(None, pl.Float64).alias("ideal_ns")
     )
-    per = dict(ops.group_by("_step").agg(pl.col("flops").sum()).iter_rows())
+    if n == 0:
+        ops = ops.with_columns(pl.lit(0, pl.Int64).alias("_step"))
+    else:
+        ops = (
+            ops.sort("ts_ns")
+            .join_asof(spans.with_row_index("_step").select(pl.col("_step").cast(pl.Int64), "start", "end"),
+                       left_on="ts_ns", right_on="start", strategy="backward")
+            .filter(pl.col("_step").is_not_null() & (pl.col("ts_ns") <= pl.col("end")))
+        )
+    per = {i: (f, t) for i, f, t in ops.group_by("_step").agg(pl.col("flops").sum(), pl.col("ideal_ns").sum()).iter_rows()}
     warn = f"{unknown} matmul/conv/attention ops have shapes tracelens cannot read: their FLOPs are left out" if unknown else None
-    return {i: float(per.get(i, 0.0)) for i in range(n)}, "shapes", warn
+    steps = range(max(n, 1))
+    return (
+        {i: float(per.get(i, (0.0, 0.0))[0]) for i in steps},
+        {i: float(per.get(i, (0.0, 0.0))[1] or 0.0) for i in steps} if spec else {},
+        "shapes",
+        warn,
+    )
+
+
+_PEAK_OF = {"bf16": "bf16", "fp16": "fp16", "fp32": "fp32", "fp8": "fp8", "fp64": "fp32"}
 
 
 _BLOCKING = r"^((cuda|hip|cu)(Device|Stream|Event|Ctx)Synchronize|cudaMemcpy|hipMemcpy|cuMemcpyDtoH.*|aten::item|aten::_local_scalar_dense|aten::nonzero)$"
