@@ -29,6 +29,7 @@ from tracelens import gpus, waterfall
 from tracelens import intervals as iv
 from tracelens.load import Trace
 from tracelens.schema import NON_COMPUTE_KCLASSES, SCHEMA_VERSION
+from tracelens.suggest import suggest
 
 _STEP_NUM = re.compile(r"#(\d+)$")
 
@@ -141,6 +142,7 @@ class RankResult:
     flops_source: str | None = None  # "shapes" | "user"
     mfu: float | None = None
     waterfall: Any = None  # over the steps kept
+    facts: dict[str, Any] = field(default_factory=dict)  # for the suggestion rules
 
 
 @dataclass(frozen=True)
@@ -197,7 +199,7 @@ class Analysis:
             },
             "ranks": [_rank_dict(r) for r in self.ranks],
             "communication": _comm_dict(self.collectives),
-            "suggestions": [],
+            "suggestions": [sg.to_dict() for sg in suggest(self)],
         }
 
 
@@ -486,6 +488,7 @@ def _analyze_rank(df: pl.DataFrame, fi: int, meta, options: Options) -> RankResu
     flops = sum(s.flops or 0.0 for s in kept) if step_flops is not None else None
     mfu = flops / (peak * total.window / 1e9) if (flops is not None and peak and has_gpu and total.window) else None
     fall = waterfall.combine([s.waterfall for s in kept]) if all(s.waterfall for s in kept) else None
+    facts = _facts(df, gpu_rows, kept, spec) if has_gpu else {}
     if not has_gpu:
         warnings.append(f"{meta.path}: no GPU activity in the selected steps; GPU time is unknown")
     return RankResult(
@@ -507,7 +510,34 @@ def _analyze_rank(df: pl.DataFrame, fi: int, meta, options: Options) -> RankResu
         flops_source=source if step_flops is not None else None,
         mfu=mfu,
         waterfall=fall,
+        facts=facts,
     ), C
+
+
+def _facts(df: pl.DataFrame, gpu_rows: pl.DataFrame, kept: list[Step], spec) -> dict[str, Any]:
+    """Measurements the suggestion rules need beyond the waterfall, over the steps kept."""
+    from tracelens import flops as fl
+
+    lo, hi = min(s.start_ns for s in kept), max(s.end_ns for s in kept)
+    g = gpu_rows.filter((pl.col("ts_ns") >= lo) & (pl.col("ts_ns") < hi))
+    k = g.filter(pl.col("kind") == "kernel")
+    names = pl.col("name").cast(pl.String)
+    counted = fl.count(df).drop_nulls("flops")
+    by_dtype = dict(counted.group_by("dtype").agg(pl.col("flops").sum()).iter_rows()) if counted.height else {}
+    total_flops = sum(by_dtype.values()) or 0.0
+    return {
+        "steps": len(kept),
+        "kernels": k.height,
+        "kernel_mean_ns": float(k.get_column("dur_ns").mean()) if k.height else None,
+        "kernels_under_10us": int((k.get_column("dur_ns") < 10_000).sum()) if k.height else 0,
+        "pageable_memcpy_ns": int(g.filter((pl.col("kind") == "memcpy") & names.str.contains("(?i)pageable")).get_column("dur_ns").sum()),
+        "memcpy_dtoh_count": int(g.filter((pl.col("kind") == "memcpy") & names.str.contains("DtoH")).height),
+        "fp32_matmul_flops_share": (by_dtype.get("fp32", 0.0) / total_flops) if total_flops else None,
+        "has_tensor_cores": bool(spec and max(spec.peak_tflops.get("bf16", 0), spec.peak_tflops.get("fp16", 0)) > 2 * spec.peak_tflops.get("fp32", 0)),
+        "optimizer_kernel_ns": int(k.filter(pl.col("kclass") == "optimizer").get_column("dur_ns").sum()),
+        "sync_calls": int(df.filter((pl.col("kind") == "sync") & pl.col("tid").is_not_null()).height),
+        "item_calls": int(df.filter(names.is_in(["aten::item", "aten::_local_scalar_dense"])).height),
+    }
 
 
 def _waterfalls(steps: list[Step], gpu_rows: pl.DataFrame, C: iv.Intervals, M: iv.Intervals, ideal: dict[int, float]) -> list[Step]:
@@ -543,9 +573,9 @@ def _waterfalls(steps: list[Step], gpu_rows: pl.DataFrame, C: iv.Intervals, M: i
         fall = waterfall.build(
             T=st.gpu.window,
             idle=asdict(st.idle),
-            exposed_comm=waterfall.exclusive(comm_spans, x),
+            exposed_comm=waterfall.exclusive([sp for sp in comm_spans if sp[0] < we and sp[1] > ws], x),
             exposed_memcpy=st.gpu.exposed_memcpy,
-            non_matmul=waterfall.exclusive(nm_spans, nm),
+            non_matmul=waterfall.exclusive([sp for sp in nm_spans if sp[0] < we and sp[1] > ws], nm),
             matmul_ns=iv.length(mmw),
             ideal_ns=ideal.get(i, 0.0),
             mfu=st.mfu,

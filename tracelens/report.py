@@ -99,6 +99,19 @@ def render_text(analysis: Analysis) -> str:
     elif job["ranks"] > 1:
         lines.append("")
         lines.append("straggler ranks: none (no rank arrives last at collectives more often than chance)")
+    if job["waterfall"]:
+        lines.append("")
+        lines.append("MFU loss waterfall (job, % of the GPU's dense peak):")
+        lines.append(waterfall_text(job["waterfall"]))
+    if d["suggestions"]:
+        lines.append("")
+        lines.append("suggestions (largest possible win first):")
+        for sg in d["suggestions"][:8]:
+            up = f" — up to {100 * (sg['est_speedup'] - 1):.0f}% faster" if sg["est_speedup"] else ""
+            ev = sg["evidence"]
+            num = f" ({ev['measure']}: {100 * ev['worst']:.1f}%)" if isinstance(ev.get("worst"), float) and ev["worst"] <= 1 else ""
+            lines.append(f"  * {sg['title']}{num}{up}")
+            lines.append(f"      {sg['detail']}")
     worst = sorted(
         ((s["dur_ns"], r["rank"], s) for r in d["ranks"] for s in r["steps"] if not s["warmup"]),
         key=lambda t: -t[0],
@@ -133,3 +146,25 @@ def format_for(path: str | None) -> str:
 
 def as_dict(analysis: Analysis) -> dict[str, Any]:
     return analysis.to_dict()
+
+
+def waterfall_text(bars: list[dict[str, Any]], width: int = 40) -> str:
+    """Horizontal bars: each loss bar starts where the previous one ended."""
+    out = []
+    level = 1.0
+    for b in bars:
+        f = b["fraction"]
+        if b["key"] == "mfu":
+            fill = round(f * width)
+            out.append(f"  {b['label']:<38} {'█' * fill:<{width}} {100 * f:6.2f}%")
+            continue
+        if abs(f) < 0.0005 and not b["parts"]:
+            level -= f
+            continue
+        start = round((level - max(f, 0)) * width)
+        length = max(round(abs(f) * width), 1 if abs(f) >= 0.005 else 0)
+        out.append(f"  {b['label']:<38} {' ' * start}{'▒' * length:<{width - start}} {100 * f:6.2f}%")
+        for p in b["parts"][:3]:
+            out.append(f"      {p['label'][:34]:<34} {'':<{width}} {100 * p['fraction']:6.2f}%")
+        level -= f
+    return "\n".join(out)
