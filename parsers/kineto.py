@@ -33,7 +33,7 @@ from tracelens.errors import ParseError
 from tracelens.kclass import classify, collective_from_kernel
 from tracelens.schema import TraceMeta, conform, empty_frame
 
-PARSER_VERSION = "1.2"
+PARSER_VERSION = "1.3"
 CHUNK_BYTES = 1 << 20
 ROWS_PER_BATCH = 32768
 

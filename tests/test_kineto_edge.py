@@ -182,6 +182,9 @@ def test_decimal_us_to_ns(text, ns):
         ("void at::native::(anonymous namespace)::cunn_SoftMaxForward<4>", "softmax_reduce"),
         ("void at::native::multi_tensor_apply_kernel<FusedAdamMathFunctor>", "optimizer"),
         ("triton_poi_fused_add_mul_0", "elementwise"),
+        # "lambda" in a templated name is not the LAMB optimizer
+        ("void at::native::elementwise_kernel<128, 4, at::native::gpu_kernel_impl_nocast<at::native::BinaryFunctor<"
+         "c10::BFloat16, c10::BFloat16, c10::BFloat16, MulFunctor<float> > >(at::TensorIteratorBase&)::{lambda(int)#1}>", "elementwise"),
         ("void at::native::(anonymous namespace)::CatArrayBatchedCopy<float>", "copy"),
         ("Memcpy HtoD (Pageable -> Device)", "memcpy"),
         ("__amd_rocclr_fillBuffer", "memset"),

@@ -157,3 +157,27 @@ def test_waterfalls_on_real_traces_sum_to_one():
                     assert sum(p["ns"] for p in b["parts"]) == b["ns"]
             checked += 1
     assert checked >= 20
+
+
+def test_model_flops_from_parameters(tmp_path):
+    p = trace(tmp_path, shapes=False)
+    # 6·N·T with N = 1e9 parameters and T = 4096 tokens: 2.4576e13 FLOPs per step
+    a = analyze(load([p], use_cache=False), Options(params=1e9, tokens_per_step=4096))
+    r = a.ranks[0]
+    assert r.flops == pytest.approx(6 * 1e9 * 4096) and r.flops_source == "params: 6·N·T"
+    # PaLM's attention term: + 12·L·h·S per token (L=24, h=2048, S=4096)
+    b = analyze(load([p], use_cache=False), Options(params=1e9, tokens_per_step=4096, seq_len=4096, layers=24, hidden=2048))
+    assert b.ranks[0].flops == pytest.approx((6 * 1e9 + 12 * 24 * 2048 * 4096) * 4096)
+    assert b.ranks[0].mfu == pytest.approx(b.ranks[0].flops / (989.4e12 * WINDOW_S))
+
+
+def test_matmul_efficiency_table(tmp_path):
+    r = analyze(load([trace(tmp_path)], use_cache=False)).to_dict()["ranks"][0]
+    (m,) = r["matmul_efficiency"]
+    # 2.749e11 FLOPs in a 500 µs kernel: 549.8 TFLOP/s, 55.6% of 989.4
+    assert m["calls"] == 1 and m["achieved_tflops"] == pytest.approx(FLOPS / 500e-6 / 1e12)
+    assert m["of_peak"] == pytest.approx(FLOPS / 500e-6 / 989.4e12)
+    # bytes: (4096·8192 + 8192·4096 + 4096·4096) x 2; intensity 1638 FLOP/B > ridge 989.4e12/3.35e12 = 295
+    assert m["arithmetic_intensity"] == pytest.approx(FLOPS / (2 * (2 * 4096 * 8192 + 4096 * 4096)))
+    assert m["bound"] == "compute"
+    assert r["kernels"][0]["kclass"] == "gemm" and r["kernels"][0]["total_ns"] == 500_000

@@ -43,6 +43,11 @@ class Options:
     gpu: str | None = None  # --gpu NAME: use this GPU's peaks
     peak_tflops: float | None = None  # --peak-tflops X: the reference dense peak
     model_flops_per_step: float | None = None  # --model-flops-per-step F
+    params: float | None = None  # --params N (non-embedding parameters)
+    tokens_per_step: float | None = None  # --tokens-per-step T (tokens this GPU processes per step)
+    seq_len: int | None = None  # --seq-len, --layers, --hidden: add PaLM's attention term 12·L·h·S per token
+    layers: int | None = None
+    hidden: int | None = None
 
 
 @dataclass(frozen=True)
@@ -143,6 +148,8 @@ class RankResult:
     mfu: float | None = None
     waterfall: Any = None  # over the steps kept
     facts: dict[str, Any] = field(default_factory=dict)  # for the suggestion rules
+    kernels: tuple[dict[str, Any], ...] = ()  # by name: class, count, time
+    matmuls: tuple[dict[str, Any], ...] = ()  # per op shape: TFLOP/s, % of peak, roofline bound
 
 
 @dataclass(frozen=True)
@@ -290,6 +297,8 @@ def _rank_dict(r: RankResult) -> dict[str, Any]:
         "mfu": {"value": r.mfu, "model_flops": r.flops, "flops_source": r.flops_source, "peak_flops": r.peak_flops,
                 "gpu_model": r.gpu_model},
         "waterfall": r.waterfall.to_list() if r.waterfall else [],
+        "kernels": list(r.kernels),
+        "matmul_efficiency": list(r.matmuls),
     }
 
 
@@ -489,6 +498,10 @@ def _analyze_rank(df: pl.DataFrame, fi: int, meta, options: Options) -> RankResu
     mfu = flops / (peak * total.window / 1e9) if (flops is not None and peak and has_gpu and total.window) else None
     fall = waterfall.combine([s.waterfall for s in kept]) if all(s.waterfall for s in kept) else None
     facts = _facts(df, gpu_rows, kept, spec) if has_gpu else {}
+    from tracelens import kernels as kt
+
+    kernel_table = kt.by_name(gpu_rows) if has_gpu else []
+    matmuls = kt.matmul_efficiency(df, gpu_rows, spec) if has_gpu else []
     if not has_gpu:
         warnings.append(f"{meta.path}: no GPU activity in the selected steps; GPU time is unknown")
     return RankResult(
@@ -511,6 +524,8 @@ def _analyze_rank(df: pl.DataFrame, fi: int, meta, options: Options) -> RankResu
         mfu=mfu,
         waterfall=fall,
         facts=facts,
+        kernels=tuple(kernel_table),
+        matmuls=tuple(matmuls),
     ), C
 
 
@@ -594,9 +609,20 @@ def _step_flops(
 
     n = spans.height
     ref = spec.peak(spec.reference_dtype) if spec else None
-    if options.model_flops_per_step is not None:
-        f = float(options.model_flops_per_step)
-        return {i: f for i in range(max(n, 1))}, {i: f / ref * 1e9 for i in range(max(n, 1))} if ref else {}, "user", None
+    user = options.model_flops_per_step
+    source = "user"
+    if user is None and options.params and options.tokens_per_step:
+        # PaLM: 6·N per token, plus 12·L·h·S per token for attention when the shape is given
+        per_token = 6.0 * options.params
+        if options.seq_len and options.layers and options.hidden:
+            per_token += 12.0 * options.layers * options.hidden * options.seq_len
+            source = "params: 6·N·T + 12·L·h·S·T (PaLM)"
+        else:
+            source = "params: 6·N·T"
+        user = per_token * options.tokens_per_step
+    if user is not None:
+        f = float(user)
+        return {i: f for i in range(max(n, 1))}, {i: f / ref * 1e9 for i in range(max(n, 1))} if ref else {}, source, None
     counted = fl.count(df)
     unknown = counted.get_column("flops").null_count()
     if counted.height == unknown:  # nothing countable

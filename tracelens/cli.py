@@ -45,7 +45,12 @@ def build_parser() -> argparse.ArgumentParser:
     p_rep.add_argument("--include-warmup", action="store_true", help="count the first step in the totals too")
     p_rep.add_argument("--gpu", metavar="NAME", help="take peaks from this GPU (e.g. 'H100 SXM', 'MI300X') instead of the trace's")
     p_rep.add_argument("--peak-tflops", type=float, metavar="X", help="reference dense peak in TFLOP/s for MFU")
-    p_rep.add_argument("--model-flops-per-step", type=float, metavar="F", help="model FLOPs of one step (else counted from shapes)")
+    p_rep.add_argument("--model-flops-per-step", type=float, metavar="F", help="model FLOPs of one step per GPU (else counted from shapes)")
+    p_rep.add_argument("--params", type=float, metavar="N", help="non-embedding parameters: model FLOPs = 6·N·T (with --tokens-per-step)")
+    p_rep.add_argument("--tokens-per-step", type=float, metavar="T", help="tokens one GPU processes per step")
+    p_rep.add_argument("--seq-len", type=int, metavar="S", help="with --layers and --hidden: add the attention term 12·L·h·S·T")
+    p_rep.add_argument("--layers", type=int, metavar="L")
+    p_rep.add_argument("--hidden", type=int, metavar="H")
     return parser
 
 
@@ -126,6 +131,7 @@ def _cmd_report(args: argparse.Namespace) -> int:
         Options(
             steps=steps, step_range=args.step_range, data_range=args.data_range, include_warmup=args.include_warmup,
             gpu=args.gpu, peak_tflops=args.peak_tflops, model_flops_per_step=args.model_flops_per_step,
+            params=args.params, tokens_per_step=args.tokens_per_step, seq_len=args.seq_len, layers=args.layers, hidden=args.hidden,
         ),
     )
     data = render(analysis, fmt)

@@ -25,8 +25,8 @@ _RULES: tuple[tuple[str, str], ...] = (
     ("moe_routing", r"topk|moe_align|unpermute|permute|moesorting|routing|expert"),
     ("norm", r"layer_?norm|ln_(fwd|bwd)|rms_?norm|batch_?norm|group_?norm|instance_?norm|bn_(fw|bw)"),
     ("softmax_reduce", r"softmax|reduce_kernel|reduction|cross_entropy|nll_loss|triton_red_|triton_per_|_reduce_|argmax|cumsum|logsumexp"),
-    ("optimizer", r"multi_tensor_apply|adam|fusedoptimizer|_fused_sgd|lamb|sgd_kernel"),
-    ("cast_quant", r"cast|fp8|quant|amax|to_copy"),
+    ("optimizer", r"multi_tensor_apply|adam|fusedoptimizer|_fused_sgd|lamb_|lamb_kernel|sgd_kernel"),
+    ("cast_quant", r"(?<!no)cast|fp8|quant|amax|to_copy"),  # not "gpu_kernel_impl_nocast"
     ("copy", r"catarraybatchedcopy|direct_copy|copy_kernel|transpose|contiguous|_copy_|memcpy_kernel"),
     ("elementwise", r"elementwise|vectorized|unrolled|index|gather|scatter|triton_poi_|fill_kernel|pointwise|activation|relu|gelu|silu|dropout|where"),
 )
