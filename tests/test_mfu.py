@@ -181,3 +181,59 @@ def test_matmul_efficiency_table(tmp_path):
     assert m["arithmetic_intensity"] == pytest.approx(FLOPS / (2 * (2 * 4096 * 8192 + 4096 * 4096)))
     assert m["bound"] == "compute"
     assert r["kernels"][0]["kclass"] == "gemm" and r["kernels"][0]["total_ns"] == 500_000
+
+
+def test_recompute_on_the_mi300x_checkpointed_resnet():
+    """MFU.md 2.4 / 9.8: 19 convolutions per step are recomputed on the autograd thread; the
+    trace-derived model FLOPs of steps 16-17 (without them) are 0.213 TFLOP."""
+    from tracelens import recompute
+
+    path = shared_traces() / "amd-tracelens/mi300/resnet_act_checkpoint.json.gz"
+    ev = load([path], use_cache=False).events
+    rec = recompute.find(ev)
+    names = ev.with_row_index("_row").join(rec.select("_row"), on="_row").get_column("name").cast(pl.String)
+    assert names.to_list() == ["aten::convolution"] * 57  # 19 per step, 3 steps
+    r = analyze(load([path], use_cache=False), Options(steps=(16, 17), include_warmup=True)).ranks[0]
+    assert r.flops == pytest.approx(0.213e12, rel=0.005)
+    assert r.recompute_flops > 0 and r.hfu > r.mfu
+    bars = {b.key: b for b in r.waterfall.bars}
+    assert bars["recompute"].ns > 0
+
+
+def test_recompute_with_torch_checkpoint(tmp_path):
+    """torch.utils.checkpoint on the CPU: the recomputed forward matmuls are found, and what is
+    left is exactly FlopCounterMode's count of the same step without checkpointing."""
+    import torch
+    from torch.utils.checkpoint import checkpoint
+    from torch.utils.flop_counter import FlopCounterMode
+
+    torch.manual_seed(0)
+    block = torch.nn.Sequential(torch.nn.Linear(64, 128), torch.nn.ReLU(), torch.nn.Linear(128, 64))
+    head = torch.nn.Linear(64, 8)
+    x = torch.randn(32, 64, requires_grad=True)
+
+    def step():
+        head(checkpoint(block, x, use_reentrant=False)).sum().backward()
+
+    with FlopCounterMode(display=False) as fc:  # the same step without checkpointing: the model FLOPs
+        head(block(x)).sum().backward()
+    model_flops = fc.get_total_flops()
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU], record_shapes=True) as prof:
+        step()
+    prof.export_chrome_trace(str(tmp_path / "t.json"))
+    from tracelens import flops as fl
+    from tracelens import recompute
+
+    ev = load([tmp_path / "t.json"], use_cache=False).events
+    rec = recompute.find(ev)
+    assert rec.height >= 2  # the two Linear layers of the block, run again in backward
+    counted = fl.count(ev).drop_nulls("flops")
+    total = counted.get_column("flops").sum()
+    ops = ev.select("pid", "tid", "ts_ns").with_row_index("_row").join(counted, on="_row")
+    inside = ops.join(rec.select("pid", "tid", pl.col("ts_ns").alias("rs"), "end"), on=["pid", "tid"]).filter(
+        (pl.col("ts_ns") >= pl.col("rs")) & (pl.col("ts_ns") < pl.col("end"))
+    )
+    # the recomputed part is the block's forward (2·32·64·128 per Linear, two Linears) ...
+    assert inside.get_column("flops").sum() == 2 * (2 * 32 * 64 * 128)
+    # ... and the rest is exactly the model FLOPs of the step without checkpointing
+    assert total - inside.get_column("flops").sum() == model_flops

@@ -147,6 +147,8 @@ class RankResult:
     flops_source: str | None = None  # "shapes" | "user"
     mfu: float | None = None
     waterfall: Any = None  # over the steps kept
+    recompute_flops: float | None = None  # FLOPs of recomputed forward ops (activation checkpointing)
+    hfu: float | None = None  # (model + recompute FLOPs) / (peak x window)
     facts: dict[str, Any] = field(default_factory=dict)  # for the suggestion rules
     kernels: tuple[dict[str, Any], ...] = ()  # by name: class, count, time
     matmuls: tuple[dict[str, Any], ...] = ()  # per op shape: TFLOP/s, % of peak, roofline bound
@@ -295,7 +297,7 @@ def _rank_dict(r: RankResult) -> dict[str, Any]:
         "gpu_time_ns": _gpu_dict(r.gpu),
         "idle_ns": asdict(r.idle) if r.idle is not None else None,
         "mfu": {"value": r.mfu, "model_flops": r.flops, "flops_source": r.flops_source, "peak_flops": r.peak_flops,
-                "gpu_model": r.gpu_model},
+                "gpu_model": r.gpu_model, "hfu": r.hfu, "recompute_flops": r.recompute_flops},
         "waterfall": r.waterfall.to_list() if r.waterfall else [],
         "kernels": list(r.kernels),
         "matmul_efficiency": list(r.matmuls),
@@ -473,7 +475,22 @@ def _analyze_rank(df: pl.DataFrame, fi: int, meta, options: Options) -> RankResu
     if options.gpu or options.peak_tflops:
         spec, why2 = gpus.override(spec, options.gpu, options.peak_tflops)
         why = why2 or (None if spec else why)
-    step_flops, step_ideal, source, fwarn = _step_flops(df, spans, options, spec)
+    from tracelens import recompute
+
+    recomp = recompute.find(df)
+    recompute_flops: dict[int, float] = {}
+    step_flops, step_ideal, source, fwarn = _step_flops(df, spans, options, spec, recomp, recompute_flops)
+    if recomp.height and has_gpu:  # GPU work launched from inside a recomputed forward op
+        launched = (
+            gpu_rows.select("ts_ns", "launch_ns", "launch_tid", "dur_ns").with_row_index("_g")
+            .filter(pl.col("launch_tid").is_not_null()).sort("launch_ns")
+            .join_asof(recomp.select(pl.col("tid").alias("launch_tid"), pl.col("ts_ns").alias("_rs"), "end").sort("_rs"),
+                       left_on="launch_ns", right_on="_rs", by="launch_tid", strategy="backward", check_sortedness=False)
+            .filter(pl.col("_rs").is_not_null() & (pl.col("launch_ns") < pl.col("end")))
+        )
+        R = iv.union_of(launched)
+    else:
+        R = []
     if fwarn:
         warnings.append(f"{meta.path}: {fwarn}")
     if has_gpu and spec is None and why:
@@ -490,12 +507,14 @@ def _analyze_rank(df: pl.DataFrame, fi: int, meta, options: Options) -> RankResu
         for i, st in enumerate(steps)
     ]
     if has_gpu:
-        steps = _waterfalls(steps, gpu_rows, C, M, step_ideal)
+        steps = _waterfalls(steps, gpu_rows, C, M, R, step_ideal)
     kept = [s for s in steps if not s.warmup] or steps
     total = sum((s.gpu for s in kept), ZERO)
     idle_total = sum((s.idle for s in kept), IdleSplit())
     flops = sum(s.flops or 0.0 for s in kept) if step_flops is not None else None
     mfu = flops / (peak * total.window / 1e9) if (flops is not None and peak and has_gpu and total.window) else None
+    rflops = sum(recompute_flops.get(i, 0.0) for i, s in enumerate(steps) if s in kept)
+    hfu = (flops + rflops) / (peak * total.window / 1e9) if mfu is not None else None
     fall = waterfall.combine([s.waterfall for s in kept]) if all(s.waterfall for s in kept) else None
     facts = _facts(df, gpu_rows, kept, spec) if has_gpu else {}
     from tracelens import kernels as kt
@@ -523,6 +542,8 @@ def _analyze_rank(df: pl.DataFrame, fi: int, meta, options: Options) -> RankResu
         flops_source=source if step_flops is not None else None,
         mfu=mfu,
         waterfall=fall,
+        recompute_flops=rflops if step_flops is not None else None,
+        hfu=hfu,
         facts=facts,
         kernels=tuple(kernel_table),
         matmuls=tuple(matmuls),
@@ -555,7 +576,9 @@ def _facts(df: pl.DataFrame, gpu_rows: pl.DataFrame, kept: list[Step], spec) -> 
     }
 
 
-def _waterfalls(steps: list[Step], gpu_rows: pl.DataFrame, C: iv.Intervals, M: iv.Intervals, ideal: dict[int, float]) -> list[Step]:
+def _waterfalls(
+    steps: list[Step], gpu_rows: pl.DataFrame, C: iv.Intervals, M: iv.Intervals, R: iv.Intervals, ideal: dict[int, float]
+) -> list[Step]:
     """Each step's MFU waterfall (when its MFU is known)."""
     mm = gpu_rows.filter(pl.col("kclass").is_in(list(waterfall.MATMUL_CLASSES)))
     MM = iv.union_of(mm)
@@ -582,14 +605,17 @@ def _waterfalls(steps: list[Step], gpu_rows: pl.DataFrame, C: iv.Intervals, M: i
             out.append(st)
             continue
         ws, we = st.start_ns, st.end_ns
-        c, m, mmw = iv.clip(C, ws, we), iv.clip(M, ws, we), iv.clip(MM, ws, we)
+        c, m = iv.clip(C, ws, we), iv.clip(M, ws, we)
+        r = iv.intersect(iv.clip(R, ws, we), c)  # recompute: compute time of recomputed forward ops
+        mmw = iv.subtract(iv.clip(MM, ws, we), r)
         x = iv.subtract(m, c)
-        nm = iv.subtract(c, mmw)
+        nm = iv.subtract(iv.subtract(c, mmw), r)
         fall = waterfall.build(
             T=st.gpu.window,
             idle=asdict(st.idle),
             exposed_comm=waterfall.exclusive([sp for sp in comm_spans if sp[0] < we and sp[1] > ws], x),
             exposed_memcpy=st.gpu.exposed_memcpy,
+            recompute=iv.length(r),
             non_matmul=waterfall.exclusive([sp for sp in nm_spans if sp[0] < we and sp[1] > ws], nm),
             matmul_ns=iv.length(mmw),
             ideal_ns=ideal.get(i, 0.0),
@@ -600,11 +626,12 @@ def _waterfalls(steps: list[Step], gpu_rows: pl.DataFrame, C: iv.Intervals, M: i
 
 
 def _step_flops(
-    df: pl.DataFrame, spans: pl.DataFrame, options: Options, spec: gpus.GpuSpec | None
+    df: pl.DataFrame, spans: pl.DataFrame, options: Options, spec: gpus.GpuSpec | None,
+    recomp: pl.DataFrame, recompute_flops: dict[int, float],
 ) -> tuple[dict[int, float] | None, dict[int, float], str | None, str | None]:
     """Model FLOPs per step index (the user's number, else the ops' recorded shapes; an op
     belongs to the step whose CPU span holds its start, on any thread), and the ns those FLOPs
-    would take at the peak of each op's own dtype."""
+    would take at the peak of each op's own dtype.  Recomputed FLOPs go to ``recompute_flops``."""
     from tracelens import flops as fl
 
     n = spans.height
@@ -631,7 +658,18 @@ def _step_flops(
         if counted.height == 0:
             return None, {}, None, "no matmul, convolution or attention ops with shapes: model FLOPs unknown (give --model-flops-per-step)"
         return None, {}, None, f"the shapes of all {unknown} matmul/conv/attention ops are unreadable: model FLOPs unknown"
-    ops = df.select("ts_ns").with_row_index("_row").join(counted, on="_row").drop_nulls("flops")
+    ops = df.select("pid", "tid", "ts_ns").with_row_index("_row").join(counted, on="_row").drop_nulls("flops")
+    if recomp.height:  # ops inside a recomputed forward op are not model FLOPs (PaLM's MFU)
+        inside = (
+            ops.select("_row", "pid", "tid", "ts_ns").sort("ts_ns")
+            .join_asof(recomp.select("pid", "tid", pl.col("ts_ns").alias("_rs"), "end").sort("_rs"),
+                       left_on="ts_ns", right_on="_rs", by=["pid", "tid"], strategy="backward", check_sortedness=False)
+            .filter(pl.col("_rs").is_not_null() & (pl.col("ts_ns") < pl.col("end")))
+            .get_column("_row")
+        )
+        ops = ops.with_columns(pl.col("_row").is_in(inside.implode()).alias("_recompute"))
+    else:
+        ops = ops.with_columns(pl.lit(False).alias("_recompute"))
     peaks = {d: (spec.peak(_PEAK_OF.get(d, spec.reference_dtype)) or ref) for d in ops.get_column("dtype").unique().to_list()} if spec else {}
     ops = ops.with_columns(
         (pl.col("flops") / pl.col("dtype").replace_strict(peaks, default=ref, return_dtype=pl.Float64) * 1e9).alias("ideal_ns")
@@ -647,9 +685,12 @@ def _step_flops(
                        left_on="ts_ns", right_on="start", strategy="backward")
             .filter(pl.col("_step").is_not_null() & (pl.col("ts_ns") <= pl.col("end")))
         )
-    per = {i: (f, t) for i, f, t in ops.group_by("_step").agg(pl.col("flops").sum(), pl.col("ideal_ns").sum()).iter_rows()}
+    model = ops.filter(~pl.col("_recompute"))
+    per = {i: (f, t) for i, f, t in model.group_by("_step").agg(pl.col("flops").sum(), pl.col("ideal_ns").sum()).iter_rows()}
+    rec = dict(ops.filter(pl.col("_recompute")).group_by("_step").agg(pl.col("flops").sum()).iter_rows())
     warn = f"{unknown} matmul/conv/attention ops have shapes tracelens cannot read: their FLOPs are left out" if unknown else None
     steps = range(max(n, 1))
+    recompute_flops.update({i: float(rec.get(i, 0.0)) for i in steps})
     return (
         {i: float(per.get(i, (0.0, 0.0))[0]) for i in steps},
         {i: float(per.get(i, (0.0, 0.0))[1] or 0.0) for i in steps} if spec else {},

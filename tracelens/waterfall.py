@@ -3,7 +3,7 @@ one bar per cause, as disjoint intervals of GPU time plus the ideal-vs-actual ma
 
 With T the window, the bars are the idle split (data loading, host launch, sync drain, launch
 latency, other), the pipeline bubble, exposed communication (by process group), exposed memcpy,
-non-matmul compute (by kernel class), matmul below peak (matmul time minus the time its FLOPs
+recompute (compute time of recomputed forward ops), non-matmul compute (by kernel class), matmul below peak (matmul time minus the time its FLOPs
 would take at peak), the signed FLOP-convention bar (ideal matmul time / T minus MFU: precision
 and counting conventions) and the MFU.  Everything but the last two is a length of GPU time,
 and those lengths partition T; so the fractions sum to exactly 1 (up to float rounding).
@@ -104,6 +104,7 @@ def build(
     idle: dict[str, int],
     exposed_comm: dict[str, int],
     exposed_memcpy: int,
+    recompute: int,
     non_matmul: dict[str, int],
     matmul_ns: int,
     ideal_ns: float,
@@ -121,6 +122,7 @@ def build(
     xc = sum(exposed_comm.values())
     bars.append(Bar("exposed_comm", "exposed communication", xc, xc / T, _parts(exposed_comm, T)))
     bars.append(Bar("exposed_memcpy", "exposed memcpy / memset", exposed_memcpy, exposed_memcpy / T))
+    bars.append(Bar("recompute", "recompute (activation checkpointing)", recompute, recompute / T))
     nm = sum(non_matmul.values())
     bars.append(Bar("non_matmul", "non-matmul kernels", nm, nm / T, _parts(non_matmul, T)))
     ideal = min(float(ideal_ns), float(matmul_ns))  # FLOPs beyond the kernel time: convention bar
