@@ -58,6 +58,7 @@ SCENARIOS = {
     "exposed_memcpy": lambda x: {"gpu": GpuTime(T, 0, T - int(x * T), 0, int(x * T), 0, int(x * T))},
     "non_matmul_heavy": lambda x: bar("non_matmul", x),
     "matmul_below_peak": lambda x: bar("matmul_below_peak", x),
+    "recompute_heavy": lambda x: bar("recompute", x),
     "pageable_memcpy": lambda x: fact(pageable_memcpy_ns=int(x * T)),
     "fp32_matmul": lambda x: fact(fp32_matmul_flops_share=x),
     "optimizer_kernels": lambda x: fact(optimizer_kernel_ns=int(x * T)),

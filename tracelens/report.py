@@ -29,9 +29,10 @@ def render_text(analysis: Analysis) -> str:
     mfus = [(r["rank"], r["mfu"]) for r in d["ranks"]]
     if job["mfu"] is not None:
         r0 = d["ranks"][0]["mfu"]
+        hfu = f", HFU {100 * r0['hfu']:.1f}% (with recompute)" if r0.get("hfu") and r0.get("recompute_flops") else ""
         lines.append(
-            f"MFU: {100 * job['mfu']:.1f}% of {r0['gpu_model']} dense peak ({r0['peak_flops'] / 1e12:.0f} TFLOP/s), "
-            f"model FLOPs from {r0['flops_source']}"
+            f"MFU: {100 * job['mfu']:.2f}% of {r0['gpu_model']} dense peak ({r0['peak_flops'] / 1e12:.0f} TFLOP/s), "
+            f"model FLOPs from {r0['flops_source']}{hfu}"
         )
     elif any(m["value"] is not None for _, m in mfus):
         lines.append("MFU: " + ", ".join(f"rank {rk} {100 * m['value']:.1f}%" for rk, m in mfus if m["value"] is not None))

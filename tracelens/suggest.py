@@ -145,6 +145,10 @@ RULES: tuple[Rule, ...] = (
     Rule("item_in_step", "Scalar reads from the GPU in every step (.item())",
          "Each .item() waits for the GPU to finish: keep losses and metrics on the GPU and read them every N steps.",
          _item_calls, 3.0, ".item() / _local_scalar_dense calls per step", removable=False),
+    Rule("recompute_heavy", "Activation recomputation costs a large share of the step",
+         "Checkpoint selectively (only attention or only every other layer: torch.utils.checkpoint on chosen blocks, "
+         "or a selective activation-checkpointing policy) when memory allows; offload activations instead.",
+         lambda r: _bar(r, "recompute"), 0.10, "recomputed forward ops, share of the step"),
     Rule("pipeline_bubble", "Pipeline bubbles: stages wait for each other",
          "Raise the number of micro-batches m, use interleaved 1F1B (virtual stages) or a zero-bubble schedule; rebalance stages.",
          lambda r: _idle(r, "pipeline_bubble"), 0.05, "GPU idle before pipeline send/recv, share of the step"),
