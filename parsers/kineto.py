@@ -145,13 +145,6 @@ def _str_col(values: list) -> pl.Series:
         return pl.Series([None if v is None else str(v) for v in values], dtype=pl.String)
 
 
-def _utf8_col(values: list[bytes]) -> pl.Series:
-    try:
-        return pl.Series(values, dtype=pl.Binary).cast(pl.String)
-    except pl.exceptions.PolarsError:  # invalid UTF-8 inside a string: keep it, replaced
-        return pl.Series([v.decode("utf-8", "replace") for v in values], dtype=pl.String)
-
-
 def _float_col(values: list) -> pl.Series:
     try:
         return pl.Series(values, dtype=pl.Float64)

@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import random
 
-import polars as pl
 
 from tests.conftest import shared_traces
 from tracelens.analysis import analyze

@@ -479,7 +479,10 @@ def _analyze_rank(df: pl.DataFrame, fi: int, meta, options: Options) -> RankResu
 
     recomp = recompute.find(df)
     recompute_flops: dict[int, float] = {}
-    step_flops, step_ideal, source, fwarn = _step_flops(df, spans, options, spec, recomp, recompute_flops)
+    from tracelens import flops as fl
+
+    counted = fl.count(df)  # once per rank: FLOPs, MFU, facts and the matmul table all read it
+    step_flops, step_ideal, source, fwarn = _step_flops(df, counted, spans, options, spec, recomp, recompute_flops)
     if recomp.height and has_gpu:  # GPU work launched from inside a recomputed forward op
         launched = (
             gpu_rows.select("ts_ns", "launch_ns", "launch_tid", "dur_ns").with_row_index("_g")
@@ -516,11 +519,11 @@ def _analyze_rank(df: pl.DataFrame, fi: int, meta, options: Options) -> RankResu
     rflops = sum(recompute_flops.get(i, 0.0) for i, s in enumerate(steps) if s in kept)
     hfu = (flops + rflops) / (peak * total.window / 1e9) if mfu is not None else None
     fall = waterfall.combine([s.waterfall for s in kept]) if all(s.waterfall for s in kept) else None
-    facts = _facts(df, gpu_rows, kept, spec) if has_gpu else {}
+    facts = _facts(df, counted, gpu_rows, kept, spec) if has_gpu else {}
     from tracelens import kernels as kt
 
     kernel_table = kt.by_name(gpu_rows) if has_gpu else []
-    matmuls = kt.matmul_efficiency(df, gpu_rows, spec) if has_gpu else []
+    matmuls = kt.matmul_efficiency(df, counted, gpu_rows, spec) if has_gpu else []
     if not has_gpu:
         warnings.append(f"{meta.path}: no GPU activity in the selected steps; GPU time is unknown")
     return RankResult(
@@ -550,15 +553,13 @@ def _analyze_rank(df: pl.DataFrame, fi: int, meta, options: Options) -> RankResu
     ), C
 
 
-def _facts(df: pl.DataFrame, gpu_rows: pl.DataFrame, kept: list[Step], spec) -> dict[str, Any]:
+def _facts(df: pl.DataFrame, counted: pl.DataFrame, gpu_rows: pl.DataFrame, kept: list[Step], spec) -> dict[str, Any]:
     """Measurements the suggestion rules need beyond the waterfall, over the steps kept."""
-    from tracelens import flops as fl
-
     lo, hi = min(s.start_ns for s in kept), max(s.end_ns for s in kept)
     g = gpu_rows.filter((pl.col("ts_ns") >= lo) & (pl.col("ts_ns") < hi))
     k = g.filter(pl.col("kind") == "kernel")
     names = pl.col("name").cast(pl.String)
-    counted = fl.count(df).drop_nulls("flops")
+    counted = counted.drop_nulls("flops")
     by_dtype = dict(counted.group_by("dtype").agg(pl.col("flops").sum()).iter_rows()) if counted.height else {}
     total_flops = sum(by_dtype.values()) or 0.0
     return {
@@ -626,13 +627,12 @@ def _waterfalls(
 
 
 def _step_flops(
-    df: pl.DataFrame, spans: pl.DataFrame, options: Options, spec: gpus.GpuSpec | None,
+    df: pl.DataFrame, counted: pl.DataFrame, spans: pl.DataFrame, options: Options, spec: gpus.GpuSpec | None,
     recomp: pl.DataFrame, recompute_flops: dict[int, float],
 ) -> tuple[dict[int, float] | None, dict[int, float], str | None, str | None]:
     """Model FLOPs per step index (the user's number, else the ops' recorded shapes; an op
     belongs to the step whose CPU span holds its start, on any thread), and the ns those FLOPs
     would take at the peak of each op's own dtype.  Recomputed FLOPs go to ``recompute_flops``."""
-    from tracelens import flops as fl
 
     n = spans.height
     ref = spec.peak(spec.reference_dtype) if spec else None
@@ -650,7 +650,6 @@ def _step_flops(
     if user is not None:
         f = float(user)
         return {i: f for i in range(max(n, 1))}, {i: f / ref * 1e9 for i in range(max(n, 1))} if ref else {}, source, None
-    counted = fl.count(df)
     unknown = counted.get_column("flops").null_count()
     if counted.height == unknown:  # nothing countable
         if not df.select(pl.col("args").str.contains('"Input Dims"', literal=True).any()).item():

@@ -8,7 +8,6 @@ from typing import Any
 import orjson
 import polars as pl
 
-from tracelens import flops as fl
 from tracelens.gpus import GpuSpec
 
 _ELEM_BYTES = {"bf16": 2, "fp16": 2, "fp32": 4, "fp8": 1, "fp64": 8, "int8": 1}
@@ -55,10 +54,13 @@ def _bytes(name: str, args: dict, dtype: str | None) -> int | None:
     return None
 
 
-def matmul_efficiency(df: pl.DataFrame, gpu_rows: pl.DataFrame, spec: GpuSpec | None, top: int = 20) -> list[dict[str, Any]]:
+def matmul_efficiency(
+    df: pl.DataFrame, counted: pl.DataFrame, gpu_rows: pl.DataFrame, spec: GpuSpec | None, top: int = 20
+) -> list[dict[str, Any]]:
     """Per (op, shapes, dtype): calls, FLOPs, kernel time, achieved TFLOP/s, % of the dtype's
-    peak, arithmetic intensity against the ridge point (peak / memory bandwidth)."""
-    counted = fl.count(df).drop_nulls("flops")
+    peak, arithmetic intensity against the ridge point (peak / memory bandwidth).  ``counted``
+    is tracelens.flops.count(df)."""
+    counted = counted.drop_nulls("flops")
     if counted.height == 0:
         return []
     ops = (
