@@ -26,6 +26,8 @@ def find(df: pl.DataFrame) -> pl.DataFrame:
         .filter((pl.col("kind") == "cpu_op") & pl.col("tid").is_not_null())
         .select("_row", "pid", "tid", "ts_ns", (pl.col("ts_ns") + pl.col("dur_ns")).alias("end"), pl.col("name").cast(pl.String))
     )
+    # only backward-pass frames and forward ops take part in the nesting test
+    ops = ops.filter(pl.col("name").str.starts_with(_EVAL) | pl.col("name").is_in(list(FORWARD)))
     threads = ops.filter(pl.col("name").str.starts_with(_EVAL)).select("pid", "tid").unique()
     if threads.height == 0:
         return pl.DataFrame(schema={"_row": pl.UInt32, "pid": pl.Int64, "tid": pl.Int64, "ts_ns": pl.Int64, "end": pl.Int64})
