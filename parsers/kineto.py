@@ -33,9 +33,9 @@ from tracelens.errors import ParseError
 from tracelens.kclass import classify, collective_from_kernel
 from tracelens.schema import TraceMeta, conform, empty_frame
 
-PARSER_VERSION = "1.3"
+PARSER_VERSION = "1.4"
 CHUNK_BYTES = 1 << 20
-ROWS_PER_BATCH = 32768
+ROWS_PER_BATCH = 8192
 
 Num = int | float | str | None
 
@@ -174,7 +174,7 @@ class _Builder:
     def __init__(self, keep_python: bool):
         self.keep_python = keep_python
         self.frames: list[pl.DataFrame] = []
-        self.flows: list[tuple[str, Any, Any, Any, float | None]] = []
+        self.flows: list[pl.DataFrame] = []  # ac2g flow ends: _ph, _flow_id, _pid, _tid, ts_ns
         self.meta_events: list[tuple] = []  # (name, pid, tid, raw args) of "M" events
         self.skipped: Counter[str] = Counter()
         self.counts: Counter[str] = Counter()
@@ -240,8 +240,16 @@ class _Builder:
         f_in = flow.filter(sel_mask)
         if f_in.any():
             fl = list(compress(sel, f_in.to_list()))
-            self.flows.extend(
-                zip([e.ph for e in fl], [e.id for e in fl], [e.pid for e in fl], [e.tid for e in fl], ts_sel.filter(f_in).to_list())
+            self.flows.append(  # kept as compact columns: a trace can hold as many flows as events
+                pl.DataFrame(
+                    {
+                        "_ph": pl.Series([e.ph for e in fl], dtype=pl.String),
+                        "_flow_id": _int_col([e.id for e in fl]),
+                        "_pid": _int_col([e.pid for e in fl]),
+                        "_tid": _int_col([e.tid for e in fl]),
+                        "ts_ns": ts_sel.filter(f_in),
+                    }
+                )
             )
         k_in = keep.filter(sel_mask)
         n = int(k_in.sum())
@@ -578,6 +586,8 @@ def _rows(raw: pl.DataFrame, builder: _Builder) -> pl.DataFrame:
         pl.lit(0, dtype=pl.Int32).alias("file"),
         pl.lit(-1, dtype=pl.Int32).alias("rank"),
     )
+    # a runtime call's args (External id, correlation, cbid) are all columns already
+    df = df.with_columns(pl.when(pl.col("kind") == "runtime").then(None).otherwise(pl.col("args")).alias("args"))
     no_tid = pl.col("kind").is_in(["cpu_op", "runtime", "python"]) & pl.col("tid").is_null()
     no_dev = pl.col("kind").is_in(["kernel", "memcpy", "memset"]) & pl.col("device").is_null()
     n_no_tid, n_no_dev = df.select(no_tid.sum().alias("a"), no_dev.sum().alias("b")).row(0)
@@ -678,15 +688,7 @@ def _fill_from_flows(df: pl.DataFrame, builder: _Builder) -> pl.DataFrame:
     if not builder.flows or not df.select(need.any()).item():
         builder.flows.clear()
         return df
-    flows = pl.DataFrame(
-        {
-            "_ph": [f[0] for f in builder.flows],
-            "_flow_id": _int_col([f[1] for f in builder.flows]),
-            "_pid": _int_col([f[2] for f in builder.flows]),
-            "_tid": _int_col([f[3] for f in builder.flows]),
-            "ts_ns": pl.Series([f[4] for f in builder.flows], dtype=pl.Int64),
-        }
-    ).unique(subset=["_pid", "_tid", "ts_ns", "_ph"], keep="first")
+    flows = pl.concat(builder.flows).unique(subset=["_pid", "_tid", "ts_ns", "_ph"], keep="first")
     builder.flows.clear()
     rows = (
         df.select("_is_dev", "kind", "correlation", "_pid", "_tid", "ts_ns")
