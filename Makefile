@@ -3,6 +3,7 @@ PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
 SAMPLE := sample_traces/job_2ranks
+SAMPLE_GPU := sample_traces/h100_bert_small
 
 .PHONY: demo test venv test-venv bench clean
 
@@ -22,6 +23,7 @@ test-venv: $(VENV)/.test-installed
 demo: $(VENV)/.installed
 	$(VENV)/bin/tracelens info $(SAMPLE)
 	$(VENV)/bin/tracelens report $(SAMPLE)
+	$(VENV)/bin/tracelens report $(SAMPLE_GPU)
 
 test: $(VENV)/.test-installed
 	$(PY) -m pytest -q

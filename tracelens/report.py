@@ -108,7 +108,8 @@ def render_text(analysis: Analysis) -> str:
         lines.append("")
         lines.append("suggestions (largest possible win first):")
         for sg in d["suggestions"][:8]:
-            up = f" — up to {100 * (sg['est_speedup'] - 1):.0f}% faster" if sg["est_speedup"] else ""
+            est = sg["est_speedup"]
+            up = "" if not est else f" — up to {est:.1f}x faster" if est >= 2 else f" — up to {100 * (est - 1):.0f}% faster"
             ev = sg["evidence"]
             num = f" ({ev['measure']}: {100 * ev['worst']:.1f}%)" if isinstance(ev.get("worst"), float) and ev["worst"] <= 1 else ""
             lines.append(f"  * {sg['title']}{num}{up}")

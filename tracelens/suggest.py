@@ -114,7 +114,7 @@ RULES: tuple[Rule, ...] = (
          lambda r: _idle(r, "launch_latency"), 0.10, "GPU idle with the next kernel already queued, share of the step"),
     Rule("low_gpu_utilization", "Low GPU utilization: the GPU is idle much of the step",
          "Find where the host spends the step (the idle bars say which part: data, launch, sync); overlap host work with GPU work.",
-         lambda r: _gpu(r, "idle"), 0.40, "GPU idle share of the step"),
+         lambda r: _gpu(r, "idle"), 0.40, "GPU idle share of the step", removable=False),  # the idle bars carry the estimates
     Rule("exposed_communication", "Communication is exposed (not overlapped with compute)",
          "Overlap communication with compute: DDP(bucket_cap_mb=25..100, gradient_as_bucket_view=True), FSDP "
          "forward/backward prefetch, async tensor parallel; check the slowest collectives and their bandwidth.",
