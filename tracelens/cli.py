@@ -36,7 +36,7 @@ def build_parser() -> argparse.ArgumentParser:
     p_info = sub.add_parser("info", help="what each trace file holds: rank, device, event counts, span, steps")
     _common(p_info)
     p_info.add_argument("--json", action="store_true", help="print the same as JSON")
-    p_rep = sub.add_parser("report", help="where the GPU time went: steps and the GPU-time partition per rank")
+    p_rep = sub.add_parser("report", help="where the GPU time went: MFU and its loss waterfall, steps, idle, communication, suggestions")
     _common(p_rep)
     p_rep.add_argument("-o", "--output", metavar="FILE", help="write the report here: .json (the versioned contract) or .txt; default: text on stdout")
     p_rep.add_argument("--steps", metavar="A:B", help="only ProfilerStep numbers A..B (N, A:B, :B, A:)")
