@@ -522,8 +522,11 @@ def _analyze_rank(df: pl.DataFrame, fi: int, meta, options: Options) -> RankResu
     facts = _facts(df, counted, gpu_rows, kept, spec) if has_gpu else {}
     from tracelens import kernels as kt
 
-    kernel_table = kt.by_name(gpu_rows) if has_gpu else []
-    matmuls = kt.matmul_efficiency(df, counted, gpu_rows, spec) if has_gpu else []
+    kernel_table = kt.by_name(df, counted, gpu_rows, spec) if has_gpu else []
+    matmuls = kt.matmul_efficiency(df, counted, gpu_rows, spec, top=None) if has_gpu else []
+    if fall is not None and matmuls:
+        fall = waterfall.with_parts(fall, "matmul_below_peak", kt.below_peak_by_shape(matmuls))
+    matmuls = matmuls[:20]
     if not has_gpu:
         warnings.append(f"{meta.path}: no GPU activity in the selected steps; GPU time is unknown")
     return RankResult(

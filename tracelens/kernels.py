@@ -14,21 +14,68 @@ _ELEM_BYTES = {"bf16": 2, "fp16": 2, "fp32": 4, "fp8": 1, "fp64": 8, "int8": 1}
 _PEAK_OF = {"bf16": "bf16", "fp16": "fp16", "fp32": "fp32", "fp8": "fp8", "fp64": "fp32"}
 
 
-def by_name(gpu_rows: pl.DataFrame, top: int = 30) -> list[dict[str, Any]]:
-    """Kernels grouped by name: class, count, total and mean time."""
+def by_name(df: pl.DataFrame, counted: pl.DataFrame, gpu_rows: pl.DataFrame, spec: GpuSpec | None, top: int = 30) -> list[dict[str, Any]]:
+    """Kernels grouped by name: class, count, total and mean time, and, for kernels launched
+    inside ops whose FLOPs are known (an op's FLOPs split among its kernels by duration), the
+    achieved TFLOP/s and the share of the op dtype's peak."""
     k = gpu_rows.filter(pl.col("kind") == "kernel")
     if k.height == 0:
         return []
+    linked = _kernel_ops(df, counted, k, spec)
+    if linked.height:
+        k = k.with_row_index("_k").join(linked.select("_k", "kflops", "kideal"), on="_k", how="left")
+    else:
+        k = k.with_columns(pl.lit(None, pl.Float64).alias("kflops"), pl.lit(None, pl.Float64).alias("kideal"))
     g = (
         k.group_by(pl.col("name").cast(pl.String), pl.col("kclass").cast(pl.String))
-        .agg(pl.len().alias("count"), pl.col("dur_ns").sum().alias("total_ns"), pl.col("dur_ns").mean().alias("mean_ns"))
+        .agg(
+            pl.len().alias("count"),
+            pl.col("dur_ns").sum().alias("total_ns"),
+            pl.col("dur_ns").mean().alias("mean_ns"),
+            pl.col("kflops").sum().alias("flops"),
+            pl.col("kideal").sum().alias("ideal_ns"),
+            pl.col("kflops").is_not_null().any().alias("has_flops"),
+        )
         .sort("total_ns", "name", descending=[True, False])
         .head(top)
     )
-    return [
-        {"name": n, "kclass": c, "count": cnt, "total_ns": int(t), "mean_ns": float(m)}
-        for n, c, cnt, t, m in g.iter_rows()
-    ]
+    out = []
+    for n, c, cnt, t, m, f, ideal, has in g.iter_rows():
+        out.append({
+            "name": n, "kclass": c, "count": cnt, "total_ns": int(t), "mean_ns": float(m),
+            "flops": f if has else None,
+            "achieved_tflops": (f / (t / 1e9) / 1e12) if (has and t) else None,
+            "of_peak": (ideal / t) if (has and t and ideal) else None,
+        })
+    return out
+
+
+def _kernel_ops(df: pl.DataFrame, counted: pl.DataFrame, kernels: pl.DataFrame, spec: GpuSpec | None) -> pl.DataFrame:
+    """Each kernel launched inside a counted op (on the launching thread, within the op's span):
+    ``_k`` (its row in ``kernels``), ``_row`` (the op's row), and its share of the op's FLOPs
+    and ideal time, split among the op's kernels by duration.  ``kernels`` needs the launch
+    columns the analysis adds (launch_ns, launch_tid, launch_known)."""
+    ops = (
+        df.select("pid", "tid", "ts_ns", "dur_ns").with_row_index("_row").join(counted.drop_nulls("flops"), on="_row")
+        .select("_row", pl.col("tid").alias("launch_tid"), pl.col("ts_ns").alias("_ots"),
+                (pl.col("ts_ns") + pl.col("dur_ns")).alias("_oend"), "flops", "dtype")
+        .sort("_ots")
+    )
+    if ops.height == 0 or "launch_ns" not in kernels.columns:
+        return pl.DataFrame(schema={"_k": pl.UInt32, "_row": pl.UInt32, "dur_ns": pl.Int64, "kflops": pl.Float64, "kideal": pl.Float64})
+    k = (
+        kernels.with_row_index("_k").filter(pl.col("launch_known") & pl.col("launch_tid").is_not_null())
+        .select("_k", "launch_ns", "launch_tid", "dur_ns").sort("launch_ns")
+        .join_asof(ops, left_on="launch_ns", right_on="_ots", by="launch_tid", strategy="backward", check_sortedness=False)
+        .filter(pl.col("_ots").is_not_null() & (pl.col("launch_ns") < pl.col("_oend")))
+    )
+    ref = spec.peak(spec.reference_dtype) if spec else None
+    peaks = {d: (spec.peak(_PEAK_OF.get(d or "", spec.reference_dtype)) or ref) for d in k.get_column("dtype").unique().to_list()} if spec else {}
+    ideal = (pl.col("flops") / pl.col("dtype").replace_strict(peaks, default=ref, return_dtype=pl.Float64) * 1e9) if spec else pl.lit(None, pl.Float64)
+    share = pl.col("dur_ns") / pl.col("dur_ns").sum().over("_row")
+    return k.with_columns((pl.col("flops") * share).alias("kflops"), (ideal * share).alias("kideal")).select(
+        "_k", "_row", "dur_ns", "kflops", "kideal"
+    )
 
 
 def _bytes(name: str, args: dict, dtype: str | None) -> int | None:
@@ -55,7 +102,7 @@ def _bytes(name: str, args: dict, dtype: str | None) -> int | None:
 
 
 def matmul_efficiency(
-    df: pl.DataFrame, counted: pl.DataFrame, gpu_rows: pl.DataFrame, spec: GpuSpec | None, top: int = 20
+    df: pl.DataFrame, counted: pl.DataFrame, gpu_rows: pl.DataFrame, spec: GpuSpec | None, top: int | None = 20
 ) -> list[dict[str, Any]]:
     """Per (op, shapes, dtype): calls, FLOPs, kernel time, achieved TFLOP/s, % of the dtype's
     peak, arithmetic intensity against the ridge point (peak / memory bandwidth).  ``counted``
@@ -63,22 +110,11 @@ def matmul_efficiency(
     counted = counted.drop_nulls("flops")
     if counted.height == 0:
         return []
-    ops = (
-        df.select("name", "external_id", "args").with_row_index("_row").join(counted, on="_row")
-        .filter(pl.col("external_id").is_not_null())
+    ops = df.select("name", "args").with_row_index("_row").join(counted, on="_row")
+    k = _kernel_ops(df, counted, gpu_rows.filter(pl.col("kind") == "kernel"), spec).group_by("_row").agg(
+        pl.col("dur_ns").sum().alias("kernel_ns")
     )
-    # a kernel's op: its own External id, else its launch's (ROCm kernels carry none)
-    launch_ext = (
-        df.filter(pl.col("kind").is_in(["runtime", "sync"]) & pl.col("correlation").is_not_null())
-        .group_by("correlation").agg(pl.col("external_id").first().alias("_lext"))
-    )
-    k = (
-        gpu_rows.filter(pl.col("kind") == "kernel")
-        .join(launch_ext, on="correlation", how="left")
-        .with_columns(pl.coalesce("external_id", "_lext").alias("_ext"))
-        .group_by("_ext").agg(pl.col("dur_ns").sum().alias("kernel_ns"))
-    )
-    joined = ops.join(k, left_on="external_id", right_on="_ext", how="inner").filter(pl.col("kernel_ns") > 0)
+    joined = ops.join(k, on="_row", how="inner").filter(pl.col("kernel_ns") > 0)
     if joined.height == 0:
         return []
     rows: dict[tuple, dict[str, Any]] = {}
@@ -105,6 +141,7 @@ def matmul_efficiency(
         ai = r["flops"] / r["bytes"] if (r.pop("bytes_known") and r["bytes"]) else None
         ridge = (peak / (spec.mem_tbps * 1e12)) if (spec and peak and spec.mem_tbps) else None
         r.update(
+            ideal_ns=(r["flops"] / peak * 1e9) if peak else None,
             achieved_tflops=achieved / 1e12,
             of_peak=(achieved / peak) if peak else None,
             arithmetic_intensity=ai,
@@ -112,4 +149,16 @@ def matmul_efficiency(
         )
         out.append(r)
     out.sort(key=lambda r: (-r["kernel_ns"], r["op"], r["shapes"]))
-    return out[:top]
+    return out if top is None else out[:top]
+
+
+def below_peak_by_shape(matmuls: list[dict[str, Any]]) -> dict[str, float]:
+    """Each op shape's kernel time beyond its FLOPs at peak (the weights that split the
+    matmul-below-peak bar by shape)."""
+    out: dict[str, float] = {}
+    for m in matmuls:
+        if m.get("ideal_ns") is None:
+            continue
+        key = f"{m['op']} {m['shapes']} {m['dtype']}"
+        out[key] = out.get(key, 0.0) + max(m["kernel_ns"] - m["ideal_ns"], 0.0)
+    return out

@@ -149,3 +149,22 @@ def combine(falls: list[Waterfall | None]) -> Waterfall | None:
             parts.update({p["key"]: p["ns"] for p in w.bars[i].parts})
         out.append(Bar(b.key, b.label, ns, weighted / T, _parts(dict(parts), T)))
     return Waterfall(T, tuple(out))
+
+
+def with_parts(fall: Waterfall, key: str, weights: dict[str, float], top: int = 12) -> Waterfall:
+    """Split bar ``key`` into parts in proportion to ``weights`` (the largest ``top``, the rest
+    as "other"); integer ns that sum exactly to the bar."""
+    bars = list(fall.bars)
+    i = next((j for j, b in enumerate(bars) if b.key == key), None)
+    total_w = sum(w for w in weights.values() if w > 0)
+    if i is None or total_w <= 0 or bars[i].ns <= 0:
+        return fall
+    b = bars[i]
+    ranked = sorted(((k, w) for k, w in weights.items() if w > 0), key=lambda kv: (-kv[1], kv[0]))
+    head, tail = ranked[:top], ranked[top:]
+    if tail:
+        head.append(("other shapes", sum(w for _, w in tail)))
+    ns = {k: int(b.ns * w // total_w) for k, w in head}
+    ns[head[0][0]] += b.ns - sum(ns.values())
+    bars[i] = Bar(b.key, b.label, b.ns, b.fraction, _parts(ns, fall.window_ns))
+    return Waterfall(fall.window_ns, tuple(bars))
