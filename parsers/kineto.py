@@ -226,7 +226,8 @@ class _Builder:
             py = keep & (cat_s.fill_null("") == "python_function")
             self.skipped["python_function"] += int(py.sum())
             keep &= ~py
-        flow = ph_s.is_in(["s", "f", "t"]) & cat_s.is_in(list(_FLOW_CATS))
+        flow = (ph_s.is_in(["s", "f", "t"]) & cat_s.is_in(list(_FLOW_CATS))).fill_null(False)
+        keep = keep.fill_null(False)  # a null category must not leave a null in a mask
         meta_rows = ph_s == "M"
         if meta_rows.any():
             for i in meta_rows.arg_true().to_list():
@@ -312,7 +313,10 @@ def _args_text(rargs: list) -> pl.Series:
         text = joined.decode("utf-8")
     except UnicodeDecodeError:
         text = joined.decode("utf-8", "replace")
-    return pl.Series([text], dtype=pl.String).str.split("\x00").explode().alias("args")
+    out = pl.Series([text], dtype=pl.String).str.split("\x00").explode().alias("args")
+    if out.len() != len(rargs):  # a raw NUL inside a string (invalid JSON the decoder let through)
+        out = pl.Series("args", [bytes(r).decode("utf-8", "replace") for r in rargs], dtype=pl.String)
+    return out
 
 
 def _decode_args(rargs: tuple[msgspec.Raw, ...]) -> list[_Args]:
