@@ -456,6 +456,7 @@ def _finish(builder: _Builder, meta: TraceMeta, top: dict) -> pl.DataFrame:
     """The steps that need the whole file: flows, collective records onto kernels, sequence
     numbers, the device this rank ran on.  Row-local work was done chunk by chunk."""
     builder.flush()
+    _release_freed_memory()
     _fill_meta(meta, top, builder)
     c = builder.counts
     for key, msg in (
@@ -497,6 +498,22 @@ def _finish(builder: _Builder, meta: TraceMeta, top: dict) -> pl.DataFrame:
     return conform(df.with_columns(pl.lit(-1 if meta.rank is None else meta.rank, dtype=pl.Int32).alias("rank")))
 
 
+def _release_freed_memory() -> None:
+    """Hand the memory of the decoded chunks (freed Python objects) back to the system before the
+    whole-file steps, so that they do not stack on it (glibc only; elsewhere a no-op)."""
+    global _malloc_trim
+    if _malloc_trim is None:
+        try:
+            import ctypes
+
+            _malloc_trim = ctypes.CDLL("libc.so.6").malloc_trim
+        except (OSError, AttributeError):
+            _malloc_trim = False
+    if _malloc_trim:
+        _malloc_trim(0)
+
+
+_malloc_trim = None
 _DEVICE_CATS = ["kernel", "gpu_memcpy", "memcpy", "gpu_memset", "memset", "gpu_user_annotation", "cuda_sync"]
 _KEEP_TEMP = ("_pid", "_tid", "_is_dev")  # needed by the whole-file steps, dropped by conform
 
@@ -779,9 +796,13 @@ def _collective_from_c10d_op(df: pl.DataFrame, host: pl.Expr) -> pl.DataFrame:
     )
     if need.height == 0:
         return df
+    # match on the distinct names, not on a String copy of the whole column
+    c10d = [n for n in df.get_column("name").unique().cast(pl.String).to_list() if n and n.startswith("c10d::")]
+    if not c10d:
+        return df
     ops = (
         df.select("kind", "name", "pid", "tid", "ts_ns", "dur_ns")
-        .filter((pl.col("kind") == "cpu_op") & pl.col("name").cast(pl.String).str.starts_with("c10d::"))
+        .filter((pl.col("kind") == "cpu_op") & pl.col("name").cast(pl.String).is_in(c10d))
         .select("pid", "tid", pl.col("ts_ns").alias("_ots"), (pl.col("ts_ns") + pl.col("dur_ns")).alias("_oend"),
                 pl.col("name").cast(pl.String).alias("_op"))
         .sort("_ots")
