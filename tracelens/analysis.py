@@ -794,17 +794,17 @@ def partition(C: iv.Intervals, M: iv.Intervals, Y: iv.Intervals, start: int, end
     c = iv.clip(C, start, end)
     m = iv.clip(M, start, end)
     y = iv.clip(Y, start, end)
-    busy = iv.union(iv.union(c, m), y)
     window = max(end - start, 0)
-    idle = window - iv.length(busy)
-    x = iv.subtract(m, c)
-    z = iv.subtract(y, iv.union(c, m))
+    x = iv.subtract(m, c)  # exposed communication
+    z = iv.subtract(iv.subtract(y, c), m)  # exposed copies: Y \ (C ∪ M)
+    # C, X and Z are disjoint and their union is the busy time, so idle is what is left
+    compute, exposed_comm, exposed_memcpy = iv.length(c), iv.length(x), iv.length(z)
     return GpuTime(
         window=window,
-        idle=idle,
-        compute=iv.length(c),
-        exposed_comm=iv.length(x),
-        exposed_memcpy=iv.length(z),
+        idle=window - compute - exposed_comm - exposed_memcpy,
+        compute=compute,
+        exposed_comm=exposed_comm,
+        exposed_memcpy=exposed_memcpy,
         comm=iv.length(m),
         memcpy=iv.length(y),
     )
