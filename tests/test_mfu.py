@@ -236,3 +236,17 @@ def test_recompute_with_torch_checkpoint(tmp_path):
     assert inside.get_column("flops").sum() == 2 * (2 * 32 * 64 * 128)
     # ... and the rest is exactly the model FLOPs of the step without checkpointing
     assert total - inside.get_column("flops").sum() == model_flops
+
+
+@pytest.mark.parametrize(
+    "rel,peak",
+    [("amd-tracelens/h100/Qwen_Qwen1.5-0.5B-Chat__1016005.json.gz", 989.4e12), ("amd-tracelens/b200/eager_trace.json.gz", 2250e12)],
+)
+def test_matmul_efficiency_never_exceeds_the_peak(rel, peak):
+    """No matmul op shape nor kernel name of the public H100 and B200 traces runs above the
+    dense peak of its dtype; the B200 trace's small GEMMs (M=888) reach about 18%."""
+    r = analyze(load([shared_traces() / rel], use_cache=False)).to_dict()["ranks"][0]
+    assert r["mfu"]["peak_flops"] == pytest.approx(peak)
+    effs = [m["of_peak"] for m in r["matmul_efficiency"]] + [k["of_peak"] for k in r["kernels"] if k["of_peak"] is not None]
+    assert effs and max(effs) <= 1.0
+    assert all(m["achieved_tflops"] * 1e12 <= peak for m in r["matmul_efficiency"])
