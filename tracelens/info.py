@@ -7,6 +7,7 @@ from typing import Any
 import polars as pl
 
 from tracelens.load import Trace
+from tracelens.units import fmt_bytes, fmt_ns
 from tracelens.schema import KINDS
 
 
@@ -69,28 +70,6 @@ def summarize(trace: Trace) -> dict[str, Any]:
     return {"files": files, "warnings": list(trace.warnings)}
 
 
-def _fmt_ns(ns: int | None) -> str:
-    if ns is None:
-        return "-"
-    if ns >= 1_000_000_000:
-        return f"{ns / 1e9:.3f} s"
-    if ns >= 1_000_000:
-        return f"{ns / 1e6:.2f} ms"
-    if ns >= 1_000:
-        return f"{ns / 1e3:.1f} µs"
-    return f"{ns} ns"
-
-
-def _fmt_bytes(n: int | None) -> str:
-    if n is None:
-        return "-"
-    for unit in ("B", "KB", "MB", "GB"):
-        if n < 1000 or unit == "GB":
-            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
-        n /= 1000
-    return f"{n:.1f} TB"
-
-
 def _steps_text(steps: list[int]) -> str:
     if not steps:
         return "none (the whole trace is one step)"
@@ -113,15 +92,15 @@ def render_text(summary: dict[str, Any]) -> str:
                 dev_txt += ", the trace has no deviceProperties"
         lines.append(f"{f['path']}")
         lines.append(
-            f"  format      {f['format']} ({f['trace_schema']} schema), {_fmt_bytes(f['size_bytes'])} on disk, "
-            f"{_fmt_bytes(f['uncompressed_bytes'])} of JSON"
+            f"  format      {f['format']} ({f['trace_schema']} schema), {fmt_bytes(f['size_bytes'])} on disk, "
+            f"{fmt_bytes(f['uncompressed_bytes'])} of JSON"
         )
         lines.append(f"  rank        {f['rank']}{ws} (from {f['rank_source']})" + (f", backend {f['backend']}" if f["backend"] else ""))
         lines.append(f"  device      {dev_txt}")
         nz = [(k, v) for k, v in f["counts"].items() if v]
         lines.append(f"  events      {f['events']:,}: " + ", ".join(f"{k} {v:,}" for k, v in nz))
         sp = f["span"]
-        lines.append(f"  span        {_fmt_ns(sp['dur_ns']) if sp else '-'}")
+        lines.append(f"  span        {fmt_ns(sp['dur_ns']) if sp else '-'}")
         lines.append(f"  steps       {_steps_text(f['steps'])}")
         for w in f["warnings"]:
             lines.append(f"  warning     {w}")

@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from tracelens.analysis import Analysis
-from tracelens.info import _fmt_ns
+from tracelens.units import fmt_ns
 
 
 def render_json(analysis: Analysis) -> bytes:
@@ -40,7 +40,7 @@ def render_text(analysis: Analysis) -> str:
         lines.append("MFU: unknown (see the warnings)")
     st = job["step_time_ns"]
     if st["mean"] is not None:
-        lines.append(f"step time: mean {_fmt_ns(st['mean'])}, p50 {_fmt_ns(st['p50'])}, max {_fmt_ns(st['max'])} (warm-up step excluded)")
+        lines.append(f"step time: mean {fmt_ns(st['mean'])}, p50 {fmt_ns(st['p50'])}, max {fmt_ns(st['max'])} (warm-up step excluded)")
     g = job["gpu_time_ns"]
     if g:
         w = sum(g[k] for k in ("idle", "compute", "exposed_comm", "exposed_memcpy"))
@@ -57,7 +57,7 @@ def render_text(analysis: Analysis) -> str:
         w = r["window_ns"]
         name = (r["device"]["name"] or "unknown GPU")[:24]
         lines.append(
-            f"{r['rank']:>4}  {name:<24} {len(r['steps']):>5} {_fmt_ns(mean):>10} "
+            f"{r['rank']:>4}  {name:<24} {len(r['steps']):>5} {fmt_ns(mean):>10} "
             + (f"{100 * r['mfu']['value']:5.1f}% " if r["mfu"]["value"] is not None else f"{'-':>6} ")
             + " ".join(f"{_pct(g[k] if g else None, w):>8}" for k in ("compute", "idle", "exposed_comm", "exposed_memcpy"))
         )
@@ -78,7 +78,7 @@ def render_text(analysis: Analysis) -> str:
         lines.append("input-bound steps (GPU waiting for the DataLoader; >= 20% highly, >= 5% moderately):")
         for rank, s in bound[:8]:
             dl = s["data_loading"]
-            lines.append(f"  rank {rank} {s['name']}: {dl['input_bound']}, {100 * dl['fraction']:.1f}% of the step ({_fmt_ns(dl['gpu_idle_ns'])})")
+            lines.append(f"  rank {rank} {s['name']}: {dl['input_bound']}, {100 * dl['fraction']:.1f}% of the step ({fmt_ns(dl['gpu_idle_ns'])})")
     comm = d["communication"]["by_group"]
     if comm:
         lines.append("")
@@ -87,10 +87,10 @@ def render_text(analysis: Analysis) -> str:
         for g in comm[:10]:
             grp = (g["group"] or "?") + (f" ({g['group_desc']})" if g["group_desc"] else "")
             bw = f"{g['busbw_gbps_median']:.1f} GB/s" if g["busbw_gbps_median"] is not None else "-"
-            wait = _fmt_ns(g["wait_ns"]) if g["wait_ns"] is not None else "-"
+            wait = fmt_ns(g["wait_ns"]) if g["wait_ns"] is not None else "-"
             lines.append(
-                f"  {grp[:14]:<14} {(g['collective'] or '?'):<14} {g['count']:>6} {_fmt_ns(g['time_ns']):>10} "
-                f"{_fmt_ns(g['exposed_ns']):>10} {wait:>10} {bw:>11}"
+                f"  {grp[:14]:<14} {(g['collective'] or '?'):<14} {g['count']:>6} {fmt_ns(g['time_ns']):>10} "
+                f"{fmt_ns(g['exposed_ns']):>10} {wait:>10} {bw:>11}"
             )
     if job["stragglers"]:
         lines.append("")
@@ -124,7 +124,7 @@ def render_text(analysis: Analysis) -> str:
         for dur, rank, s in worst:
             g = s["gpu_time_ns"]
             idle = f", idle {_pct(g['idle'], dur).strip()}" if g else ""
-            lines.append(f"  rank {rank} {s['name']}: {_fmt_ns(dur)}{idle}")
+            lines.append(f"  rank {rank} {s['name']}: {fmt_ns(dur)}{idle}")
     if d["warnings"]:
         lines.append("")
         lines.extend(f"warning: {w}" for w in d["warnings"])
