@@ -353,3 +353,33 @@ def test_waterfall_sums_to_one(kernels, n_steps, dtype):
         assert w[-1]["key"] == "mfu"
         assert abs(sum(b["fraction"] for b in w) - 1.0) < 1e-9
         assert all(b["fraction"] >= -1e-12 for b in w if b["key"] != "flop_convention")
+
+
+def test_report_has_the_design_contract_keys(tmp_path):
+    """DESIGN.md §5: the keys users' scripts read."""
+    import subprocess
+    import sys
+
+    out = tmp_path / "r.json"
+    r = subprocess.run([sys.executable, "-m", "tracelens", "report", "sample_traces/h100_bert_small", "-o", str(out)],
+                       capture_output=True, text=True, cwd=ROOT)
+    assert r.returncode == 0, r.stderr
+    d = json.loads(out.read_text())
+    assert set(d) >= {"schema_version", "tool", "inputs", "warnings", "job", "ranks", "suggestions"}
+    assert set(d["inputs"][0]) >= {"path", "format", "rank", "size_bytes"}
+    assert set(d["job"]) >= {"ranks", "mfu", "step_time_ns", "waterfall", "stragglers"}
+    assert set(d["job"]["step_time_ns"]) == {"mean", "p50", "max"}
+    rk = d["ranks"][0]
+    assert set(rk) >= {"rank", "device", "window", "window_ns", "clock_offset_ns", "steps", "gpu_time_ns", "idle_ns", "mfu",
+                       "waterfall", "pipeline", "critical_path"}
+    assert set(rk["device"]) >= {"name", "peak_flops"} and rk["device"]["peak_flops"]["bf16"] > 0
+    assert set(rk["window"]) == {"start_ns", "end_ns"}
+    assert set(rk["steps"][0]) >= {"step", "start_ns", "dur_ns"}
+    assert set(rk["gpu_time_ns"]) == {"idle", "compute", "exposed_comm", "exposed_memcpy", "comm", "memcpy"}
+    assert set(rk["idle_ns"]) == {"data_loading", "host_launch", "sync", "launch_latency", "pipeline_bubble", "other"}
+    assert set(rk["mfu"]) >= {"value", "model_flops", "flops_source"}
+    assert set(rk["pipeline"]) == {"stage", "bubble_ns", "bubble_fraction"}
+    for b in rk["waterfall"]:
+        assert set(b) >= {"key", "label", "fraction", "ns"}
+    for sg in d["suggestions"]:
+        assert set(sg) >= {"id", "title", "detail", "evidence", "ranks", "est_speedup"}

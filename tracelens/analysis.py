@@ -301,6 +301,13 @@ def _rank_dict(r: RankResult) -> dict[str, Any]:
         "waterfall": r.waterfall.to_list() if r.waterfall else [],
         "kernels": list(r.kernels),
         "matmul_efficiency": list(r.matmuls),
+        # the pipeline and critical-path analyses are later issues: what is known now
+        "pipeline": {
+            "stage": None,
+            "bubble_ns": r.idle.pipeline_bubble if r.idle else None,
+            "bubble_fraction": (r.idle.pipeline_bubble / r.gpu.window) if (r.idle and r.gpu and r.gpu.window) else None,
+        },
+        "critical_path": None,
     }
 
 
