@@ -31,7 +31,7 @@ from parsers.jsonstream import stream_events
 from tracelens.collectives import P2P, dtype_bytes, normalize_collective
 from tracelens.errors import ParseError
 from tracelens.kclass import classify, collective_from_kernel
-from tracelens.schema import TraceMeta, conform, empty_frame
+from tracelens.schema import TraceMeta, conform, conform_exprs, empty_frame
 
 PARSER_VERSION = "1.4"
 CHUNK_BYTES = 1 << 20
@@ -521,9 +521,14 @@ _KEEP_TEMP = ("_pid", "_tid", "_is_dev")  # needed by the whole-file steps, drop
 def _rows(raw: pl.DataFrame, builder: _Builder) -> pl.DataFrame:
     """Row-local normalisation of one chunk into the event schema (plus _KEEP_TEMP)."""
     c = builder.counts
-    c["neg_dur"] += raw.select((pl.col("dur") < 0).sum()).item()
-    c["no_dur"] += raw.select(pl.col("dur").is_null().sum()).item()
-    c["old_schema"] += raw.select(pl.col("cat").is_in(["Operator", "Kernel", "Runtime"]).sum()).item()
+    neg, nodur, old = raw.select(
+        (pl.col("dur") < 0).sum().alias("a"),
+        pl.col("dur").is_null().sum().alias("b"),
+        pl.col("cat").is_in(["Operator", "Kernel", "Runtime"]).sum().alias("c"),
+    ).row(0)
+    c["neg_dur"] += neg
+    c["no_dur"] += nodur
+    c["old_schema"] += old
     cat_l = pl.col("cat").str.to_lowercase()
     colls = raw.get_column("coll_name").drop_nulls().unique().to_list()
     df = raw.with_columns(
@@ -616,7 +621,7 @@ def _rows(raw: pl.DataFrame, builder: _Builder) -> pl.DataFrame:
     c["no_dev"] += n_no_dev
     if n_no_tid or n_no_dev:
         df = df.filter(~(no_tid | no_dev))
-    return conform(df).hstack(df.select(_KEEP_TEMP))
+    return df.select(conform_exprs(df.columns) + list(_KEEP_TEMP))
 
 
 _BACKEND_ANN = r"^(gloo|nccl|rccl|mpi|ucc|xccl):"

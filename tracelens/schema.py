@@ -119,15 +119,17 @@ def empty_frame() -> pl.DataFrame:
     return pl.DataFrame(schema=EVENT_SCHEMA)
 
 
+def conform_exprs(columns: list[str]) -> list[pl.Expr]:
+    """Expressions that turn a frame with ``columns`` into EVENT_SCHEMA (missing ones null)."""
+    return [
+        pl.col(col).cast(dtype) if col in columns else pl.lit(None, dtype=dtype).alias(col)
+        for col, dtype in EVENT_SCHEMA.items()
+    ]
+
+
 def conform(df: pl.DataFrame) -> pl.DataFrame:
     """Add missing columns as nulls, cast to the schema's dtypes and order the columns."""
-    exprs = []
-    for col, dtype in EVENT_SCHEMA.items():
-        if col in df.columns:
-            exprs.append(pl.col(col).cast(dtype))
-        else:
-            exprs.append(pl.lit(None, dtype=dtype).alias(col))
-    return df.select(exprs)
+    return df.select(conform_exprs(df.columns))
 
 
 def validate(df: pl.DataFrame) -> pl.DataFrame:
