@@ -4,13 +4,13 @@ Both schemas are read: the current one (``cpu_op``, ``kernel``, ``cuda_runtime``
 id``) and the 2021 one (``Operator``, ``Kernel``, ``Runtime``, ``external id``), CUDA and ROCm,
 GPU-only and CPU-only, µs-float and ns-resolution timestamps, ids above int64.
 
-How it stays fast and small: the file's bytes are split into chunks of whole events without
-building a Python object per event for the whole file.  A chunk boundary is a ``}`` ``,`` ``{``
-between two events of the ``traceEvents`` array; a boundary found by the fast byte search is
-*proved* by decoding the chunk (a cut inside a string or a nested value always leaves the
-chunk unbalanced, which the decoder rejects).  Each chunk is decoded by msgspec into small
+How it stays fast and small: ``parsers.jsonstream`` hands over the ``traceEvents`` array in
+chunks of whole events, decompressing as it goes.  Each chunk is decoded by msgspec into small
 typed structs holding only the fields the analysis needs (unknown keys are skipped by the
-decoder, in C), turned into columns, and dropped before the next chunk.
+decoder, in C; the raw ``args`` text is kept as a string column), turned into columns without a
+Python loop over the events, normalised in batches of rows (kinds, kernel classes, collectives,
+ns times) and dropped before the next chunk.  Only the steps that need the whole file (flows,
+collective records onto kernels, sequence numbers) run at the end.
 """
 
 from __future__ import annotations
