@@ -155,17 +155,16 @@ def _float_col(values: list) -> pl.Series:
 def decimal_us_to_ns(text: pl.Series) -> pl.Series:
     """Decimal µs strings ("1712195495519689.047") to int ns, exactly, rounding past the 3rd
     decimal; exponent notation goes through a float; null where the text is not a number."""
-    plain = text.str.contains(r"^-?\d+(\.\d*)?$")
-    neg = text.str.starts_with("-")
-    parts = text.str.strip_prefix("-").str.split_exact(".", 1)
+    t = pl.col("t")
+    parts = t.str.strip_prefix("-").str.split_exact(".", 1)
     whole = parts.struct.field("field_0").cast(pl.Int64, strict=False)
     frac4 = parts.struct.field("field_1").fill_null("").str.slice(0, 4).str.pad_end(4, "0").cast(pl.Int64, strict=False)
-    whole = pl.select(pl.when(whole.abs() < _MAX_US).then(whole)).to_series()
-    mag = whole * 1000 + (frac4 + 5) // 10
-    f = text.cast(pl.Float64, strict=False)
-    as_float = pl.select(pl.when(f.abs() < _MAX_US).then((f * 1000.0).round().cast(pl.Int64, strict=False))).to_series()
-    out = pl.select(pl.when(plain).then(pl.when(neg).then(-mag).otherwise(mag)).otherwise(as_float)).to_series()
-    return out.alias(text.name)
+    mag = pl.when(whole.abs() < _MAX_US).then(whole * 1000 + (frac4 + 5) // 10)
+    f = t.cast(pl.Float64, strict=False)
+    as_float = pl.when(f.abs() < _MAX_US).then((f * 1000.0).round().cast(pl.Int64, strict=False))
+    exact = pl.when(t.str.starts_with("-")).then(-mag).otherwise(mag)
+    out = pl.when(t.str.contains(r"^-?\d+(\.\d*)?$")).then(exact).otherwise(as_float)
+    return pl.DataFrame({"t": text}).select(out.alias(text.name)).to_series()
 
 
 class _Builder:
@@ -193,19 +192,20 @@ class _Builder:
         if self.exact_ts:
             return decimal_us_to_ns(_args_text(ts))
         try:
-            whole = pl.Series(ts, dtype=pl.Int64)
-            return pl.select(pl.when(whole.abs() < _MAX_US).then(whole * 1000)).to_series()
+            whole = pl.Series("w", ts, dtype=pl.Int64)
+            return whole.to_frame().select(pl.when(pl.col("w").abs() < _MAX_US).then(pl.col("w") * 1000)).to_series()
         except (TypeError, OverflowError, pl.exceptions.PolarsError):
             pass
-        f = _float_col(ts)
-        big = f.abs() >= _EXACT_FLOAT_US
-        if chunk is not None and big.any() and (f != f.round()).filter(big).any():
+        f = pl.col("f")
+        frame = _float_col(ts).alias("f").to_frame()
+        needs_text = frame.select(((f.abs() >= _EXACT_FLOAT_US) & (f != f.round())).any()).item()
+        if chunk is not None and needs_text:
             self.exact_ts = True
             raw = _DEC_TS.decode(chunk)
             idx = which.arg_true().to_list() if which is not None else range(len(raw))
             return decimal_us_to_ns(_args_text([raw[i].ts for i in idx]))
         # whole µs (ints mixed with floats) multiply exactly as integers
-        return pl.select(
+        return frame.select(
             pl.when(f.abs() >= _MAX_US)  # past the year 2262 in epoch µs: not a time int64 ns can hold
             .then(None)
             .when(f == f.round())
@@ -218,27 +218,34 @@ class _Builder:
         if not evs:
             return
         self.events += len(evs)
-        ph_s = pl.Series([e.ph for e in evs], dtype=pl.String)
-        cat_s = _str_col([e.cat for e in evs])
-        self.with_ph += int((ph_s != "").sum())
-        keep = (ph_s == "X") & (cat_s.fill_null("") != "Trace")
+        # every mask in one polars call (each Series operation would be a call of its own)
+        ph, cat = pl.col("ph"), pl.col("cat").fill_null("")
+        keep = (ph == "X") & (cat != "Trace")
+        python = keep & (cat == "python_function")
         if not self.keep_python:
-            py = keep & (cat_s.fill_null("") == "python_function")
-            self.skipped["python_function"] += int(py.sum())
-            keep &= ~py
-        flow = (ph_s.is_in(["s", "f", "t"]) & cat_s.is_in(list(_FLOW_CATS))).fill_null(False)
-        keep = keep.fill_null(False)  # a null category must not leave a null in a mask
-        meta_rows = ph_s == "M"
-        if meta_rows.any():
-            for i in meta_rows.arg_true().to_list():
+            keep = keep & ~python
+        flow = ph.is_in(["s", "f", "t"]) & cat.is_in(list(_FLOW_CATS))
+        m = pl.DataFrame({"ph": pl.Series([e.ph for e in evs], dtype=pl.String), "cat": _str_col([e.cat for e in evs])}).select(
+            keep.alias("keep"), flow.alias("flow"), (keep | flow).alias("sel"), (ph == "M").alias("meta"),
+            (ph != "").alias("with_ph"), python.alias("python"),
+        )
+        with_ph, n_python, n_sel, n_meta = m.select(
+            pl.col("with_ph").sum(), pl.col("python").sum(), pl.col("sel").sum(), pl.col("meta").sum()
+        ).row(0)
+        self.with_ph += with_ph
+        if not self.keep_python:
+            self.skipped["python_function"] += n_python
+        if n_meta:
+            for i in m.get_column("meta").arg_true().to_list():
                 e = evs[i]
                 self.meta_events.append((e.name, e.pid, e.tid, e.args))
         # timestamps of the events we keep and of the flows, converted together (same method)
-        sel_mask = keep | flow
-        sel = list(compress(evs, sel_mask.to_list())) if not sel_mask.all() else evs
+        sel_mask = m.get_column("sel")
+        sel = list(compress(evs, sel_mask.to_list())) if n_sel < len(evs) else evs
         del evs
         ts_sel = self.timestamps([e.ts for e in sel], chunk, sel_mask)
-        f_in = flow.filter(sel_mask)
+        inner = m.filter(pl.col("sel"))
+        f_in, k_in = inner.get_column("flow"), inner.get_column("keep")
         if f_in.any():
             fl = list(compress(sel, f_in.to_list()))
             self.flows.append(  # kept as compact columns: a trace can hold as many flows as events
@@ -252,7 +259,6 @@ class _Builder:
                     }
                 )
             )
-        k_in = keep.filter(sel_mask)
         n = int(k_in.sum())
         if n == 0:
             return
