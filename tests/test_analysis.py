@@ -149,12 +149,16 @@ def test_real_traces_partition_exactly():
     assert checked >= 15
 
 
-def test_report_cli_json_and_text(tmp_path):
+def report_json(tmp_path, trace: str) -> dict:
+    """``tracelens report TRACE -o r.json`` in a subprocess; the parsed report."""
     out = tmp_path / "r.json"
-    r = subprocess.run([sys.executable, "-m", "tracelens", "report", "sample_traces/job_2ranks", "-o", str(out)],
-                       capture_output=True, text=True, cwd=ROOT)
+    r = subprocess.run([sys.executable, "-m", "tracelens", "report", trace, "-o", str(out)], capture_output=True, text=True, cwd=ROOT)
     assert r.returncode == 0, r.stderr
-    d = json.loads(out.read_text())
+    return json.loads(out.read_text())
+
+
+def test_report_cli_json_and_text(tmp_path):
+    d = report_json(tmp_path, "sample_traces/job_2ranks")
     assert d["schema_version"] == 1 and d["job"]["ranks"] == 2
     assert [x["rank"] for x in d["ranks"]] == [0, 1]
     for rk in d["ranks"]:
@@ -357,14 +361,7 @@ def test_waterfall_sums_to_one(kernels, n_steps, dtype):
 
 def test_report_has_the_design_contract_keys(tmp_path):
     """DESIGN.md §5: the keys users' scripts read."""
-    import subprocess
-    import sys
-
-    out = tmp_path / "r.json"
-    r = subprocess.run([sys.executable, "-m", "tracelens", "report", "sample_traces/h100_bert_small", "-o", str(out)],
-                       capture_output=True, text=True, cwd=ROOT)
-    assert r.returncode == 0, r.stderr
-    d = json.loads(out.read_text())
+    d = report_json(tmp_path, "sample_traces/h100_bert_small")
     assert set(d) >= {"schema_version", "tool", "inputs", "warnings", "job", "ranks", "suggestions"}
     assert set(d["inputs"][0]) >= {"path", "format", "rank", "size_bytes"}
     assert set(d["job"]) >= {"ranks", "mfu", "step_time_ns", "waterfall", "stragglers"}
