@@ -20,7 +20,7 @@ Definitions (DESIGN.md 4.1-4.2, MFU.md 9.2-9.3):
 from __future__ import annotations
 
 import re
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import asdict, astuple, dataclass, field, replace
 from typing import Any
 
 import polars as pl
@@ -63,11 +63,7 @@ class GpuTime:
     memcpy: int  # all copy/fill time
 
     def __add__(self, o: GpuTime) -> GpuTime:
-        return GpuTime(*(a + b for a, b in zip(astuple_(self), astuple_(o))))
-
-
-def astuple_(g: GpuTime) -> tuple[int, ...]:
-    return (g.window, g.idle, g.compute, g.exposed_comm, g.exposed_memcpy, g.comm, g.memcpy)
+        return GpuTime(*(a + b for a, b in zip(astuple(self), astuple(o))))
 
 
 ZERO = GpuTime(0, 0, 0, 0, 0, 0, 0)
@@ -325,7 +321,8 @@ def analyze(trace: Trace, options: Options | None = None) -> Analysis:
         mine = ev.filter(pl.col("file") == fi)
         result, computes[fi] = _analyze_rank(mine, fi, meta, options)
         ranks.append(result)
-    align = comm.align_clocks(ev, len(trace.metas))
+    spans = comm.comm_kernels(ev)
+    align = comm.align_clocks(ev, spans, len(trace.metas))
     if len(trace.metas) > 1:
         if align.method == "none":
             warnings.append("ranks' clocks could not be aligned (no shared collectives or steps): cross-rank times are as recorded")
@@ -337,7 +334,7 @@ def analyze(trace: Trace, options: Options | None = None) -> Analysis:
                 )
         ranks = [replace(r, clock_offset_ns=align.offsets.get(r.file, 0)) for r in ranks]
     file_rank = {i: m.rank for i, m in enumerate(trace.metas)}
-    table = comm.collective_table(ev, align, computes, file_rank)
+    table = comm.collective_table(spans, align, computes, file_rank)
     total = sum(r.gpu.window for r in ranks if r.gpu is not None)
     slow = comm.stragglers(table, len(trace.metas), total_ns=total // max(len(ranks), 1), align=align)
     inputs = tuple(
@@ -485,11 +482,10 @@ def _analyze_rank(df: pl.DataFrame, fi: int, meta, options: Options) -> RankResu
     from tracelens import recompute
 
     recomp = recompute.find(df)
-    recompute_flops: dict[int, float] = {}
     from tracelens import flops as fl
 
     counted = fl.count(df)  # once per rank: FLOPs, MFU, facts and the matmul table all read it
-    step_flops, step_ideal, source, fwarn = _step_flops(df, counted, spans, options, spec, recomp, recompute_flops)
+    step_flops, step_ideal, recompute_flops, source, fwarn = _step_flops(df, counted, spans, options, spec, recomp)
     if recomp.height and has_gpu:  # GPU work launched from inside a recomputed forward op
         launched = (
             gpu_rows.select("ts_ns", "launch_ns", "launch_tid", "dur_ns").with_row_index("_g")
@@ -638,11 +634,11 @@ def _waterfalls(
 
 def _step_flops(
     df: pl.DataFrame, counted: pl.DataFrame, spans: pl.DataFrame, options: Options, spec: gpus.GpuSpec | None,
-    recomp: pl.DataFrame, recompute_flops: dict[int, float],
-) -> tuple[dict[int, float] | None, dict[int, float], str | None, str | None]:
+    recomp: pl.DataFrame,
+) -> tuple[dict[int, float] | None, dict[int, float], dict[int, float], str | None, str | None]:
     """Model FLOPs per step index (the user's number, else the ops' recorded shapes; an op
     belongs to the step whose CPU span holds its start, on any thread), and the ns those FLOPs
-    would take at the peak of each op's own dtype.  Recomputed FLOPs go to ``recompute_flops``."""
+    would take at the peak of each op's own dtype; and the recomputed FLOPs per step (for HFU)."""
 
     n = spans.height
     ref = spec.peak(spec.reference_dtype) if spec else None
@@ -659,14 +655,14 @@ def _step_flops(
         user = per_token * options.tokens_per_step
     if user is not None:
         f = float(user)
-        return {i: f for i in range(max(n, 1))}, {i: f / ref * 1e9 for i in range(max(n, 1))} if ref else {}, source, None
+        return {i: f for i in range(max(n, 1))}, {i: f / ref * 1e9 for i in range(max(n, 1))} if ref else {}, {}, source, None
     unknown = counted.get_column("flops").null_count()
     if counted.height == unknown:  # nothing countable
         if not df.select(pl.col("args").str.contains('"Input Dims"', literal=True).any()).item():
-            return None, {}, None, "shapes were not recorded (record_shapes=False): model FLOPs and MFU unknown (give --model-flops-per-step)"
+            return None, {}, {}, None, "shapes were not recorded (record_shapes=False): model FLOPs and MFU unknown (give --model-flops-per-step)"
         if counted.height == 0:
-            return None, {}, None, "no matmul, convolution or attention ops with shapes: model FLOPs unknown (give --model-flops-per-step)"
-        return None, {}, None, f"the shapes of all {unknown} matmul/conv/attention ops are unreadable: model FLOPs unknown"
+            return None, {}, {}, None, "no matmul, convolution or attention ops with shapes: model FLOPs unknown (give --model-flops-per-step)"
+        return None, {}, {}, None, f"the shapes of all {unknown} matmul/conv/attention ops are unreadable: model FLOPs unknown"
     ops = df.select("pid", "tid", "ts_ns").with_row_index("_row").join(counted, on="_row").drop_nulls("flops")
     if recomp.height:  # ops inside a recomputed forward op are not model FLOPs (PaLM's MFU)
         inside = (
@@ -679,7 +675,7 @@ def _step_flops(
         ops = ops.with_columns(pl.col("_row").is_in(inside.implode()).alias("_recompute"))
     else:
         ops = ops.with_columns(pl.lit(False).alias("_recompute"))
-    peaks = {d: (spec.peak(_PEAK_OF.get(d, spec.reference_dtype)) or ref) for d in ops.get_column("dtype").unique().to_list()} if spec else {}
+    peaks = spec.op_peaks(ops.get_column("dtype").unique().to_list()) if spec else {}
     ops = ops.with_columns(
         (pl.col("flops") / pl.col("dtype").replace_strict(peaks, default=ref, return_dtype=pl.Float64) * 1e9).alias("ideal_ns")
         if spec
@@ -699,16 +695,13 @@ def _step_flops(
     rec = dict(ops.filter(pl.col("_recompute")).group_by("_step").agg(pl.col("flops").sum()).iter_rows())
     warn = f"{unknown} matmul/conv/attention ops have shapes tracelens cannot read: their FLOPs are left out" if unknown else None
     steps = range(max(n, 1))
-    recompute_flops.update({i: float(rec.get(i, 0.0)) for i in steps})
     return (
         {i: float(per.get(i, (0.0, 0.0))[0]) for i in steps},
         {i: float(per.get(i, (0.0, 0.0))[1] or 0.0) for i in steps} if spec else {},
+        {i: float(rec.get(i, 0.0)) for i in steps},
         "shapes",
         warn,
     )
-
-
-_PEAK_OF = {"bf16": "bf16", "fp16": "fp16", "fp32": "fp32", "fp8": "fp8", "fp64": "fp32"}
 
 
 _BLOCKING = r"^((cuda|hip|cu)(Device|Stream|Event|Ctx)Synchronize|cudaMemcpy|hipMemcpy|cuMemcpyDtoH.*|aten::item|aten::_local_scalar_dense|aten::nonzero)$"

@@ -78,12 +78,12 @@ def comm_kernels(events: pl.DataFrame) -> pl.DataFrame:
     )
 
 
-def align_clocks(events: pl.DataFrame, n_files: int) -> ClockAlignment:
-    """Offsets that make shared collectives end together (else same-numbered steps start
-    together); file 0 is the reference."""
+def align_clocks(events: pl.DataFrame, spans: pl.DataFrame, n_files: int) -> ClockAlignment:
+    """Offsets that make shared collectives (``spans``: comm_kernels(events)) end together,
+    else same-numbered steps start together; file 0 is the reference."""
     if n_files <= 1:
         return ClockAlignment({0: 0}, "none", {0: 0})
-    k = comm_kernels(events).with_columns((pl.col("ts_ns") + pl.col("dur_ns")).alias("end"))
+    k = spans.with_columns((pl.col("ts_ns") + pl.col("dur_ns")).alias("end"))
     key = ["group", "seq", "collective"]
     ends = k.group_by(["file"] + key).agg(pl.col("end").max())
     offsets, spread, method = {0: 0}, {0: 0}, "collective ends"
@@ -124,9 +124,9 @@ def align_clocks(events: pl.DataFrame, n_files: int) -> ClockAlignment:
 
 
 def collective_table(
-    events: pl.DataFrame, align: ClockAlignment, compute: dict[int, iv.Intervals], file_rank: dict[int, int]
+    k: pl.DataFrame, align: ClockAlignment, compute: dict[int, iv.Intervals], file_rank: dict[int, int]
 ) -> list[Collective]:
-    k = comm_kernels(events)
+    """One Collective per (group, seq, collective) of ``k`` (comm_kernels(events))."""
     if k.height == 0:
         return []
     # several kernels of one collective on one rank (coalesced, multi-stream): one span

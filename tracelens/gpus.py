@@ -29,6 +29,16 @@ class GpuSpec:
     def reference_dtype(self) -> str:
         return "bf16" if "bf16" in self.peak_tflops else "fp16"
 
+    def op_peak(self, dtype: str | None) -> float | None:
+        """FLOP/s an op of this dtype (tracelens.flops.DTYPES) can reach: its own dense peak
+        (fp64 counted at fp32), else the reference peak."""
+        own = {"bf16": "bf16", "fp16": "fp16", "fp32": "fp32", "fp8": "fp8", "fp64": "fp32"}.get(dtype or "")
+        return (self.peak(own) if own else None) or self.peak(self.reference_dtype)
+
+    def op_peaks(self, dtypes) -> dict:
+        """op_peak for each dtype, as a replace_strict mapping."""
+        return {d: self.op_peak(d) for d in dtypes}
+
 
 def _g(name, bf16, fp16, tf32, fp32, fp8, bw, sms):
     peaks = {k: v for k, v in (("bf16", bf16), ("fp16", fp16), ("tf32", tf32), ("fp32", fp32), ("fp8", fp8)) if v}

@@ -8,10 +8,9 @@ from typing import Any
 import orjson
 import polars as pl
 
+from tracelens.collectives import dtype_bytes
 from tracelens.gpus import GpuSpec
 
-_ELEM_BYTES = {"bf16": 2, "fp16": 2, "fp32": 4, "fp8": 1, "fp64": 8, "int8": 1}
-_PEAK_OF = {"bf16": "bf16", "fp16": "fp16", "fp32": "fp32", "fp8": "fp8", "fp64": "fp32"}
 
 
 def by_name(df: pl.DataFrame, counted: pl.DataFrame, gpu_rows: pl.DataFrame, spec: GpuSpec | None, top: int = 30) -> list[dict[str, Any]]:
@@ -69,9 +68,11 @@ def _kernel_ops(df: pl.DataFrame, counted: pl.DataFrame, kernels: pl.DataFrame, 
         .join_asof(ops, left_on="launch_ns", right_on="_ots", by="launch_tid", strategy="backward", check_sortedness=False)
         .filter(pl.col("_ots").is_not_null() & (pl.col("launch_ns") < pl.col("_oend")))
     )
-    ref = spec.peak(spec.reference_dtype) if spec else None
-    peaks = {d: (spec.peak(_PEAK_OF.get(d or "", spec.reference_dtype)) or ref) for d in k.get_column("dtype").unique().to_list()} if spec else {}
-    ideal = (pl.col("flops") / pl.col("dtype").replace_strict(peaks, default=ref, return_dtype=pl.Float64) * 1e9) if spec else pl.lit(None, pl.Float64)
+    if spec:
+        peaks = spec.op_peaks(k.get_column("dtype").unique().to_list())
+        ideal = pl.col("flops") / pl.col("dtype").replace_strict(peaks, default=spec.op_peak(None), return_dtype=pl.Float64) * 1e9
+    else:
+        ideal = pl.lit(None, pl.Float64)
     share = pl.col("dur_ns") / pl.col("dur_ns").sum().over("_row")
     return k.with_columns((pl.col("flops") * share).alias("kflops"), (ideal * share).alias("kideal")).select(
         "_k", "_row", "dur_ns", "kflops", "kideal"
@@ -81,7 +82,7 @@ def _kernel_ops(df: pl.DataFrame, counted: pl.DataFrame, kernels: pl.DataFrame, 
 def _bytes(name: str, args: dict, dtype: str | None) -> int | None:
     """Bytes a GEMM must move at least: its operands and result once."""
     dims = args.get("Input Dims")
-    size = _ELEM_BYTES.get(dtype or "", None)
+    size = dtype_bytes(dtype)
     if not isinstance(dims, list) or size is None:
         return None
     try:
@@ -136,7 +137,7 @@ def matmul_efficiency(
             r["bytes"] += b
     out = []
     for r in rows.values():
-        peak = spec.peak(_PEAK_OF.get(r["dtype"] or "", spec.reference_dtype)) if spec else None
+        peak = spec.op_peak(r["dtype"]) if spec else None
         achieved = r["flops"] / (r["kernel_ns"] / 1e9)
         ai = r["flops"] / r["bytes"] if (r.pop("bytes_known") and r["bytes"]) else None
         ridge = (peak / (spec.mem_tbps * 1e12)) if (spec and peak and spec.mem_tbps) else None

@@ -99,10 +99,10 @@ def parse_file(path: str | Path, *, use_cache: bool = True, keep_python: bool = 
         from parsers import kineto as parser
     else:
         raise ParseError(str(path), f"{fmt} files are not supported yet (PyTorch profiler JSON only)")
+    from tracelens import cache
+
     key = None
     if use_cache:
-        from tracelens import cache
-
         try:
             h = cache.file_hash(path)
             key = f"{h}-{fmt}-{parser.PARSER_VERSION}{'-py' if keep_python else ''}"
@@ -117,8 +117,6 @@ def parse_file(path: str | Path, *, use_cache: bool = True, keep_python: bool = 
     if key is not None:
         meta.content_hash = key.split("-", 1)[0]
         if not meta.truncated:  # a partial parse is never cached
-            from tracelens import cache
-
             try:
                 cache.put(key, df, meta)
             except OSError:

@@ -146,10 +146,6 @@ def format_for(path: str | None) -> str:
     return {".json": "json", ".txt": "text", ".text": "text"}.get(suffix, "")
 
 
-def as_dict(analysis: Analysis) -> dict[str, Any]:
-    return analysis.to_dict()
-
-
 def waterfall_text(bars: list[dict[str, Any]], width: int = 40) -> str:
     """Horizontal bars: each loss bar starts where the previous one ended."""
     out = []

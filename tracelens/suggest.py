@@ -80,12 +80,9 @@ def _tiny_kernels(rank) -> float | None:
     return (f["kernels_under_10us"] / f["kernels"]) if f.get("kernels") else None
 
 
-def _optimizer(rank) -> float | None:
-    return rank.facts.get("optimizer_kernel_ns", 0) / rank.gpu.window if rank.gpu and rank.gpu.window else None
-
-
-def _pageable(rank) -> float | None:
-    return rank.facts.get("pageable_memcpy_ns", 0) / rank.gpu.window if rank.gpu and rank.gpu.window else None
+def _fact_share(key: str) -> Callable[[Any], float | None]:
+    """A measured time (a fact, in ns) as a share of the rank's window."""
+    return lambda r: r.facts.get(key, 0) / r.gpu.window if r.gpu and r.gpu.window else None
 
 
 def _item_calls(rank) -> float | None:
@@ -124,7 +121,7 @@ RULES: tuple[Rule, ...] = (
          lambda r: _gpu(r, "exposed_memcpy"), 0.03, "exposed memcpy/memset, share of the step"),
     Rule("pageable_memcpy", "Copies from pageable (unpinned) host memory",
          "Pin the source tensors: DataLoader(pin_memory=True) or tensor.pin_memory(), then .to(device, non_blocking=True).",
-         _pageable, 0.01, "time in pageable memcpy, share of the step"),
+         _fact_share("pageable_memcpy_ns"), 0.01, "time in pageable memcpy, share of the step"),
     Rule("fp32_matmul", "FP32 matmuls on a GPU with tensor cores",
          "Train in mixed precision: with torch.autocast('cuda', dtype=torch.bfloat16): ... (float16 with a GradScaler on "
          "GPUs without BF16, such as V100); or at least allow TF32 (torch.backends.cuda.matmul.allow_tf32 = True).",
@@ -134,7 +131,7 @@ RULES: tuple[Rule, ...] = (
          lambda r: _bar(r, "non_matmul"), 0.30, "non-matmul kernels, share of the step"),
     Rule("optimizer_kernels", "The optimizer step runs many separate kernels",
          "Use a fused or foreach optimizer: torch.optim.AdamW(params, fused=True) (or foreach=True).",
-         _optimizer, 0.05, "optimizer kernels, share of the step"),
+         _fact_share("optimizer_kernel_ns"), 0.05, "optimizer kernels, share of the step"),
     Rule("matmul_below_peak", "Matmuls run well below the GPU's peak",
          "Make GEMM shapes multiples of 64/128 (pad vocab, hidden and batch*seq), use larger micro-batches, FlashAttention, "
          "FP8 where the model allows; check per-kernel TFLOP/s for the worst shapes.",

@@ -76,9 +76,9 @@ def exclusive(spans: list[tuple[int, int, str]], within: iv.Intervals) -> dict[s
     return dict(out)
 
 
-def _parts(values: dict[str, int], T: int, labels: dict[str, str] | None = None) -> tuple[dict[str, Any], ...]:
+def _parts(values: dict[str, int], T: int) -> tuple[dict[str, Any], ...]:
     items = sorted(((k, v) for k, v in values.items() if v), key=lambda kv: (-kv[1], kv[0]))
-    return tuple({"key": k, "label": (labels or {}).get(k, k), "ns": v, "fraction": v / T} for k, v in items)
+    return tuple({"key": k, "label": k, "ns": v, "fraction": v / T} for k, v in items)
 
 
 IDLE_BARS = (
