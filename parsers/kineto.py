@@ -18,6 +18,7 @@ from __future__ import annotations
 import gc
 import re
 from collections import Counter
+from concurrent.futures import Future, ThreadPoolExecutor
 from itertools import compress
 from operator import attrgetter
 from pathlib import Path
@@ -172,7 +173,8 @@ class _Builder:
 
     def __init__(self, keep_python: bool):
         self.keep_python = keep_python
-        self.frames: list[pl.DataFrame] = []
+        self.frames: list[Future] = []  # normalised batches, (frame, counts) when done
+        self.pool: ThreadPoolExecutor | None = None
         self.flows: list[pl.DataFrame] = []  # ac2g flow ends: _ph, _flow_id, _pid, _tid, ts_ns
         self.meta_events: list[tuple] = []  # (name, pid, tid, raw args) of "M" events
         self.skipped: Counter[str] = Counter()
@@ -303,12 +305,32 @@ class _Builder:
             self.flush()
 
     def flush(self) -> None:
-        """Normalise the raw chunks gathered so far in one batch (fewer, larger polars calls)."""
+        """Normalise the raw chunks gathered so far in one batch (fewer, larger polars calls),
+        on a second thread: polars releases the GIL while it works, so the batch overlaps with
+        the decoding of the next chunks (msgspec and the column building hold the GIL)."""
         if self.pending:
             raw = self.pending[0] if len(self.pending) == 1 else pl.concat(self.pending, how="vertical")
-            self.pending.clear()
+            self.pending = []
             self.pending_rows = 0
-            self.frames.append(_rows(raw, self))
+            if self.pool is None:
+                self.pool = ThreadPoolExecutor(1, thread_name_prefix="tracelens-rows")
+            self.frames.append(self.pool.submit(_rows, raw))
+
+    def finish_rows(self) -> list[pl.DataFrame]:
+        """The normalised batches in file order, with their counts added to ``counts``."""
+        self.flush()
+        out = []
+        try:
+            for fut in self.frames:
+                df, counts = fut.result()
+                self.counts.update(counts)
+                out.append(df)
+        finally:
+            self.frames.clear()
+            if self.pool is not None:
+                self.pool.shutdown(wait=True, cancel_futures=True)
+                self.pool = None
+        return out
 
 
 def _args_text(rargs: list) -> pl.Series:
@@ -461,7 +483,7 @@ def _fill_meta(meta: TraceMeta, top: dict, builder: _Builder) -> None:
 def _finish(builder: _Builder, meta: TraceMeta, top: dict) -> pl.DataFrame:
     """The steps that need the whole file: flows, collective records onto kernels, sequence
     numbers, the device this rank ran on.  Row-local work was done chunk by chunk."""
-    builder.flush()
+    frames = builder.finish_rows()
     _release_freed_memory()
     _fill_meta(meta, top, builder)
     c = builder.counts
@@ -475,11 +497,11 @@ def _finish(builder: _Builder, meta: TraceMeta, top: dict) -> pl.DataFrame:
         if c[key]:
             meta.warnings.append(f"{c[key]} {msg}")
     meta.trace_schema = "2021" if c["old_schema"] else "current"
-    if not builder.frames:
+    if not frames:
         meta.warnings.append("the trace holds no timed events")
         return empty_frame()
-    df = pl.concat(builder.frames, how="vertical", rechunk=False)
-    builder.frames.clear()
+    df = pl.concat(frames, how="vertical", rechunk=False)
+    del frames
     df = _promote_backend_annotations(df)
     df = _single_group(df, meta)
     df = _fill_from_flows(df, builder)
@@ -524,9 +546,10 @@ _DEVICE_CATS = ["kernel", "gpu_memcpy", "memcpy", "gpu_memset", "memset", "gpu_u
 _KEEP_TEMP = ("_pid", "_tid", "_is_dev")  # needed by the whole-file steps, dropped by conform
 
 
-def _rows(raw: pl.DataFrame, builder: _Builder) -> pl.DataFrame:
-    """Row-local normalisation of one chunk into the event schema (plus _KEEP_TEMP)."""
-    c = builder.counts
+def _rows(raw: pl.DataFrame) -> tuple[pl.DataFrame, Counter[str]]:
+    """Row-local normalisation of one batch into the event schema (plus _KEEP_TEMP), with the
+    counts of what it clamped or dropped."""
+    c: Counter[str] = Counter()
     neg, nodur, old = raw.select(
         (pl.col("dur") < 0).sum().alias("a"),
         pl.col("dur").is_null().sum().alias("b"),
@@ -627,7 +650,7 @@ def _rows(raw: pl.DataFrame, builder: _Builder) -> pl.DataFrame:
     c["no_dev"] += n_no_dev
     if n_no_tid or n_no_dev:
         df = df.filter(~(no_tid | no_dev))
-    return df.select(conform_exprs(df.columns) + list(_KEEP_TEMP))
+    return df.select(conform_exprs(df.columns) + list(_KEEP_TEMP)), c
 
 
 _BACKEND_ANN = r"^(gloo|nccl|rccl|mpi|ucc|xccl):"
