@@ -34,7 +34,7 @@ from tracelens.errors import ParseError
 from tracelens.kclass import classify, collective_from_kernel
 from tracelens.schema import TraceMeta, conform, conform_exprs, empty_frame
 
-PARSER_VERSION = "1.4"
+PARSER_VERSION = "1.5"
 CHUNK_BYTES = 1 << 20
 ROWS_PER_BATCH = 8192
 

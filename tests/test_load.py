@@ -114,8 +114,9 @@ def test_cli_info_text_and_json():
     assert f0["rank"] == 0 and f0["world_size"] == 128 and f0["steps"] == [551, 552]
     assert f0["events"] == sum(f0["counts"].values())
     assert f0["span"]["dur_ns"] > 0
-    # the bare form is the same command
-    assert run(d).stdout == r.stdout
+    # without a terminal, the bare form prints the text report (with one, it opens the UI)
+    bare = run(d)
+    assert bare.returncode == 0 and bare.stdout == run("report", d).stdout and "GPU time, all ranks" in bare.stdout
 
 
 def test_help_imports_nothing_heavy():

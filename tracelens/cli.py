@@ -14,7 +14,7 @@ from tracelens import __version__
 from tracelens.errors import EXIT_BAD_INPUT, EXIT_OK, EXIT_USAGE
 
 EXIT_INTERNAL = 4
-COMMANDS = ("info", "report")
+COMMANDS = ("info", "report", "open")
 
 
 def _common(p: argparse.ArgumentParser) -> None:
@@ -22,6 +22,21 @@ def _common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--no-cache", action="store_true", help="parse again instead of reading the Parquet cache")
     p.add_argument("--jobs", "-j", type=int, default=None, metavar="N", help="parse N files in parallel (default: one per core)")
     p.add_argument("--keep-python", action="store_true", help="keep python_function events (dropped by default)")
+
+
+def _analysis_options(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--steps", metavar="A:B", help="only ProfilerStep numbers A..B (N, A:B, :B, A:)")
+    p.add_argument("--step-range", metavar="REGEX", help="use host ranges whose name matches REGEX as the steps")
+    p.add_argument("--data-range", metavar="REGEX", help="host ranges whose name matches REGEX load data (besides DataLoader __next__)")
+    p.add_argument("--include-warmup", action="store_true", help="count the first step in the totals too")
+    p.add_argument("--gpu", metavar="NAME", help="take peaks from this GPU (e.g. 'H100 SXM', 'MI300X') instead of the trace's")
+    p.add_argument("--peak-tflops", type=float, metavar="X", help="reference dense peak in TFLOP/s for MFU")
+    p.add_argument("--model-flops-per-step", type=float, metavar="F", help="model FLOPs of one step per GPU (else counted from shapes)")
+    p.add_argument("--params", type=float, metavar="N", help="non-embedding parameters: model FLOPs = 6·N·T (with --tokens-per-step)")
+    p.add_argument("--tokens-per-step", type=float, metavar="T", help="tokens one GPU processes per step")
+    p.add_argument("--seq-len", type=int, metavar="S", help="with --layers and --hidden: add the attention term 12·L·h·S·T")
+    p.add_argument("--layers", type=int, metavar="L")
+    p.add_argument("--hidden", type=int, metavar="H")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -39,27 +54,19 @@ def build_parser() -> argparse.ArgumentParser:
     p_rep = sub.add_parser("report", help="where the GPU time went: MFU and its loss waterfall, steps, idle, communication, suggestions")
     _common(p_rep)
     p_rep.add_argument("-o", "--output", metavar="FILE", help="write the report here: .json (the versioned contract) or .txt; default: text on stdout")
-    p_rep.add_argument("--steps", metavar="A:B", help="only ProfilerStep numbers A..B (N, A:B, :B, A:)")
-    p_rep.add_argument("--step-range", metavar="REGEX", help="use host ranges whose name matches REGEX as the steps")
-    p_rep.add_argument("--data-range", metavar="REGEX", help="host ranges whose name matches REGEX load data (besides DataLoader __next__)")
-    p_rep.add_argument("--include-warmup", action="store_true", help="count the first step in the totals too")
-    p_rep.add_argument("--gpu", metavar="NAME", help="take peaks from this GPU (e.g. 'H100 SXM', 'MI300X') instead of the trace's")
-    p_rep.add_argument("--peak-tflops", type=float, metavar="X", help="reference dense peak in TFLOP/s for MFU")
-    p_rep.add_argument("--model-flops-per-step", type=float, metavar="F", help="model FLOPs of one step per GPU (else counted from shapes)")
-    p_rep.add_argument("--params", type=float, metavar="N", help="non-embedding parameters: model FLOPs = 6·N·T (with --tokens-per-step)")
-    p_rep.add_argument("--tokens-per-step", type=float, metavar="T", help="tokens one GPU processes per step")
-    p_rep.add_argument("--seq-len", type=int, metavar="S", help="with --layers and --hidden: add the attention term 12·L·h·S·T")
-    p_rep.add_argument("--layers", type=int, metavar="L")
-    p_rep.add_argument("--hidden", type=int, metavar="H")
+    _analysis_options(p_rep)
+    p_open = sub.add_parser("open", help="the terminal UI: the MFU waterfall, suggestions and every drill-down (default when a terminal is attached)")
+    _common(p_open)
+    _analysis_options(p_open)
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     parser = build_parser()
-    # ``tracelens PATH...`` is ``tracelens info PATH...`` until the terminal UI lands.
+    # ``tracelens PATH...``: the terminal UI when a terminal is attached, else the text report
     if argv and argv[0] not in COMMANDS and not argv[0].startswith("-"):
-        argv = ["info", *argv]
+        argv = ["open" if (sys.stdin.isatty() and sys.stdout.isatty()) else "report", *argv]
     try:
         args = parser.parse_args(argv)
     except SystemExit as e:
@@ -72,6 +79,8 @@ def main(argv: list[str] | None = None) -> int:
             return _cmd_info(args)
         if args.command == "report":
             return _cmd_report(args)
+        if args.command == "open":
+            return _cmd_open(args)
     except KeyboardInterrupt:
         print("tracelens: interrupted", file=sys.stderr)
         return 130
@@ -106,7 +115,7 @@ def _cmd_info(args: argparse.Namespace) -> int:
 
 
 def _cmd_report(args: argparse.Namespace) -> int:
-    from tracelens.analysis import Options, analyze, parse_steps
+    from tracelens.analysis import analyze
     from tracelens.load import load
     from tracelens.atomic import write_bytes
     from tracelens.report import format_for, render
@@ -115,25 +124,15 @@ def _cmd_report(args: argparse.Namespace) -> int:
     if not fmt:
         print(f"tracelens: error: {args.output}: unknown report format (use .json or .txt)", file=sys.stderr)
         return EXIT_USAGE
-    try:
-        steps = parse_steps(args.steps) if args.steps else None
-        import re
+    import re
 
-        for rx in (args.step_range, args.data_range):
-            if rx:
-                re.compile(rx)
+    try:
+        steps = _check_options(args)
     except (ValueError, re.error) as e:
         print(f"tracelens: error: {e}", file=sys.stderr)
         return EXIT_USAGE
     trace = load(args.paths, use_cache=not args.no_cache, keep_python=args.keep_python, jobs=args.jobs)
-    analysis = analyze(
-        trace,
-        Options(
-            steps=steps, step_range=args.step_range, data_range=args.data_range, include_warmup=args.include_warmup,
-            gpu=args.gpu, peak_tflops=args.peak_tflops, model_flops_per_step=args.model_flops_per_step,
-            params=args.params, tokens_per_step=args.tokens_per_step, seq_len=args.seq_len, layers=args.layers, hidden=args.hidden,
-        ),
-    )
+    analysis = analyze(trace, _options(args, steps))
     data = render(analysis, fmt)
     if args.output:
         write_bytes(args.output, data)
@@ -142,3 +141,72 @@ def _cmd_report(args: argparse.Namespace) -> int:
     for w in analysis.to_dict()["warnings"]:
         print(f"tracelens: warning: {w}", file=sys.stderr)
     return EXIT_OK
+
+
+def _options(args: argparse.Namespace, steps: tuple[int, int] | None):
+    from tracelens.analysis import Options
+
+    return Options(
+        steps=steps, step_range=args.step_range, data_range=args.data_range, include_warmup=args.include_warmup,
+        gpu=args.gpu, peak_tflops=args.peak_tflops, model_flops_per_step=args.model_flops_per_step,
+        params=args.params, tokens_per_step=args.tokens_per_step, seq_len=args.seq_len, layers=args.layers, hidden=args.hidden,
+    )
+
+
+def _check_options(args: argparse.Namespace) -> tuple[int, int] | None:
+    """--steps parsed and the regexes compiled; ValueError/re.error on a bad one."""
+    import re
+
+    from tracelens.analysis import parse_steps
+
+    steps = parse_steps(args.steps) if args.steps else None
+    for rx in (args.step_range, args.data_range):
+        if rx:
+            re.compile(rx)
+    return steps
+
+
+def _cmd_open(args: argparse.Namespace) -> int:
+    """The terminal UI.  A saved JSON report opens without its traces (no timeline)."""
+    import re
+
+    try:
+        steps = _check_options(args)
+    except (ValueError, re.error) as e:
+        print(f"tracelens: error: {e}", file=sys.stderr)
+        return EXIT_USAGE
+    from tracelens.tui import make_app
+
+    report = None
+    if len(args.paths) == 1 and args.paths[0].endswith(".json"):
+        report = _saved_report(args.paths[0])
+    if report is not None:
+        app = make_app(report=report)
+    else:
+        app = make_app(args.paths, options=_options(args, steps), use_cache=not args.no_cache, jobs=args.jobs)
+    app.run()
+    if app.error:
+        print(f"tracelens: error: {app.error}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    return EXIT_OK
+
+
+def _saved_report(path: str) -> dict | None:
+    """The report in ``path`` when it is a tracelens JSON report, else None (a trace)."""
+    import orjson
+
+    from tracelens.errors import TraceInputError
+
+    try:
+        with open(path, "rb") as f:
+            head = f.read(200)
+            if b'"schema_version"' not in head:
+                return None
+            data = orjson.loads(head + f.read())
+    except OSError as e:
+        raise TraceInputError(path, f"cannot read file ({e.strerror or e})") from None
+    except orjson.JSONDecodeError as e:
+        raise TraceInputError(path, f"not a valid JSON report ({e})") from None
+    if not isinstance(data, dict) or data.get("tool", {}).get("name") != "tracelens":
+        return None
+    return data

@@ -22,6 +22,7 @@ _RULES: tuple[tuple[str, str], ...] = (
              r"|miopen|grouped_conv|scudnn|cudnn_conv|xmma_.*conv|computeoffsetskernel"),
     ("gemm", r"gemm|nvjet|cutlass.*(tensorop)|cublas|s16816|h16816|s884|h884|s1688|h1688|cijk_|wvsplitk"
              r"|kernel_gemm_xdl|ck::.*gemm|deep_gemm|splitkreduce|fused_moe_kernel|fmoe|moegemm|moe_gemm|triton_tem_|_mm_kernel|matmul"),
+    ("embedding", r"split_embedding|embedding_bag|embedding_(forward|backward)|embedding_dense|indices_weights"),
     ("moe_routing", r"topk|moe_align|unpermute|permute|moesorting|routing|expert"),
     ("norm", r"layer_?norm|ln_(fwd|bwd)|rms_?norm|batch_?norm|group_?norm|instance_?norm|bn_(fw|bw)"),
     ("softmax_reduce", r"softmax|reduce_kernel|reduction|cross_entropy|nll_loss|triton_red_|triton_per_|_reduce_|argmax|cumsum|logsumexp"),
@@ -45,7 +46,9 @@ def classify(name: str, cat: str | None = None) -> str:
         c = _CAT_CLASS.get(cat.lower())
         if c:
             return c
-    low = name.lower()
+    # FBGEMM's namespace says "gemm" on every kernel it ships (embedding lookups, permutes,
+    # quantizers): classify by the rest of the name
+    low = name.lower().replace("fbgemm_gpu::", "").replace("fbgemm::", "")
     for cls, rx in _COMPILED:
         if rx.search(low):
             return cls

@@ -8,6 +8,7 @@ from typing import Any
 
 from tracelens.analysis import Analysis
 from tracelens.units import fmt_ns
+from tracelens.views import fmt_speedup
 
 
 def render_json(analysis: Analysis) -> bytes:
@@ -109,7 +110,7 @@ def render_text(analysis: Analysis) -> str:
         lines.append("suggestions (largest possible win first):")
         for sg in d["suggestions"][:8]:
             est = sg["est_speedup"]
-            up = "" if not est else f" — up to {est:.1f}x faster" if est >= 2 else f" — up to {100 * (est - 1):.0f}% faster"
+            up = f" — up to {fmt_speedup(est)} faster" if est else ""
             ev = sg["evidence"]
             num = f" ({ev['measure']}: {100 * ev['worst']:.1f}%)" if isinstance(ev.get("worst"), float) and ev["worst"] <= 1 else ""
             lines.append(f"  * {sg['title']}{num}{up}")

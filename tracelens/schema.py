@@ -71,6 +71,7 @@ KCLASSES = (
     "conv",
     "gemm",
     "moe_routing",
+    "embedding",
     "norm",
     "softmax_reduce",
     "optimizer",

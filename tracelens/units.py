@@ -15,6 +15,11 @@ def fmt_ns(ns: int | None) -> str:
     return f"{ns} ns"
 
 
+def fmt_offset(ns: int) -> str:
+    """A signed time offset: +12.5 ms, -3.0 µs."""
+    return ("-" if ns < 0 else "+") + fmt_ns(abs(ns))
+
+
 def fmt_bytes(n: int | None) -> str:
     if n is None:
         return "-"

@@ -1,0 +1,341 @@
+"""The terminal UI, driven by Textual's Pilot on real traces: loading in a worker, the overview,
+navigation and drill-down, filter and sort, errors shown in the app, small and large terminals,
+and SVG snapshots of the main views.
+
+Snapshots: pytest-textual-snapshot pins syrupy 4.8, which needs pytest < 9 (we run pytest 9), so
+the same thing is done here in a few lines: Textual's own ``export_screenshot()`` SVG compared
+byte for byte with ``tests/snapshots/*.svg`` (textual is pinned in the test extra so that the
+bytes are stable).  ``TRACELENS_UPDATE_SNAPSHOTS=1 pytest tests/test_tui.py`` rewrites them;
+look at the SVGs in a browser before committing.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from pathlib import Path
+
+import orjson
+import pytest
+
+from tests.conftest import ROOT, SAMPLE_TRACES, shared_traces
+
+textual = pytest.importorskip("textual")
+
+from tracelens.analysis import analyze  # noqa: E402
+from tracelens.load import load  # noqa: E402
+from tracelens.tui import make_app  # noqa: E402
+from tracelens.tui.screens.help import HelpScreen  # noqa: E402
+from tracelens.tui.widgets.table import FilterTable  # noqa: E402
+from tracelens.tui.widgets.timeline import TimelineView  # noqa: E402
+from tracelens.tui.widgets.waterfall import WaterfallChart  # noqa: E402
+
+SNAPSHOTS = Path(__file__).parent / "snapshots"
+H100 = SAMPLE_TRACES / "h100_bert_small"
+JOB = SAMPLE_TRACES / "job_2ranks"
+
+
+def run(coro):
+    return asyncio.run(coro)
+
+
+async def settle(app, pilot):
+    await app.workers.wait_for_complete()
+    for _ in range(3):
+        await pilot.pause()
+
+
+def ready(path: Path):
+    """(report dict, trace) of a job, for apps built without loading."""
+    trace = load([os.path.relpath(path, ROOT)])
+    return analyze(trace).to_dict(), trace
+
+
+def active_tab(app) -> str:
+    return app.query_one("#tabs").active
+
+
+def snapshot(app, name: str) -> None:
+    svg = app.export_screenshot(title=name)
+    path = SNAPSHOTS / f"{name}.svg"
+    if os.environ.get("TRACELENS_UPDATE_SNAPSHOTS") or not path.exists():
+        if os.environ.get("CI") and not path.exists():
+            raise AssertionError(f"snapshot {path.name} is missing (run with TRACELENS_UPDATE_SNAPSHOTS=1 and commit it)")
+        path.write_text(svg, encoding="utf-8")
+        return
+    expected = path.read_text(encoding="utf-8")
+    if svg != expected:
+        out = Path(os.environ.get("TMPDIR", "/tmp")) / f"tracelens-snapshot-{name}.svg"
+        out.write_text(svg, encoding="utf-8")
+        raise AssertionError(f"{name}: the screen differs from {path} (now: {out}); if the change is wanted, "
+                             "rerun with TRACELENS_UPDATE_SNAPSHOTS=1")
+
+
+def test_loads_in_a_worker_and_shows_the_report_numbers():
+    async def go():
+        app = make_app([str(H100)])
+        async with app.run_test(size=(120, 40)) as pilot:
+            await settle(app, pilot)
+            assert app.error is None and app.report is not None
+            job = app.report["job"]
+            assert job["mfu"] is not None
+            headline = str(app.query_one("#headline").render())
+            assert f"MFU {100 * job['mfu']:.2f}%" in headline
+            chart = app.query_one(WaterfallChart)
+            assert chart.kind == "mfu" and chart.bars == job["waterfall"]
+            # the bars, including the final MFU bar, sum to 100%
+            assert abs(sum(b["fraction"] for b in chart.bars) - 1.0) < 1e-9
+            # the loading pane is gone, the tabs are there, the overview is active
+            assert not app.query("#loading") and active_tab(app) == "overview"
+
+    run(go())
+
+
+def test_drill_down_rank_to_steps_to_timeline_and_back():
+    d = shared_traces() / "hta/trace_filter"
+
+    async def go():
+        app = make_app([str(d)])
+        async with app.run_test(size=(120, 40)) as pilot:
+            await settle(app, pilot)
+            await pilot.press("2")
+            await pilot.pause()
+            assert active_tab(app) == "ranks"
+            ranks = app.query_one("#ranks-table", FilterTable)
+            assert [r["rank"] for r in ranks.shown] == [0, 1]
+            await pilot.press("down", "enter")  # rank 1 -> its steps
+            await pilot.pause()
+            assert active_tab(app) == "steps"
+            steps = app.query_one("#steps-table", FilterTable)
+            assert {r["rank"] for r in steps.shown} == {1} and len(steps.shown) == 2
+            await pilot.press("down", "enter")  # its second step -> the timeline at that step
+            await settle(app, pilot)
+            assert active_tab(app) == "timeline-tab"
+            view = app.query_one(TimelineView)
+            step = steps.shown[1]
+            assert view.t0 <= step["start_ns"] and view.t1 >= step["start_ns"] + step["dur_ns"]
+            assert view.t1 - view.t0 < 1.2 * step["dur_ns"]  # zoomed to the step, with a small margin
+            assert view.timeline.tracks[view.sel].rank == 1
+            status = str(app.query_one("#timeline-status").render())
+            assert status.startswith("r1 ")
+            await pilot.press("escape")
+            await pilot.pause()
+            assert active_tab(app) == "steps" and {r["rank"] for r in steps.shown} == {1}
+            await pilot.press("escape")
+            await pilot.pause()
+            assert active_tab(app) == "ranks"
+            assert len(app.query_one("#steps-table", FilterTable).all_rows) == 4  # all ranks again
+
+    run(go())
+
+
+def test_suggestion_opens_its_evidence_in_the_timeline():
+    report, trace = ready(JOB)
+
+    async def go():
+        app = make_app(report=report, trace=trace)
+        async with app.run_test(size=(120, 40)) as pilot:
+            await settle(app, pilot)
+            await pilot.press("6")
+            await pilot.pause()
+            table = app.query_one("#suggestions-table", FilterTable)
+            first = table.shown[0]
+            where = first["evidence"]["where"]
+            detail = str(app.query_one("#suggestion-detail").render())
+            assert first["title"] in detail and first["detail"][:40] in detail
+            await pilot.press("enter")
+            await settle(app, pilot)
+            assert active_tab(app) == "timeline-tab"
+            view = app.query_one(TimelineView)
+            assert view.highlight == set(where["show"]) and view.hl_window == (where["start_ns"], where["end_ns"])
+            assert view.t0 <= where["start_ns"] < where["end_ns"] <= view.t1
+            assert view.timeline.tracks[view.sel].rank == where["rank"]
+
+    run(go())
+
+
+def test_timeline_keys_zoom_pan_and_steps():
+    report, trace = ready(JOB)
+
+    async def go():
+        app = make_app(report=report, trace=trace)
+        async with app.run_test(size=(120, 40)) as pilot:
+            await settle(app, pilot)
+            await pilot.press("7")
+            await settle(app, pilot)
+            view = app.query_one(TimelineView)
+            full = view.t1 - view.t0
+            await pilot.press("w")
+            assert view.t1 - view.t0 == full // 2 or abs((view.t1 - view.t0) - full / 2) <= 1
+            await pilot.press("s", "s")
+            assert view.t1 - view.t0 > full
+            t0 = view.t0
+            await pilot.press("d")
+            assert view.t0 > t0
+            await pilot.press("0")
+            assert (view.t0, view.t1) == (view.timeline.start, view.timeline.end)
+            await pilot.press("]")  # a step of the selected rank
+            steps = report["ranks"][0]["steps"]
+            assert any(view.t0 <= s["start_ns"] and s["start_ns"] + s["dur_ns"] <= view.t1 and view.t1 - view.t0 < 1.2 * s["dur_ns"]
+                       for s in steps)
+            n = len(view.timeline.tracks)
+            for _ in range(n + 3):
+                await pilot.press("down")
+            assert view.sel == n - 1
+            await pilot.pause()
+            assert str(app.query_one("#timeline-status").render()).startswith(view.timeline.tracks[-1].label)
+
+    run(go())
+
+
+def test_filter_and_sort_tables():
+    report, trace = ready(JOB)
+
+    async def go():
+        app = make_app(report=report, trace=trace)
+        async with app.run_test(size=(120, 40)) as pilot:
+            await settle(app, pilot)
+            await pilot.press("4")
+            await pilot.pause()
+            kernels = app.query_one("#kernels-table", FilterTable)
+            total = len(kernels.all_rows)
+            assert total > 10
+            await pilot.press("slash")
+            await pilot.press(*"nccl")
+            await pilot.pause()
+            assert 0 < len(kernels.shown) < total and all("nccl" in r["name"].lower() for r in kernels.shown)
+            await pilot.press("escape")  # closes the filter first
+            await pilot.pause()
+            assert len(kernels.shown) == total and active_tab(app) == "kernels"
+            # sort by count (third column): numeric columns sort largest first, again reverses
+            kernels.table.move_cursor(column=1)
+            await pilot.press("s")
+            counts = [r["count"] for r in kernels.shown]
+            assert counts == sorted(counts, reverse=True)
+            await pilot.press("s")
+            assert [r["count"] for r in kernels.shown] == sorted(counts)
+
+    run(go())
+
+
+def test_help_and_quit():
+    report, trace = ready(JOB)
+
+    async def go():
+        app = make_app(report=report, trace=trace)
+        async with app.run_test(size=(100, 30)) as pilot:
+            await settle(app, pilot)
+            await pilot.press("question_mark")
+            await pilot.pause()
+            assert isinstance(app.screen, HelpScreen)
+            await pilot.press("escape")
+            await pilot.pause()
+            assert not isinstance(app.screen, HelpScreen)
+            await pilot.press("q")
+            await pilot.pause()
+        assert app.return_code == 0
+
+    run(go())
+
+
+@pytest.mark.parametrize("content,expect", [
+    (None, "no such file or directory"),
+    (b'{"traceEvents": [{"ph": "X", "name": "a", "ts": 1, "dur"', "truncated"),
+    (b"\x1f\x8b garbage", "gzip"),
+])
+def test_bad_input_is_shown_in_the_app_not_as_a_traceback(tmp_path, content, expect):
+    path = tmp_path / "rank-0.json"
+    if content is not None:
+        path.write_bytes(content)
+
+    async def go():
+        app = make_app([str(path)], use_cache=False)
+        async with app.run_test(size=(100, 30)) as pilot:
+            await settle(app, pilot)
+            assert app.error is not None and str(path) in app.error
+            assert expect in app.error.lower()
+            shown = str(app.query_one("#error").render())
+            assert app.error in shown and "press q to quit" in shown
+            await pilot.press("q")
+        assert app.return_code == 0
+
+    run(go())
+
+
+def test_small_terminal_every_view_renders():
+    """80x24: every tab renders (no exception), the waterfall still has a bar per entry."""
+    report, trace = ready(H100)
+
+    async def go():
+        app = make_app(report=report, trace=trace)
+        async with app.run_test(size=(80, 24)) as pilot:
+            await settle(app, pilot)
+            for key in "1234567":
+                await pilot.press(key)
+                await pilot.pause()
+            await pilot.press("1")
+            await pilot.pause()
+            chart = app.query_one(WaterfallChart)
+            assert chart.size.width <= 80 and len(chart.bars) == len(report["job"]["waterfall"])
+
+    run(go())
+
+
+def test_saved_report_opens_without_traces(tmp_path):
+    report, _ = ready(H100)
+    saved = orjson.loads(orjson.dumps(report))
+
+    async def go():
+        app = make_app(report=saved)
+        async with app.run_test(size=(120, 40)) as pilot:
+            await settle(app, pilot)
+            assert app.query_one(WaterfallChart).bars == saved["job"]["waterfall"]
+            await pilot.press("7")
+            await pilot.pause()
+            assert not app.query(TimelineView) and "no timeline" in str(app.query_one("#timeline-body .empty").render())
+
+    run(go())
+
+
+# -- snapshots of the main views -----------------------------------------------------------
+
+def test_snapshot_overview_single_gpu():
+    report, trace = ready(H100)
+
+    async def go():
+        app = make_app(report=report, trace=trace)
+        async with app.run_test(size=(120, 40)) as pilot:
+            await settle(app, pilot)
+            snapshot(app, "overview_h100")
+
+    run(go())
+
+
+def test_snapshot_ranks_steps_timeline_two_ranks():
+    report, trace = ready(JOB)
+
+    async def go():
+        app = make_app(report=report, trace=trace)
+        async with app.run_test(size=(120, 40)) as pilot:
+            await settle(app, pilot)
+            snapshot(app, "overview_2ranks")
+            await pilot.press("2")
+            await pilot.pause()
+            snapshot(app, "ranks_2ranks")
+            await pilot.press("enter", "enter")
+            await settle(app, pilot)
+            snapshot(app, "timeline_2ranks")
+            await pilot.press("6")
+            await pilot.pause()
+            snapshot(app, "suggestions_2ranks")
+
+    run(go())
+
+
+def test_open_refuses_bad_options_before_starting_the_ui():
+    """``tracelens open`` refuses a bad option before starting the UI (exit 2, one line)."""
+    import subprocess
+    import sys
+
+    r = subprocess.run([sys.executable, "-m", "tracelens", "open", str(JOB), "--steps", "x:y"], capture_output=True, text=True, cwd=ROOT)
+    assert r.returncode == 2 and r.stderr.startswith("tracelens: error:") and len(r.stderr.strip().splitlines()) == 1

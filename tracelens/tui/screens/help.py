@@ -1,0 +1,53 @@
+"""The help screen: every key, in one place."""
+
+from __future__ import annotations
+
+from textual.app import ComposeResult
+from textual.binding import Binding
+from textual.containers import VerticalScroll
+from textual.screen import ModalScreen
+from textual.widgets import Markdown
+
+HELP = """\
+# tracelens — keys
+
+| key | where | what |
+|---|---|---|
+| `1`..`7` | anywhere | Overview, Ranks, Steps, Kernels, Communication, Suggestions, Timeline |
+| `tab` / `shift+tab` | anywhere | move the focus |
+| `enter` | a table | open the row: a rank → its steps → the step's timeline; a suggestion → its evidence in the timeline; a collective → its time in the timeline |
+| `escape` | anywhere | back to where you came from (or close the filter) |
+| `/` | a table | filter its rows (substring, any column) |
+| `s` | a table | sort by the column under the cursor (again: reverse); or click a header |
+| `←` `→` | timeline | move the cursor (the status line names the kernel under it) |
+| `↑` `↓` | timeline | select a stream (mouse wheel scrolls) |
+| `w` `+` / `s` `-` | timeline | zoom in / out around the cursor (ctrl+wheel too) |
+| `a` / `d` | timeline | pan left / right |
+| `[` / `]` | timeline | previous / next step of the selected rank |
+| `z` / `0` | timeline | zoom to the step under the cursor / to the whole trace |
+| `p` | overview | show or hide the parts of each waterfall bar |
+| `?` | anywhere | this help |
+| `q` | anywhere | quit |
+
+**The waterfall** starts at 100% of the GPU's dense peak and removes, bar by bar, the GPU time
+lost to each cause (idle time split by what the host was doing, exposed communication and
+copies, recompute, non-matmul kernels, matmuls below peak, the FLOP-convention difference)
+down to the MFU.  Bars are disjoint slices of GPU time, so they sum to 100%.  When the GPU or
+the FLOPs are unknown, the chart shows the GPU-time partition and ends at the compute share.
+
+**The timeline** draws one line per GPU stream: a cell's height is how busy the stream was in
+that slice of time, its colour the kernel class that took most of it (blue GEMM/conv, purple
+attention, red communication, yellow copies, green norms/elementwise, orange optimizer).
+"""
+
+
+class HelpScreen(ModalScreen[None]):
+    BINDINGS = [Binding("escape,q,question_mark", "dismiss", "Close")]
+    DEFAULT_CSS = """
+    HelpScreen { align: center middle; }
+    HelpScreen > VerticalScroll { width: 100; max-width: 95%; height: 90%; border: round $accent; background: $surface; }
+    """
+
+    def compose(self) -> ComposeResult:
+        with VerticalScroll():
+            yield Markdown(HELP)
