@@ -20,10 +20,15 @@ $(VENV)/.test-installed: $(VENV)/.installed
 venv: $(VENV)/.installed
 test-venv: $(VENV)/.test-installed
 
+# the terminal UI where a terminal is attached, else the text reports
 demo: $(VENV)/.installed
-	$(VENV)/bin/tracelens info $(SAMPLE)
-	$(VENV)/bin/tracelens report $(SAMPLE)
-	$(VENV)/bin/tracelens report $(SAMPLE_GPU)
+	@if [ -t 0 ] && [ -t 1 ]; then \
+		$(VENV)/bin/tracelens open $(SAMPLE); \
+	else \
+		$(VENV)/bin/tracelens info $(SAMPLE) && \
+		$(VENV)/bin/tracelens report $(SAMPLE) && \
+		$(VENV)/bin/tracelens report $(SAMPLE_GPU); \
+	fi
 
 test: $(VENV)/.test-installed
 	$(PY) -m pytest -q

@@ -74,10 +74,10 @@ def _time_bars(gpu: dict[str, int] | None, idle: dict[str, int] | None) -> list[
 
 
 def fmt_speedup(s: float | None) -> str:
-    """An estimated speed-up as people say it: "+12%" below 1.5x, "4.3x" above."""
+    """An estimated speed-up as people say it: "12%" below 1.5x, "4.3x" above."""
     if s is None:
         return "-"
-    return f"{s:.1f}x" if s >= 1.5 else f"+{100 * (s - 1):.0f}%"
+    return f"{s:.1f}x" if s >= 1.5 else f"{100 * (s - 1):.0f}%"
 
 
 def _sum_idle(ranks: list[dict[str, Any]]) -> dict[str, int] | None:

@@ -200,6 +200,13 @@ class TimelineView(Widget, can_focus=True):
         else:
             self.top = max(0, self.top - 1)
 
+    def on_mount(self) -> None:
+        self.call_after_refresh(self._start)
+
+    def _start(self) -> None:
+        self.cursor = self.data_width // 2  # zoom anchors on the cursor: start in the middle
+        self._moved()
+
     def on_resize(self) -> None:
         self.cursor = min(self.cursor, self.data_width - 1)
 
