@@ -131,12 +131,22 @@ def test_help_imports_nothing_heavy():
     assert r.stdout.strip().splitlines()[-1] == "0 []"
 
 
-def test_headless_never_imports_textual():
+def test_headless_never_imports_textual(tmp_path):
+    """info, report (text and JSON) and every headless module leave Textual (and rich) unloaded;
+    the same check sees it loaded once the UI package is imported (so it can fail)."""
+    job = str(shared_traces() / "hta/trace_filter")
     code = (
-        "import sys\n"
+        "import sys, importlib\n"
         "from tracelens.cli import main\n"
-        f"main(['info', '--json', {str(shared_traces() / 'hta/trace_filter')!r}])\n"
+        f"main(['info', '--json', {job!r}])\n"
+        f"main(['report', {job!r}, '-o', {str(tmp_path / 'r.json')!r}])\n"
+        f"main(['report', {job!r}, '-o', {str(tmp_path / 'r.txt')!r}])\n"
+        "for m in ('tracelens.analysis', 'tracelens.report', 'tracelens.views', 'tracelens.timeline', 'tracelens.suggest',\n"
+        "          'tracelens.waterfall', 'tracelens.kernels', 'tracelens.comm', 'parsers.kineto'):\n"
+        "    importlib.import_module(m)\n"
+        "print('textual' in sys.modules, 'rich' in sys.modules, file=sys.stderr)\n"
+        "import tracelens.tui.app\n"
         "print('textual' in sys.modules, file=sys.stderr)\n"
     )
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT)
-    assert r.stderr.strip().splitlines()[-1] == "False"
+    assert r.stderr.strip().splitlines()[-2:] == ["False False", "True"], r.stderr
