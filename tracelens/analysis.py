@@ -30,6 +30,7 @@ from tracelens import intervals as iv
 from tracelens.load import Trace
 from tracelens.schema import NON_COMPUTE_KCLASSES, SCHEMA_VERSION
 from tracelens.suggest import suggest
+from tracelens.timeline import step_strips
 
 _STEP_NUM = re.compile(r"#(\d+)$")
 
@@ -145,6 +146,7 @@ class RankResult:
     waterfall: Any = None  # over the steps kept
     recompute_flops: float | None = None  # FLOPs of recomputed forward ops (activation checkpointing)
     hfu: float | None = None  # (model + recompute FLOPs) / (peak x window)
+    peak_bandwidth: float | None = None  # memory bandwidth of the GPU, bytes/s (the roofline's slope)
     facts: dict[str, Any] = field(default_factory=dict)  # for the suggestion rules
     kernels: tuple[dict[str, Any], ...] = ()  # by name: class, count, time
     matmuls: tuple[dict[str, Any], ...] = ()  # per op shape: TFLOP/s, % of peak, roofline bound
@@ -158,6 +160,7 @@ class Analysis:
     collectives: tuple = ()  # tracelens.comm.Collective, one per (group, seq)
     stragglers: tuple = ()  # tracelens.comm.Straggler
     clock_method: str = "none"
+    timeline: dict[str, Any] | None = None  # tracelens.timeline.step_strips: one step per rank, binned
 
     def job_waterfall(self) -> list[dict[str, Any]]:
         if not self.ranks or any(r.waterfall is None for r in self.ranks):
@@ -205,6 +208,7 @@ class Analysis:
             "ranks": [_rank_dict(r) for r in self.ranks],
             "communication": _comm_dict(self.collectives),
             "suggestions": [sg.to_dict() for sg in suggest(self)],
+            "timeline": self.timeline,
         }
 
 
@@ -267,7 +271,7 @@ def _rank_dict(r: RankResult) -> dict[str, Any]:
         "rank": r.rank,
         "file": r.file,
         "path": r.path,
-        "device": {**r.device, "peak_flops": r.peaks or None},
+        "device": {**r.device, "peak_flops": r.peaks or None, "peak_bandwidth": r.peak_bandwidth},
         "window": {"start_ns": r.window_start_ns, "end_ns": r.window_end_ns},
         "window_ns": r.gpu.window if r.gpu else r.window_end_ns - r.window_start_ns,
         "clock_offset_ns": r.clock_offset_ns,
@@ -347,6 +351,7 @@ def analyze(trace: Trace, options: Options | None = None) -> Analysis:
         collectives=tuple(table),
         stragglers=tuple(slow),
         clock_method=align.method,
+        timeline=step_strips(ev, ranks),
     )
 
 
@@ -547,6 +552,7 @@ def _analyze_rank(df: pl.DataFrame, fi: int, meta, options: Options) -> RankResu
         peak_flops=peak,
         peaks={k: spec.peak(k) for k in spec.peak_tflops} if spec else {},
         gpu_model=spec.name if spec else None,
+        peak_bandwidth=spec.mem_tbps * 1e12 * spec.scale if (spec and spec.mem_tbps) else None,
         flops=flops,
         flops_source=source if step_flops is not None else None,
         mfu=mfu,

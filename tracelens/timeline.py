@@ -129,3 +129,45 @@ class Timeline:
             ).alias("_d")
         ).sort("_d", "ts")
         return q.row(0, named=True)
+
+
+def step_strips(events: pl.DataFrame, ranks, bins: int = 240, max_ranks: int = 64) -> dict[str, Any] | None:
+    """A compact picture of one step per rank for the reports: the kept step (same position on
+    every rank) whose slowest rank is slowest, binned into ``bins`` cells of two rows per rank,
+    compute (everything but communication) and communication.  Each cell: how busy the row was
+    (0..100, percent) and the index of the class that took most of it (-1: idle)."""
+    kept = {r.file: ([s for s in r.steps if not s.warmup] or list(r.steps)) for r in ranks if r.gpu is not None}
+    kept = {f: v for f, v in kept.items() if v}
+    if not kept:
+        return None
+    n = min(len(v) for v in kept.values())
+    idx = max(range(n), key=lambda i: max(v[i].dur_ns for v in kept.values()))
+    files = sorted(kept, key=lambda f: next(r.rank for r in ranks if r.file == f))[:max_ranks]
+    gpu = events.filter(pl.col("file").is_in(files)).with_columns(
+        pl.when(pl.col("kclass") == "comm").then(pl.lit(1, pl.Int64)).otherwise(pl.lit(0, pl.Int64)).alias("stream"),
+        pl.lit(0, pl.Int32).alias("device"),
+    )
+    tl = Timeline(gpu)
+    classes: list[str] = []
+    index: dict[str, int] = {}
+    out_ranks = []
+    for f in files:
+        step = kept[f][idx]
+        rank = next(r.rank for r in ranks if r.file == f)
+        rows = []
+        for stream, label in ((0, "compute"), (1, "communication")):
+            track = next((t for t in tl.tracks if t.file == f and t.stream == stream), None)
+            busy = [0] * bins
+            cls = [-1] * bins
+            if track is not None and step.end_ns > step.start_ns:
+                for col, cell in tl.cells([track.id], step.start_ns, step.end_ns, bins)[track.id].items():
+                    if cell.kclass not in index:
+                        index[cell.kclass] = len(classes)
+                        classes.append(cell.kclass)
+                    busy[col] = max(1, round(100 * cell.busy))
+                    cls[col] = index[cell.kclass]
+            rows.append({"label": label, "busy": busy, "kclass": cls})
+        out_ranks.append({"rank": rank, "file": f, "step": step.step, "name": step.name, "start_ns": step.start_ns,
+                          "dur_ns": step.dur_ns, "rows": rows})
+    return {"bins": bins, "classes": classes, "ranks": out_ranks, "ranks_total": len(kept),
+            "note": None if len(kept) <= max_ranks else f"the first {max_ranks} of {len(kept)} ranks"}
