@@ -37,7 +37,7 @@ t0 = time.perf_counter()
 from tracelens.analysis import analyze
 from tracelens.load import load
 from tracelens.report import render_json
-data = render_json(analyze(load([sys.argv[1]], use_cache=False)))
+data = render_json(analyze(load([sys.argv[1]], use_cache=False)).to_dict())
 print(time.perf_counter() - t0)
 """
 

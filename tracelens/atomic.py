@@ -17,6 +17,7 @@ def write_with(dest: str | Path, write: Callable[[str], None]) -> None:
     os.close(fd)
     try:
         write(tmp)
+        os.chmod(tmp, 0o666 & ~_umask())  # mkstemp makes it 0600: give it a normal file's mode
         os.replace(tmp, dest)
     except BaseException:
         try:
@@ -28,3 +29,9 @@ def write_with(dest: str | Path, write: Callable[[str], None]) -> None:
 
 def write_bytes(dest: str | Path, data: bytes) -> None:
     write_with(dest, lambda tmp: Path(tmp).write_bytes(data))
+
+
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask

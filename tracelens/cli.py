@@ -17,8 +17,8 @@ EXIT_INTERNAL = 4
 COMMANDS = ("info", "report", "open")
 
 
-def _common(p: argparse.ArgumentParser) -> None:
-    p.add_argument("paths", nargs="+", metavar="PATH", help="trace files or directories of per-rank traces (.json, .json.gz)")
+def _common(p: argparse.ArgumentParser, nargs: str = "+") -> None:
+    p.add_argument("paths", nargs=nargs, metavar="PATH", help="trace files or directories of per-rank traces (.json, .json.gz)")
     p.add_argument("--no-cache", action="store_true", help="parse again instead of reading the Parquet cache")
     p.add_argument("--jobs", "-j", type=int, default=None, metavar="N", help="parse N files in parallel (default: one per core)")
     p.add_argument("--keep-python", action="store_true", help="keep python_function events (dropped by default)")
@@ -52,8 +52,13 @@ def build_parser() -> argparse.ArgumentParser:
     _common(p_info)
     p_info.add_argument("--json", action="store_true", help="print the same as JSON")
     p_rep = sub.add_parser("report", help="where the GPU time went: MFU and its loss waterfall, steps, idle, communication, suggestions")
-    _common(p_rep)
-    p_rep.add_argument("-o", "--output", metavar="FILE", help="write the report here: .json (the versioned contract) or .txt; default: text on stdout")
+    _common(p_rep, nargs="*")
+    p_rep.add_argument("-o", "--output", metavar="FILE",
+                       help="write the report here: .json (the versioned contract), .html (one self-contained page) or .txt; default: text on stdout")
+    p_rep.add_argument("--load", metavar="REPORT.json", help="re-render a saved JSON report (no traces needed)")
+    p_rep.add_argument("--compare", metavar="BASELINE", help="compare with a baseline: a saved JSON report, or its traces (file or directory)")
+    p_rep.add_argument("--fail-under-mfu", type=float, metavar="X", help="exit 1 when the job's MFU is below X (a fraction: 0.35), or unknown")
+    p_rep.add_argument("--fail-over-step-ms", type=float, metavar="Y", help="exit 1 when the mean step time is above Y ms, or unknown")
     _analysis_options(p_rep)
     p_open = sub.add_parser("open", help="the terminal UI: the MFU waterfall, suggestions and every drill-down (default when a terminal is attached)")
     _common(p_open)
@@ -115,32 +120,80 @@ def _cmd_info(args: argparse.Namespace) -> int:
 
 
 def _cmd_report(args: argparse.Namespace) -> int:
-    from tracelens.analysis import analyze
-    from tracelens.load import load
+    import re
+
     from tracelens.atomic import write_bytes
     from tracelens.report import format_for, render
 
     fmt = format_for(args.output)
+    problem = None
     if not fmt:
-        print(f"tracelens: error: {args.output}: unknown report format (use .json or .txt)", file=sys.stderr)
+        problem = f"{args.output}: unknown report format (use .json, .html or .txt)"
+    elif bool(args.paths) == bool(args.load):
+        problem = "give trace paths or --load REPORT.json (one of the two)"
+    elif args.fail_under_mfu is not None and not 0 <= args.fail_under_mfu <= 1:
+        problem = f"--fail-under-mfu {args.fail_under_mfu:g}: give the MFU as a fraction between 0 and 1 (0.35 for 35%)"
+    if problem:
+        print(f"tracelens: error: {problem}", file=sys.stderr)
         return EXIT_USAGE
-    import re
-
     try:
         steps = _check_options(args)
     except (ValueError, re.error) as e:
         print(f"tracelens: error: {e}", file=sys.stderr)
         return EXIT_USAGE
-    trace = load(args.paths, use_cache=not args.no_cache, keep_python=args.keep_python, jobs=args.jobs)
-    analysis = analyze(trace, _options(args, steps))
-    data = render(analysis, fmt)
+    if args.load:
+        d = _saved_report(args.load, required=True)
+    else:
+        d = _analyze_paths(args.paths, args, steps)
+    if args.compare:
+        from tracelens.compare import compare
+
+        base = _saved_report(args.compare) if args.compare.endswith(".json") else None
+        if base is None:
+            base = _analyze_paths([args.compare], args, steps)
+        d["comparison"] = compare(base, d)
+    data = render(d, fmt)
     if args.output:
         write_bytes(args.output, data)
     else:
         sys.stdout.buffer.write(data)
-    for w in analysis.to_dict()["warnings"]:
-        print(f"tracelens: warning: {w}", file=sys.stderr)
+    if not args.load:
+        for w in d["warnings"]:
+            print(f"tracelens: warning: {w}", file=sys.stderr)
+    reasons = _gate(d, args.fail_under_mfu, args.fail_over_step_ms)
+    if reasons:
+        from tracelens.errors import EXIT_GATE
+
+        print(f"tracelens: gate failed: {'; '.join(reasons)}", file=sys.stderr)
+        return EXIT_GATE
     return EXIT_OK
+
+
+def _analyze_paths(paths: list[str], args: argparse.Namespace, steps) -> dict:
+    from tracelens.analysis import analyze
+    from tracelens.load import load
+
+    trace = load(paths, use_cache=not args.no_cache, keep_python=args.keep_python, jobs=args.jobs)
+    return analyze(trace, _options(args, steps)).to_dict()
+
+
+def _gate(d: dict, min_mfu: float | None, max_step_ms: float | None) -> list[str]:
+    """The reasons a CI gate fails (empty: it passes).  An unknown value fails the gate that
+    asks for it: a gate must never pass by not measuring."""
+    reasons = []
+    if min_mfu is not None:
+        mfu = d["job"]["mfu"]
+        if mfu is None:
+            reasons.append(f"MFU is unknown (needed >= {100 * min_mfu:.2f}%; see the warnings)")
+        elif mfu < min_mfu:
+            reasons.append(f"MFU {100 * mfu:.2f}% is under {100 * min_mfu:.2f}%")
+    if max_step_ms is not None:
+        mean = d["job"]["step_time_ns"]["mean"]
+        if mean is None:
+            reasons.append(f"step time is unknown (needed <= {max_step_ms:g} ms)")
+        elif mean / 1e6 > max_step_ms:
+            reasons.append(f"mean step time {mean / 1e6:.2f} ms is over {max_step_ms:g} ms")
+    return reasons
 
 
 def _options(args: argparse.Namespace, steps: tuple[int, int] | None):
@@ -191,8 +244,9 @@ def _cmd_open(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-def _saved_report(path: str) -> dict | None:
-    """The report in ``path`` when it is a tracelens JSON report, else None (a trace)."""
+def _saved_report(path: str, required: bool = False) -> dict | None:
+    """The report in ``path`` when it is a tracelens JSON report, else None (a trace); with
+    ``required``, anything else is bad input."""
     import orjson
 
     from tracelens.errors import TraceInputError
@@ -201,12 +255,20 @@ def _saved_report(path: str) -> dict | None:
         with open(path, "rb") as f:
             head = f.read(200)
             if b'"schema_version"' not in head:
+                if required:
+                    raise TraceInputError(path, "not a tracelens JSON report (no schema_version at its start)")
                 return None
             data = orjson.loads(head + f.read())
     except OSError as e:
         raise TraceInputError(path, f"cannot read file ({e.strerror or e})") from None
     except orjson.JSONDecodeError as e:
         raise TraceInputError(path, f"not a valid JSON report ({e})") from None
-    if not isinstance(data, dict) or data.get("tool", {}).get("name") != "tracelens":
+    if not isinstance(data, dict) or not isinstance(data.get("tool"), dict) or data["tool"].get("name") != "tracelens":
+        if required:
+            raise TraceInputError(path, "not a tracelens JSON report")
         return None
+    from tracelens.schema import SCHEMA_VERSION
+
+    if data.get("schema_version") != SCHEMA_VERSION:
+        raise TraceInputError(path, f"report schema_version {data.get('schema_version')!r}; this tracelens reads {SCHEMA_VERSION}")
     return data

@@ -1,20 +1,20 @@
-"""Renderers of an Analysis: the versioned JSON report (DESIGN.md 5) and a terminal summary.
-They read only the Analysis (its ``to_dict()``), never the traces."""
+"""Renderers of a report dict (``Analysis.to_dict()``, or a saved JSON report): the versioned
+JSON report (DESIGN.md 5), a terminal summary and the HTML page (``tracelens.html``).  They
+never read the traces, so a saved report re-renders without them (``--load``)."""
 
 from __future__ import annotations
 
 from pathlib import Path
 from typing import Any
 
-from tracelens.analysis import Analysis
 from tracelens.units import fmt_ns
 from tracelens.views import fmt_speedup
 
 
-def render_json(analysis: Analysis) -> bytes:
+def render_json(d: dict[str, Any]) -> bytes:
     import orjson
 
-    return orjson.dumps(analysis.to_dict(), option=orjson.OPT_INDENT_2) + b"\n"
+    return orjson.dumps(d, option=orjson.OPT_INDENT_2) + b"\n"
 
 
 def _pct(part: int | None, whole: int | None) -> str:
@@ -23,8 +23,7 @@ def _pct(part: int | None, whole: int | None) -> str:
     return f"{100.0 * part / whole:5.1f}%"
 
 
-def render_text(analysis: Analysis) -> str:
-    d = analysis.to_dict()
+def render_text(d: dict[str, Any]) -> str:
     job = d["job"]
     lines = [f"tracelens {d['tool']['version']} — {job['ranks']} rank(s)"]
     mfus = [(r["rank"], r["mfu"]) for r in d["ranks"]]
@@ -112,7 +111,9 @@ def render_text(analysis: Analysis) -> str:
             est = sg["est_speedup"]
             up = f" — up to {fmt_speedup(est)} faster" if est else ""
             ev = sg["evidence"]
-            num = f" ({ev['measure']}: {100 * ev['worst']:.1f}%)" if isinstance(ev.get("worst"), float) and ev["worst"] <= 1 else ""
+            num = ""
+            if "worst" in ev:
+                num = f" ({ev['measure']}: {100 * ev['worst']:.1f}%)" if ev.get("unit") == "share" else f" ({ev['measure']}: {ev['worst']:g})"
             lines.append(f"  * {sg['title']}{num}{up}")
             lines.append(f"      {sg['detail']}")
     worst = sorted(
@@ -126,17 +127,28 @@ def render_text(analysis: Analysis) -> str:
             g = s["gpu_time_ns"]
             idle = f", idle {_pct(g['idle'], dur).strip()}" if g else ""
             lines.append(f"  rank {rank} {s['name']}: {fmt_ns(dur)}{idle}")
+    if d.get("comparison"):
+        from tracelens.compare import text_section
+
+        lines.append("")
+        lines.append(text_section(d["comparison"]).rstrip("\n"))
     if d["warnings"]:
         lines.append("")
         lines.extend(f"warning: {w}" for w in d["warnings"])
     return "\n".join(lines) + "\n"
 
 
-def render(analysis: Analysis, fmt: str) -> bytes:
+def render(d: dict[str, Any], fmt: str) -> bytes:
+    """The report in ``fmt`` ("json", "text", "html"); a ``comparison`` key (``--compare``) is
+    rendered by each format."""
     if fmt == "json":
-        return render_json(analysis)
+        return render_json(d)
     if fmt == "text":
-        return render_text(analysis).encode()
+        return render_text(d).encode()
+    if fmt == "html":
+        from tracelens.html import render_html
+
+        return render_html(d, d.get("comparison"))
     raise ValueError(f"unknown report format {fmt!r}")
 
 
@@ -144,7 +156,7 @@ def format_for(path: str | None) -> str:
     if path is None:
         return "text"
     suffix = Path(path).suffix.lower()
-    return {".json": "json", ".txt": "text", ".text": "text"}.get(suffix, "")
+    return {".json": "json", ".txt": "text", ".text": "text", ".html": "html", ".htm": "html"}.get(suffix, "")
 
 
 def waterfall_text(bars: list[dict[str, Any]], width: int = 40) -> str:

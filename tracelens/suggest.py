@@ -68,6 +68,7 @@ class Rule:
     removable: bool = True  # the number is a share of time that the fix could remove
     focus: tuple[str, str] | None = None  # ("idle"|"gpu"|"bar", key): the per-step number that picks the step to show
     show: tuple[str, ...] = ()  # kernel classes (or "idle") the evidence is about, for the timeline
+    unit: str = "share"  # "share": the number is a fraction (of the step, of the FLOPs); "count": a plain number
 
 
 def _fp32_share(rank) -> float | None:
@@ -157,7 +158,7 @@ RULES: tuple[Rule, ...] = (
          focus=None, show=()),
     Rule("item_in_step", "Scalar reads from the GPU in every step (.item())",
          "Each .item() waits for the GPU to finish: keep losses and metrics on the GPU and read them every N steps.",
-         _item_calls, 3.0, ".item() / _local_scalar_dense calls per step", removable=False,
+         _item_calls, 3.0, ".item() / _local_scalar_dense calls per step", removable=False, unit="count",
          focus=("idle", "sync"), show=("idle",)),
     Rule("recompute_heavy", "Activation recomputation costs a large share of the step",
          "Checkpoint selectively (only attention or only every other layer: torch.utils.checkpoint on chosen blocks, "
@@ -218,7 +219,7 @@ def suggest(analysis) -> list[Suggestion]:
                 id=rule.id,
                 title=rule.title,
                 detail=rule.fix,
-                evidence={"measure": rule.what, "worst": round(worst, 4), "mean": round(mean, 4), "threshold": rule.threshold,
+                evidence={"measure": rule.what, "unit": rule.unit, "worst": round(worst, 4), "mean": round(mean, 4), "threshold": rule.threshold,
                           "per_rank": {str(rk): round(v, 4) for rk, v in hits}, "where": at},
                 ranks=tuple(rk for rk, _ in hits),
                 est_speedup=_speedup(mean) if rule.removable else None,

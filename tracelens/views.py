@@ -56,7 +56,7 @@ _TIME_BARS = (
 )
 
 
-def _time_bars(gpu: dict[str, int] | None, idle: dict[str, int] | None) -> list[dict[str, Any]]:
+def time_bars(gpu: dict[str, int] | None, idle: dict[str, int] | None) -> list[dict[str, Any]]:
     """Without an MFU (unknown GPU, no FLOPs): the GPU-time partition as bars that end at the
     compute share instead of the MFU.  Same keys as the waterfall's time bars."""
     if not gpu or idle is None:
@@ -73,6 +73,13 @@ def _time_bars(gpu: dict[str, int] | None, idle: dict[str, int] | None) -> list[
     return [{"key": k, "label": lb, "ns": ns, "fraction": ns / window, "parts": []} for k, lb, ns in bars]
 
 
+def evidence_value(ev: dict[str, Any]):
+    """How to show a suggestion's numbers: a share as a percentage, a count as it is."""
+    if ev.get("unit", "share") == "share":
+        return lambda v: "-" if v is None else f"{100 * v:.1f}%"
+    return lambda v: "-" if v is None else f"{v:g}"
+
+
 def fmt_speedup(s: float | None) -> str:
     """An estimated speed-up as people say it: "12%" below 1.5x, "4.3x" above."""
     if s is None:
@@ -80,7 +87,7 @@ def fmt_speedup(s: float | None) -> str:
     return f"{s:.1f}x" if s >= 1.5 else f"{100 * (s - 1):.0f}%"
 
 
-def _sum_idle(ranks: list[dict[str, Any]]) -> dict[str, int] | None:
+def sum_idle(ranks: list[dict[str, Any]]) -> dict[str, int] | None:
     idles = [r["idle_ns"] for r in ranks if r.get("idle_ns")]
     if not idles:
         return None
@@ -94,16 +101,16 @@ def waterfall(report: dict[str, Any], rank: int | None = None, step: int | None 
         bars = report["job"]["waterfall"]
         if bars:
             return bars, "mfu"
-        return _time_bars(report["job"]["gpu_time_ns"], _sum_idle(report["ranks"])), "time"
+        return time_bars(report["job"]["gpu_time_ns"], sum_idle(report["ranks"])), "time"
     r = rank_by_id(report, rank)
     if r is None:
         return [], "time"
     if step is None:
-        return (r["waterfall"], "mfu") if r["waterfall"] else (_time_bars(r["gpu_time_ns"], r["idle_ns"]), "time")
+        return (r["waterfall"], "mfu") if r["waterfall"] else (time_bars(r["gpu_time_ns"], r["idle_ns"]), "time")
     s = next((s for s in r["steps"] if s["step"] == step), None)
     if s is None:
         return [], "time"
-    return (s["waterfall"], "mfu") if s["waterfall"] else (_time_bars(s["gpu_time_ns"], s["idle_ns"]), "time")
+    return (s["waterfall"], "mfu") if s["waterfall"] else (time_bars(s["gpu_time_ns"], s["idle_ns"]), "time")
 
 
 def rank_by_id(report: dict[str, Any], rank: int) -> dict[str, Any] | None:

@@ -183,17 +183,18 @@ class SuggestionsPane(Horizontal):
         ev = s["evidence"]
         t.append("evidence\n", style="bold")
         if "measure" in ev:
-            t.append(f"  {ev['measure']}: worst {pct(ev['worst'])}, mean {pct(ev['mean'])} (fires at {pct(ev['threshold'])})\n")
+            val = views.evidence_value(ev)
+            t.append(f"  {ev['measure']}: worst {val(ev['worst'])}, mean {val(ev['mean'])} (fires at {val(ev['threshold'])})\n")
             per = ev.get("per_rank", {})
             if per:
                 items = sorted(per.items(), key=lambda kv: -kv[1])[:8]
-                t.append("  ranks: " + ", ".join(f"r{k} {pct(v)}" for k, v in items) + (" …" if len(per) > 8 else "") + "\n")
+                t.append("  ranks: " + ", ".join(f"r{k} {val(v)}" for k, v in items) + (" …" if len(per) > 8 else "") + "\n")
         else:
             t.append(f"  {ev.get('detail', '')}\n")
         w = ev.get("where")
         if w and w.get("start_ns") is not None:
             t.append(f"  most visible in rank {w['rank']}, {w.get('step_name') or 'the trace'}"
-                     + (f" ({pct(w['value'])})" if w.get("value") is not None else "") + " — enter shows it\n")
+                     + (f" ({pct(w['value'])} of that step)" if w.get("value") is not None else "") + " — enter shows it\n")
         if s["est_speedup"]:
             t.append(f"\nestimate: up to {views.fmt_speedup(s['est_speedup'])} faster (1 / (1 - share), an upper bound)\n", style="dim")
         return t

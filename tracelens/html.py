@@ -1,0 +1,436 @@
+"""The HTML report: one self-contained file (no network at view time) that renders the JSON
+report (embedded in it) for a post-mortem or a ticket.
+
+Charts are small hand-written HTML/SVG, generated here: the headline numbers, the waterfall,
+the per-rank bars, the step-time chart, the roofline and the step timeline all render without
+JavaScript (hover text comes from ``title`` attributes).  A few lines of inline JavaScript add
+table sorting.  Every number comes from the report dict through ``tracelens.views``, as in the
+terminal UI.
+"""
+
+from __future__ import annotations
+
+import math
+from html import escape
+from typing import Any
+
+import orjson
+
+from tracelens import views
+from tracelens.units import fmt_bytes, fmt_ns
+from tracelens.views import BAR_COLOURS, KCLASS_COLOURS
+
+_CSS = """
+:root { --fg:#1d1d1f; --muted:#6b6b70; --line:#e3e3e8; --bg:#fff; --soft:#f5f5f7; --accent:#1c71d8; --bad:#c01c28; --good:#26a269; }
+* { box-sizing: border-box; }
+body { font: 14px/1.45 -apple-system, "Segoe UI", Roboto, "Helvetica Neue", Arial, sans-serif; color: var(--fg); background: var(--bg);
+       margin: 0 auto; max-width: 1200px; padding: 24px; }
+h1 { font-size: 22px; margin: 0 0 4px; } h2 { font-size: 17px; margin: 32px 0 8px; border-bottom: 1px solid var(--line); padding-bottom: 4px; }
+.muted { color: var(--muted); } .bad { color: var(--bad); } .good { color: var(--good); }
+.cards { display: flex; flex-wrap: wrap; gap: 12px; margin: 16px 0; }
+.card { background: var(--soft); border-radius: 8px; padding: 10px 14px; min-width: 150px; }
+.card .v { font-size: 24px; font-weight: 600; } .card .k { color: var(--muted); font-size: 12px; text-transform: uppercase; letter-spacing: .04em; }
+table { border-collapse: collapse; width: 100%; font-size: 13px; margin: 6px 0 12px; }
+th, td { padding: 4px 8px; border-bottom: 1px solid var(--line); text-align: left; vertical-align: top; }
+th { background: var(--soft); position: sticky; top: 0; } table.sortable th { cursor: pointer; user-select: none; }
+td.n, th.n { text-align: right; font-variant-numeric: tabular-nums; white-space: nowrap; }
+td.name { font-family: ui-monospace, Menlo, Consolas, monospace; font-size: 12px; word-break: break-all; }
+.wf { display: grid; grid-template-columns: minmax(180px, 300px) 1fr 70px 90px; gap: 2px 10px; align-items: center; }
+.wf .label.part { padding-left: 18px; color: var(--muted); font-size: 12px; }
+.wf .track { position: relative; height: 16px; background: var(--soft); border-radius: 2px; }
+.wf .bar { position: absolute; top: 0; bottom: 0; border-radius: 2px; min-width: 1px; }
+.wf .part .bar, .wf .bar.part { top: 4px; bottom: 4px; opacity: .75; }
+.wf .num { text-align: right; font-variant-numeric: tabular-nums; } .wf .final { font-weight: 700; }
+.strip { display: flex; align-items: flex-end; gap: 2px; height: 90px; border-bottom: 1px solid var(--line); }
+.strip div { flex: 1; background: var(--accent); min-width: 2px; } .strip div.straggler { background: var(--bad); }
+.sugg { border-left: 4px solid var(--accent); background: var(--soft); padding: 8px 12px; margin: 8px 0; border-radius: 4px; }
+.sugg .t { font-weight: 600; } .sugg .win { float: right; color: var(--good); font-weight: 600; }
+.legend span { display: inline-block; margin-right: 12px; font-size: 12px; } .legend i { display: inline-block; width: 10px; height: 10px; margin-right: 4px; }
+details { margin: 8px 0; } summary { cursor: pointer; color: var(--muted); }
+.delta-up { color: var(--good); } .delta-down { color: var(--bad); }
+svg text { font: 11px sans-serif; fill: var(--muted); }
+"""
+
+_JS = """
+(function () {
+  var errors = [];
+  window.addEventListener('error', function (e) { errors.push(String(e.message)); });
+  function key(td, numeric) {
+    var v = td.getAttribute('data-v');
+    if (v === null) v = td.textContent;
+    if (numeric) { var x = parseFloat(v); return isNaN(x) ? -Infinity : x; }
+    return v.toLowerCase();
+  }
+  document.querySelectorAll('table.sortable').forEach(function (table) {
+    table.querySelectorAll('th').forEach(function (th, i) {
+      th.addEventListener('click', function () {
+        var numeric = th.classList.contains('n');
+        var asc = th.getAttribute('data-sort') !== 'asc';
+        table.querySelectorAll('th').forEach(function (h) { h.removeAttribute('data-sort'); });
+        th.setAttribute('data-sort', asc ? 'asc' : 'desc');
+        var body = table.tBodies[0];
+        var rows = Array.prototype.slice.call(body.rows);
+        rows.sort(function (a, b) {
+          var x = key(a.cells[i], numeric), y = key(b.cells[i], numeric);
+          return (x < y ? -1 : x > y ? 1 : 0) * (asc ? 1 : -1);
+        });
+        rows.forEach(function (r) { body.appendChild(r); });
+      });
+    });
+  });
+  var report = JSON.parse(document.getElementById('tracelens-report').textContent);
+  var sum = 0;
+  document.querySelectorAll('#waterfall .bar[data-fraction]').forEach(function (b) { sum += parseFloat(b.getAttribute('data-fraction')); });
+  document.body.setAttribute('data-waterfall-sum', sum.toFixed(9));
+  document.body.setAttribute('data-ranks', String(report.ranks.length));
+  document.body.setAttribute('data-js-errors', String(errors.length));
+  document.body.setAttribute('data-ready', '1');
+})();
+"""
+
+
+def _pct(v: float | None, digits: int = 1) -> str:
+    return "–" if v is None else f"{100 * v:.{digits}f}%"
+
+
+def _num(v: float | None, digits: int = 1) -> str:
+    return "–" if v is None else f"{v:,.{digits}f}"
+
+
+def _td(v: Any, text: str | None = None, cls: str = "n") -> str:
+    shown = escape(text if text is not None else ("–" if v is None else str(v)))
+    raw = "" if v is None or isinstance(v, str) else f' data-v="{v}"'
+    return f'<td class="{cls}"{raw}>{shown}</td>'
+
+
+def _table(columns: list[tuple[str, bool]], rows: list[str], sortable: bool = True, empty: str = "none") -> str:
+    if not rows:
+        return f'<p class="muted">{escape(empty)}</p>'
+    head = "".join(f'<th class="n">{escape(c)}</th>' if num else f"<th>{escape(c)}</th>" for c, num in columns)
+    cls = ' class="sortable"' if sortable else ""
+    return f"<table{cls}><thead><tr>{head}</tr></thead><tbody>{''.join(rows)}</tbody></table>"
+
+
+def _summary(d: dict[str, Any]) -> str:
+    h = views.headline(d)
+    s = views.step_stats(d)
+    g = d["job"]["gpu_time_ns"]
+    cards = []
+    if h["mfu"] is not None:
+        cards.append(("MFU", f"{100 * h['mfu']:.2f}%", f"of {h['gpu_model']} dense peak ({h['peak_flops'] / 1e12:,.0f} TFLOP/s)"))
+    else:
+        cards.append(("MFU", "unknown", h["why_unknown"]))
+    if h["hfu"] is not None:
+        cards.append(("HFU", f"{100 * h['hfu']:.2f}%", "with recomputed FLOPs"))
+    if s["count"]:
+        cards.append(("step time", fmt_ns(s["mean"]), f"mean of {s['count']} steps; p50 {fmt_ns(s['p50'])}, max {fmt_ns(s['max'])}"))
+    cards.append(("ranks", str(h["ranks"]), h["device"] or "unknown GPU"))
+    if g:
+        w = g["idle"] + g["compute"] + g["exposed_comm"] + g["exposed_memcpy"]
+        if w:
+            cards.append(("GPU idle", _pct(g["idle"] / w), f"compute {_pct(g['compute'] / w)}, exposed comm {_pct(g['exposed_comm'] / w)}"))
+    out = ['<div class="cards" id="summary">']
+    for k, v, sub in cards:
+        out.append(f'<div class="card"><div class="k">{escape(k)}</div><div class="v">{escape(v)}</div>'
+                   f'<div class="muted">{escape(sub or "")}</div></div>')
+    out.append("</div>")
+    return "".join(out)
+
+
+def _waterfall(d: dict[str, Any]) -> str:
+    bars, kind = views.waterfall(d)
+    title = ("MFU loss waterfall: from 100% of the GPU's dense peak down to the MFU" if kind == "mfu"
+             else "GPU time (the MFU is unknown: the bars end at the compute share)")
+    if not bars:
+        return f'<h2>{escape(title)}</h2><p class="muted">no GPU time in the window</p>'
+    out = [f'<h2>{escape(title)}</h2><div class="wf" id="waterfall" data-kind="{kind}">']
+    start = 0.0
+    for b in bars:
+        key, f = b["key"], b["fraction"]
+        colour = BAR_COLOURS.get(key, "#999")
+        final = key in ("mfu", "compute")
+        left = (1.0 - f) if key == "mfu" else (start + min(f, 0))
+        tip = f"{b['label']}: {100 * f:.2f}% ({fmt_ns(b['ns'])})"
+        if b.get("parts"):
+            tip += "\n" + "\n".join(f"  {p['label']}: {100 * p['fraction']:.2f}% ({fmt_ns(p['ns'])})" for p in b["parts"][:8])
+        cls = "final" if final else ""
+        out.append(
+            f'<div class="label {cls}">{escape(b["label"])}</div>'
+            f'<div class="track"><div class="bar" data-key="{escape(key)}" data-fraction="{f!r}" title="{escape(tip)}" '
+            f'style="left:{100 * max(left, 0):.4f}%;width:{100 * abs(f):.4f}%;background:{colour}{";display:none" if f == 0 else ""}"></div></div>'
+            f'<div class="num {cls}">{100 * f:.2f}%</div><div class="num muted">{escape(fmt_ns(b["ns"]))}</div>'
+        )
+        pstart = start
+        for p in b.get("parts", [])[:5]:
+            out.append(
+                f'<div class="label part">{escape(p["label"][:70])}</div>'
+                f'<div class="track"><div class="bar part" title="{escape(p["label"])}: {100 * p["fraction"]:.2f}%" '
+                f'style="left:{100 * pstart:.4f}%;width:{100 * p["fraction"]:.4f}%;background:{colour}"></div></div>'
+                f'<div class="num muted">{100 * p["fraction"]:.2f}%</div><div class="num muted">{escape(fmt_ns(p["ns"]))}</div>'
+            )
+            pstart += p["fraction"]
+        if key != "mfu":
+            start += f
+    out.append("</div>")
+    return "".join(out)
+
+
+def _suggestions(d: dict[str, Any]) -> str:
+    sg = d["suggestions"]
+    out = ["<h2>Suggestions, largest possible win first</h2>"]
+    if not sg:
+        return out[0] + '<p class="muted">none: no rule fired</p>'
+    for s in sg:
+        ev = s["evidence"]
+        win = f'<span class="win">up to {escape(views.fmt_speedup(s["est_speedup"]))} faster</span>' if s["est_speedup"] else ""
+        if "measure" in ev:
+            per = sorted(ev.get("per_rank", {}).items(), key=lambda kv: -kv[1])[:8]
+            val = views.evidence_value(ev)
+            evid = (f"{escape(ev['measure'])}: worst {val(ev['worst'])}, mean {val(ev['mean'])} (fires at {val(ev['threshold'])}); "
+                    + "ranks " + ", ".join(f"{k} ({val(v)})" for k, v in per) + (" …" if len(ev.get("per_rank", {})) > 8 else ""))
+        else:
+            evid = escape(str(ev.get("detail", "")))
+        w = ev.get("where")
+        where = ""
+        if w and w.get("start_ns") is not None:
+            where = f"<br><span class='muted'>most visible in rank {w['rank']}, {escape(str(w.get('step_name') or ''))}</span>"
+        out.append(f'<div class="sugg" data-id="{escape(s["id"])}">{win}<div class="t">{escape(s["title"])}</div>'
+                   f"<div><b>fix:</b> {escape(s['detail'])}</div><div class='muted'>evidence: {evid}</div>{where}</div>")
+    return "".join(out)
+
+
+def _ranks(d: dict[str, Any]) -> str:
+    rows = views.rank_rows(d)
+    label, series = views.per_rank_series(d)
+    out = ["<h2>Ranks</h2>"]
+    if len(series) > 1:
+        top = max(series) or 1.0
+        strag = {s["rank"] for s in d["job"]["stragglers"]}
+        out.append(f'<p class="muted">{escape(label)}, one bar per rank from zero; stragglers in red</p><div class="strip" id="rank-strip">')
+        for r, v in zip(rows, series):
+            shown = _pct(v, 2) if "MFU" in label else f"{v:,.2f} ms"
+            out.append(f'<div class="{"straggler" if r["rank"] in strag else ""}" style="height:{100 * v / top:.2f}%" '
+                       f'title="rank {r["rank"]}: {shown}"></div>')
+        out.append("</div>")
+    for st in d["job"]["stragglers"]:
+        out.append(f'<p class="bad">rank {st["rank"]} is a straggler: {escape(st["evidence"])}</p>')
+    if len(rows) > 1 and not d["job"]["stragglers"]:
+        out.append('<p class="muted">no straggler: no rank arrives last at collectives more often than chance</p>')
+    trs = []
+    for r in rows:
+        trs.append("<tr>" + _td(r["rank"]) + _td(r["device"], cls="") + _td(r["steps"]) + _td(r["step_ns"], fmt_ns(r["step_ns"]))
+                   + _td(r["mfu"], _pct(r["mfu"], 2)) + _td(r["idle"], _pct(r["idle"])) + _td(r["exposed_comm"], _pct(r["exposed_comm"]))
+                   + _td(r["bubble"], _pct(r["bubble"])) + _td(None, "straggler" if r["straggler"] else "", cls="bad") + "</tr>")
+    out.append(_table([("rank", True), ("device", False), ("steps", True), ("step time", True), ("MFU", True), ("idle", True),
+                       ("exp. comm", True), ("bubble", True), ("", False)], trs))
+    return "".join(out)
+
+
+def _steps_chart(d: dict[str, Any]) -> str:
+    """Step time per step position: the median over ranks as a bar, min..max as a whisker."""
+    by_pos: dict[int, list[tuple[int, int, str]]] = {}
+    for r in d["ranks"]:
+        for i, s in enumerate(r["steps"]):
+            by_pos.setdefault(i, []).append((s["dur_ns"], r["rank"], s["name"]))
+    if not by_pos:
+        return ""
+    W, H, pad = 900, 160, 40
+    n = len(by_pos)
+    top = max(t for v in by_pos.values() for t, _, _ in v) or 1
+    bw = (W - pad) / n
+    out = [f'<h2>Step time</h2><svg id="step-chart" viewBox="0 0 {W} {H + 20}" width="100%" role="img" aria-label="step time per step">']
+    out.append(f'<text x="0" y="12">{escape(fmt_ns(top))}</text><line x1="{pad}" y1="{H}" x2="{W}" y2="{H}" stroke="#ccc"/>')
+    warm = {i for r in d["ranks"] for i, s in enumerate(r["steps"]) if s["warmup"]}
+    for i, vals in sorted(by_pos.items()):
+        ts = sorted(t for t, _, _ in vals)
+        med, lo, hi = ts[(len(ts) - 1) // 2], ts[0], ts[-1]
+        x = pad + i * bw
+        h = H * med / top
+        slowest = max(vals)
+        tip = f"{vals[0][2]}: median {fmt_ns(med)} over {len(ts)} rank(s), min {fmt_ns(lo)}, max {fmt_ns(hi)} (rank {slowest[1]})"
+        colour = "#c0bfbc" if i in warm else "#3584e4"
+        w = min(bw * 0.7, 60)
+        out.append(f'<rect x="{x + (bw - w) / 2:.1f}" y="{H - h:.1f}" width="{w:.1f}" height="{h:.1f}" fill="{colour}"><title>{escape(tip)}</title></rect>')
+        if hi > lo:
+            cx = x + bw / 2
+            out.append(f'<line x1="{cx:.1f}" y1="{H - H * hi / top:.1f}" x2="{cx:.1f}" y2="{H - H * lo / top:.1f}" stroke="#1d1d1f"/>')
+        if n <= 40:
+            out.append(f'<text x="{x + bw / 2:.1f}" y="{H + 14}" text-anchor="middle">{escape(str(vals[0][2]).replace("ProfilerStep", ""))}</text>')
+    out.append("</svg><p class='muted'>grey: warm-up step (left out of the totals)</p>")
+    return "".join(out)
+
+
+def _roofline(d: dict[str, Any]) -> str:
+    rows = [m for m in views.matmul_rows(d) if m.get("arithmetic_intensity") and m.get("achieved_tflops")]
+    r0 = d["ranks"][0] if d["ranks"] else None
+    peak = r0["mfu"]["peak_flops"] if r0 else None
+    bw = (r0["device"].get("peak_bandwidth") if r0 else None)
+    if not rows or not peak:
+        return ""
+    W, H, pad = 700, 300, 46
+    xs = [m["arithmetic_intensity"] for m in rows]
+    x0, x1 = 10 ** math.floor(math.log10(min(xs + [1.0]))), 10 ** math.ceil(math.log10(max(xs + [peak / bw if bw else 1e3])) + 0.3)
+    ys = [m["achieved_tflops"] for m in rows]
+    y1 = peak / 1e12 * 2
+    y0 = 10 ** math.floor(math.log10(max(min(ys), 1e-3)))
+
+    def px(x: float) -> float:
+        return pad + (W - pad - 10) * (math.log10(x) - math.log10(x0)) / (math.log10(x1) - math.log10(x0))
+
+    def py(y: float) -> float:
+        return H - (H - 10) * (math.log10(max(y, y0)) - math.log10(y0)) / (math.log10(y1) - math.log10(y0))
+
+    out = ['<h3>Roofline of the matmul ops</h3><svg id="roofline" viewBox="0 0 {W} {H2}" width="100%" style="max-width:{W}px" role="img" '
+           'aria-label="roofline">'.format(W=W, H2=H + 30)]
+    out.append(f'<line x1="{pad}" y1="{H}" x2="{W}" y2="{H}" stroke="#ccc"/><line x1="{pad}" y1="0" x2="{pad}" y2="{H}" stroke="#ccc"/>')
+    out.append(f'<text x="{pad}" y="{H + 24}">arithmetic intensity, FLOP/byte (log)</text><text x="2" y="12">TFLOP/s</text>')
+    pk = peak / 1e12
+    if bw:
+        ridge = peak / bw
+        pts = [(x0, min(pk, bw * x0 / 1e12)), (ridge, pk), (x1, pk)]
+        path = " ".join(f"{px(x):.1f},{py(y):.1f}" for x, y in pts if x >= x0)
+        out.append(f'<polyline points="{path}" fill="none" stroke="#c01c28" stroke-width="2"><title>roof: min({pk:,.0f} TFLOP/s, '
+                   f'{bw / 1e12:.2f} TB/s x intensity); ridge at {ridge:,.0f} FLOP/B</title></polyline>')
+    else:
+        out.append(f'<line x1="{pad}" y1="{py(pk):.1f}" x2="{W}" y2="{py(pk):.1f}" stroke="#c01c28" stroke-width="2"/>')
+    top_t = max(m["kernel_ns"] for m in rows) or 1
+    for m in rows:
+        r = 3 + 9 * math.sqrt(m["kernel_ns"] / top_t)
+        tip = (f"rank {m['rank']} {m['op']} {m['shapes']} {m['dtype']}: {m['achieved_tflops']:.1f} TFLOP/s "
+               f"({_pct(m.get('of_peak'))} of peak), {m['arithmetic_intensity']:.0f} FLOP/B, {m['bound']}-bound, {fmt_ns(m['kernel_ns'])}")
+        out.append(f'<circle cx="{px(m["arithmetic_intensity"]):.1f}" cy="{py(m["achieved_tflops"]):.1f}" r="{r:.1f}" '
+                   f'fill="#3584e4" fill-opacity=".55"><title>{escape(tip)}</title></circle>')
+    out.append("</svg>")
+    return "".join(out)
+
+
+def _kernels(d: dict[str, Any]) -> str:
+    out = ["<h2>Kernels</h2>"]
+    classes = views.class_rows(d)
+    out.append(_table([("class", False), ("kernels", True), ("launches", True), ("time", True), ("share", True)], [
+        "<tr>" + _td(None, c["kclass"], cls="") + _td(c["kernels"]) + _td(c["count"]) + _td(c["total_ns"], fmt_ns(c["total_ns"]))
+        + _td(c["share"], _pct(c["share"])) + "</tr>" for c in classes], empty="no GPU kernels"))
+    ks = views.kernel_rows(d)
+    trs = ["<tr>" + f'<td class="name" title="{escape(k["name"])}">{escape(k["name"][:160])}{"…" if len(k["name"]) > 160 else ""}</td>' + _td(None, k["kclass"], cls="") + _td(k["count"])
+           + _td(k["total_ns"], fmt_ns(k["total_ns"])) + _td(k["mean_ns"], fmt_ns(int(k["mean_ns"] or 0)))
+           + _td(k["tflops"], _num(k["tflops"])) + _td(k["of_peak"], _pct(k["of_peak"])) + "</tr>" for k in ks[:200]]
+    out.append(f"<details open><summary>by name ({len(ks)} kernels{', the 200 longest' if len(ks) > 200 else ''}; click a header to sort)</summary>")
+    out.append(_table([("kernel", False), ("class", False), ("count", True), ("total", True), ("mean", True), ("TFLOP/s", True),
+                       ("% peak", True)], trs, empty="no GPU kernels"))
+    out.append("</details>")
+    mm = views.matmul_rows(d)
+    if mm:
+        trs = ["<tr>" + _td(m["rank"]) + _td(None, m["op"], cls="") + _td(None, m["shapes"], cls="name") + _td(None, m["dtype"], cls="")
+               + _td(m["calls"]) + _td(m["kernel_ns"], fmt_ns(m["kernel_ns"])) + _td(m["achieved_tflops"], _num(m["achieved_tflops"]))
+               + _td(m.get("of_peak"), _pct(m.get("of_peak"))) + _td(m["arithmetic_intensity"], _num(m["arithmetic_intensity"], 0))
+               + _td(None, m["bound"] or "–", cls="") + "</tr>" for m in mm]
+        out.append("<details open><summary>matmul ops by shape</summary>")
+        out.append(_table([("rank", True), ("op", False), ("shapes", False), ("dtype", False), ("calls", True), ("time", True),
+                           ("TFLOP/s", True), ("% peak", True), ("FLOP/B", True), ("bound", False)], trs))
+        out.append("</details>")
+        out.append(_roofline(d))
+    return "".join(out)
+
+
+def _comm(d: dict[str, Any]) -> str:
+    out = ["<h2>Communication</h2>"]
+    trs = ["<tr>" + _td(None, str(g["group"]), cls="") + _td(None, str(g["group_desc"] or ""), cls="") + _td(None, g["collective"], cls="")
+           + _td(g["count"]) + _td(g["bytes"], fmt_bytes(g["bytes"])) + _td(g["time_ns"], fmt_ns(g["time_ns"]))
+           + _td(g["exposed_ns"], fmt_ns(g["exposed_ns"])) + _td(g["wait_ns"], fmt_ns(g["wait_ns"]))
+           + _td(g["busbw_gbps_median"], _num(g["busbw_gbps_median"])) + "</tr>" for g in views.comm_rows(d)]
+    out.append(_table([("group", False), ("desc", False), ("collective", False), ("count", True), ("bytes", True), ("time", True),
+                       ("exposed", True), ("wait", True), ("busbw GB/s", True)], trs, empty="no collectives in these traces"))
+    slow = views.slow_collective_rows(d)
+    if slow:
+        trs = ["<tr>" + _td(None, str(c["group"]), cls="") + _td(c["seq"]) + _td(None, c["collective"], cls="")
+               + _td(c["bytes"], fmt_bytes(c["bytes"])) + _td(c["ranks"]) + _td(c["max_ns"], fmt_ns(c["max_ns"]))
+               + _td(c["exposed_ns"], fmt_ns(c["exposed_ns"])) + _td(c["wait_ns"], fmt_ns(c["wait_ns"]))
+               + _td(c["busbw_gbps"], _num(c["busbw_gbps"])) + _td(c["slowest_rank"]) + "</tr>" for c in slow]
+        out.append("<details><summary>the slowest collectives</summary>")
+        out.append(_table([("group", False), ("seq", True), ("collective", False), ("bytes", True), ("ranks", True), ("slowest", True),
+                           ("exposed", True), ("wait", True), ("busbw GB/s", True), ("slowest rank", True)], trs))
+        out.append("</details>")
+    return "".join(out)
+
+
+def _timeline(d: dict[str, Any]) -> str:
+    tl = d.get("timeline")
+    if not tl or not tl["ranks"]:
+        return ""
+    bins, classes = tl["bins"], tl["classes"]
+    W, label_w, row_h = 900, 90, 12
+    cw = (W - label_w) / bins
+    ranks = tl["ranks"]
+    H = len(ranks) * (2 * row_h + 6)
+    first = ranks[0]
+    out = [f"<h2>Timeline of one step per rank</h2><p class='muted'>{escape(first['name'])} (the step whose slowest rank is slowest), "
+           f"each rank's own GPU window; top row compute, bottom row communication; darker = busier"
+           + (f"; {escape(tl['note'])}" if tl.get("note") else "") + "</p>"]
+    out.append('<div class="legend">' + "".join(f'<span><i style="background:{KCLASS_COLOURS.get(c, "#999")}"></i>{escape(c)}</span>'
+                                                 for c in classes) + "</div>")
+    out.append(f'<svg id="step-timeline" viewBox="0 0 {W} {H}" width="100%" role="img" aria-label="step timeline">')
+    y = 0
+    for r in ranks:
+        out.append(f'<text x="0" y="{y + row_h + 4}">rank {r["rank"]}<title>{escape(r["name"])}: {escape(fmt_ns(r["dur_ns"]))}</title></text>')
+        for j, row in enumerate(r["rows"]):
+            ry = y + j * (row_h + 1)
+            out.append(f'<rect x="{label_w}" y="{ry}" width="{W - label_w}" height="{row_h}" fill="#f5f5f7"/>')
+            i = 0
+            busy, cls = row["busy"], row["kclass"]
+            while i < bins:
+                if cls[i] < 0:
+                    i += 1
+                    continue
+                k = i
+                level = round(busy[i] / 25)
+                while k + 1 < bins and cls[k + 1] == cls[i] and round(busy[k + 1] / 25) == level:
+                    k += 1
+                c = classes[cls[i]]
+                op = 0.25 + 0.75 * min(1.0, busy[i] / 100)
+                out.append(f'<rect x="{label_w + i * cw:.1f}" y="{ry}" width="{(k - i + 1) * cw:.1f}" height="{row_h}" '
+                           f'fill="{KCLASS_COLOURS.get(c, "#999")}" fill-opacity="{op:.2f}"><title>{escape(c)}, '
+                           f'{escape(fmt_ns(int(r["dur_ns"] * i / bins)))}–{escape(fmt_ns(int(r["dur_ns"] * (k + 1) / bins)))}</title></rect>')
+                i = k + 1
+        y += 2 * row_h + 6
+    out.append("</svg>")
+    return "".join(out)
+
+
+def _warnings(d: dict[str, Any]) -> str:
+    w = d["warnings"]
+    if not w:
+        return ""
+    items = "".join(f"<li>{escape(x)}</li>" for x in w[:200])
+    return f"<details><summary>{len(w)} warning(s)</summary><ul>{items}</ul></details>"
+
+
+def render_html(d: dict[str, Any], comparison: dict[str, Any] | None = None) -> bytes:
+    """The whole page.  ``comparison`` (tracelens.compare.compare) adds a 'what changed' section."""
+    from tracelens.compare import html_section
+
+    h = views.headline(d)
+    title = f"tracelens report: {h['ranks']} rank(s), {h['device'] or 'unknown GPU'}"
+    payload = orjson.dumps(d).replace(b"</", b"<\\/").decode()
+    inputs = ", ".join(i["path"] for i in d["inputs"][:4]) + (f" and {len(d['inputs']) - 4} more" if len(d["inputs"]) > 4 else "")
+    body = [
+        f"<h1>{escape(title)}</h1>",
+        f"<div class='muted'>{escape(inputs)} · tracelens {escape(d['tool']['version'])} · report schema {d['schema_version']}</div>",
+        _summary(d),
+        html_section(comparison) if comparison else "",
+        _waterfall(d),
+        _suggestions(d),
+        _ranks(d),
+        _steps_chart(d),
+        _kernels(d),
+        _comm(d),
+        _timeline(d),
+        _warnings(d),
+    ]
+    page = (
+        "<!DOCTYPE html><html lang='en'><head><meta charset='utf-8'>"
+        "<meta name='viewport' content='width=device-width, initial-scale=1'>"
+        f"<title>{escape(title)}</title><style>{_CSS}</style></head><body>"
+        + "".join(body)
+        + f"<script type='application/json' id='tracelens-report'>{payload}</script><script>{_JS}</script></body></html>\n"
+    )
+    return page.encode()
