@@ -42,7 +42,7 @@ td.name { font-family: ui-monospace, Menlo, Consolas, monospace; font-size: 12px
 .wf .part .bar, .wf .bar.part { top: 4px; bottom: 4px; opacity: .75; }
 .wf .num { text-align: right; font-variant-numeric: tabular-nums; } .wf .final { font-weight: 700; }
 .strip { display: flex; align-items: flex-end; gap: 2px; height: 90px; border-bottom: 1px solid var(--line); }
-.strip div { flex: 1; background: var(--accent); min-width: 2px; } .strip div.straggler { background: var(--bad); }
+.strip div { flex: 1; background: var(--accent); min-width: 2px; max-width: 48px; } .strip div.straggler { background: var(--bad); }
 .sugg { border-left: 4px solid var(--accent); background: var(--soft); padding: 8px 12px; margin: 8px 0; border-radius: 4px; }
 .sugg .t { font-weight: 600; } .sugg .win { float: right; color: var(--good); font-weight: 600; }
 .legend span { display: inline-block; margin-right: 12px; font-size: 12px; } .legend i { display: inline-block; width: 10px; height: 10px; margin-right: 4px; }
@@ -193,7 +193,7 @@ def _suggestions(d: dict[str, Any]) -> str:
         w = ev.get("where")
         where = ""
         if w and w.get("start_ns") is not None:
-            where = f"<br><span class='muted'>most visible in rank {w['rank']}, {escape(str(w.get('step_name') or ''))}</span>"
+            where = f"<div class='muted'>most visible in rank {w['rank']}, {escape(str(w.get('step_name') or ''))}</div>"
         out.append(f'<div class="sugg" data-id="{escape(s["id"])}">{win}<div class="t">{escape(s["title"])}</div>'
                    f"<div><b>fix:</b> {escape(s['detail'])}</div><div class='muted'>evidence: {evid}</div>{where}</div>")
     return "".join(out)
@@ -410,7 +410,8 @@ def render_html(d: dict[str, Any], comparison: dict[str, Any] | None = None) -> 
 
     h = views.headline(d)
     title = f"tracelens report: {h['ranks']} rank(s), {h['device'] or 'unknown GPU'}"
-    payload = orjson.dumps(d).replace(b"</", b"<\\/").decode()
+    # "<" only occurs inside JSON strings: as \u003c nothing in the payload can end or open a script
+    payload = orjson.dumps(d).replace(b"<", b"\\u003c").replace(b">", b"\\u003e").replace(b"&", b"\\u0026").decode()
     inputs = ", ".join(i["path"] for i in d["inputs"][:4]) + (f" and {len(d['inputs']) - 4} more" if len(d["inputs"]) > 4 else "")
     body = [
         f"<h1>{escape(title)}</h1>",
