@@ -283,7 +283,12 @@ def _roofline(d: dict[str, Any]) -> str:
     out = ['<h3>Roofline of the matmul ops</h3><svg id="roofline" viewBox="0 0 {W} {H2}" width="100%" style="max-width:{W}px" role="img" '
            'aria-label="roofline">'.format(W=W, H2=H + 30)]
     out.append(f'<line x1="{pad}" y1="{H}" x2="{W}" y2="{H}" stroke="#ccc"/><line x1="{pad}" y1="0" x2="{pad}" y2="{H}" stroke="#ccc"/>')
-    out.append(f'<text x="{pad}" y="{H + 24}">arithmetic intensity, FLOP/byte (log)</text><text x="2" y="12">TFLOP/s</text>')
+    out.append(f'<text x="{pad + 60}" y="{H + 26}">arithmetic intensity, FLOP/byte (log)</text><text x="2" y="10">TFLOP/s</text>')
+    for e in range(round(math.log10(x0)), round(math.log10(x1)) + 1):  # decade ticks
+        out.append(f'<text x="{px(10 ** e):.1f}" y="{H + 13}" text-anchor="middle">{10 ** e:g}</text>')
+    for e in range(math.ceil(math.log10(y0)), math.floor(math.log10(y1)) + 1):
+        out.append(f'<text x="{pad - 4}" y="{py(10 ** e) + 4:.1f}" text-anchor="end">{10 ** e:g}</text>'
+                   f'<line x1="{pad}" y1="{py(10 ** e):.1f}" x2="{W}" y2="{py(10 ** e):.1f}" stroke="#eee"/>')
     pk = peak / 1e12
     if bw:
         ridge = peak / bw

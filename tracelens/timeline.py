@@ -109,7 +109,7 @@ class Timeline:
             )
             .group_by("track", "cell", "kclass")
             .agg(pl.col("ov").sum())
-            .sort("ov", descending=True)
+            .sort(["ov", "kclass"], descending=[True, False])  # ties broken by name: the same picture every run
             .group_by("track", "cell")
             .agg(pl.col("ov").sum().alias("busy"), pl.col("kclass").first())
         )
@@ -148,26 +148,30 @@ def step_strips(events: pl.DataFrame, ranks, bins: int = 240, max_ranks: int = 6
         pl.lit(0, pl.Int32).alias("device"),
     )
     tl = Timeline(gpu)
-    classes: list[str] = []
-    index: dict[str, int] = {}
-    out_ranks = []
+    picked = []
     for f in files:
         step = kept[f][idx]
         rank = next(r.rank for r in ranks if r.file == f)
         rows = []
         for stream, label in ((0, "compute"), (1, "communication")):
             track = next((t for t in tl.tracks if t.file == f and t.stream == stream), None)
-            busy = [0] * bins
-            cls = [-1] * bins
+            cells = {}
             if track is not None and step.end_ns > step.start_ns:
-                for col, cell in tl.cells([track.id], step.start_ns, step.end_ns, bins)[track.id].items():
-                    if cell.kclass not in index:
-                        index[cell.kclass] = len(classes)
-                        classes.append(cell.kclass)
-                    busy[col] = max(1, round(100 * cell.busy))
-                    cls[col] = index[cell.kclass]
-            rows.append({"label": label, "busy": busy, "kclass": cls})
+                cells = tl.cells([track.id], step.start_ns, step.end_ns, bins)[track.id]
+            rows.append((label, cells))
+        picked.append((f, rank, step, rows))
+    classes = sorted({c.kclass for *_, rows in picked for _, cells in rows for c in cells.values()})
+    index = {c: i for i, c in enumerate(classes)}
+    out_ranks = []
+    for f, rank, step, rows in picked:
+        out_rows = []
+        for label, cells in rows:
+            busy, cls = [0] * bins, [-1] * bins
+            for col, cell in cells.items():
+                busy[col] = max(1, round(100 * cell.busy))
+                cls[col] = index[cell.kclass]
+            out_rows.append({"label": label, "busy": busy, "kclass": cls})
         out_ranks.append({"rank": rank, "file": f, "step": step.step, "name": step.name, "start_ns": step.start_ns,
-                          "dur_ns": step.dur_ns, "rows": rows})
+                          "dur_ns": step.dur_ns, "rows": out_rows})
     return {"bins": bins, "classes": classes, "ranks": out_ranks, "ranks_total": len(kept),
             "note": None if len(kept) <= max_ranks else f"the first {max_ranks} of {len(kept)} ranks"}
