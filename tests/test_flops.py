@@ -101,3 +101,27 @@ def test_attention_uses_flop_counter_formulas(tmp_path, causal):
     bwd = sdpa_backward_flop_count(q.shape[:3] + (v.shape[3],), q.shape, k.shape, v.shape)
     assert ours["aten._scaled_dot_product_flash_attention_for_cpu"] == fwd
     assert ours["aten._scaled_dot_product_flash_attention_for_cpu_backward"] == bwd
+
+
+def test_fused_moe_flops_from_expert_weights():
+    """vLLM's fused_experts(hidden [T, H], w1 [E, 2I, H], w2 [E, H, I], topk_weights [T, k], topk_ids [T, k]):
+    each of T=8 tokens runs k=2 of E=4 experts, a gate/up GEMM (2I x H = 256 x 64) and a down GEMM
+    (H x I = 64 x 128): 2 * 8 * 2 * (256*64 + 64*128) = 786432 FLOPs."""
+    from tracelens.flops import op_flops
+
+    args = {"Input Dims": [[8, 64], [4, 256, 64], [4, 64, 128], [8, 2], [8, 2]]}
+    assert op_flops("vllm::inplace_fused_experts", args) == 2 * 8 * 2 * (256 * 64 + 64 * 128) == 786432
+    # weights that do not match the hidden size, or no top-k tensor: unknown, not guessed
+    assert op_flops("vllm::fused_experts", {"Input Dims": [[8, 64], [4, 256, 32], [4, 64, 128], [8, 2], [8, 2]]}) is None
+    assert op_flops("vllm::fused_experts", {"Input Dims": [[8, 64], [4, 256, 64], [4, 64, 128]]}) is None
+
+
+def test_fused_moe_without_weights_is_warned():
+    """The B200 vLLM trace runs vllm::moe_forward(hidden, router_logits, layer name): the expert weights
+    are module state, so the report says its FLOPs are missing and MFU is a lower bound."""
+    from tests.conftest import shared_traces
+    from tracelens.analysis import analyze
+    from tracelens.load import load
+
+    d = analyze(load([shared_traces() / "amd-tracelens/b200/eager_trace.json.gz"])).to_dict()
+    assert any("vllm::moe_forward x36" in w and "lower bounds" in w for w in d["warnings"])

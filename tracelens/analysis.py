@@ -646,6 +646,8 @@ def _step_flops(
     belongs to the step whose CPU span holds its start, on any thread), and the ns those FLOPs
     would take at the peak of each op's own dtype; and the recomputed FLOPs per step (for HFU)."""
 
+    from tracelens import flops as fl
+
     n = spans.height
     ref = spec.peak(spec.reference_dtype) if spec else None
     user = options.model_flops_per_step
@@ -699,7 +701,17 @@ def _step_flops(
     model = ops.filter(~pl.col("_recompute"))
     per = {i: (f, t) for i, f, t in model.group_by("_step").agg(pl.col("flops").sum(), pl.col("ideal_ns").sum()).iter_rows()}
     rec = dict(ops.filter(pl.col("_recompute")).group_by("_step").agg(pl.col("flops").sum()).iter_rows())
-    warn = f"{unknown} matmul/conv/attention ops have shapes tracelens cannot read: their FLOPs are left out" if unknown else None
+    warns = [f"{unknown} matmul/conv/attention ops have shapes tracelens cannot read: their FLOPs are left out"] if unknown else []
+    opaque = (
+        df.filter((pl.col("kind") == "cpu_op") & pl.col("name").cast(pl.String).str.contains(fl.MOE_NO_WEIGHTS)
+                  & ~pl.col("name").cast(pl.String).is_in(list(fl.COUNTED)))
+        .group_by(pl.col("name").cast(pl.String)).len().sort("len", descending=True)
+    )
+    if opaque.height:
+        names = ", ".join(f"{nm} x{c}" for nm, c in opaque.head(3).iter_rows())
+        warns.append(f"fused MoE ops without their expert weights among the recorded inputs ({names}): their FLOPs are not "
+                     "counted, so model FLOPs and MFU are lower bounds (give --model-flops-per-step)")
+    warn = "; ".join(warns) or None
     steps = range(max(n, 1))
     return (
         {i: float(per.get(i, (0.0, 0.0))[0]) for i in steps},

@@ -40,7 +40,15 @@ SDPA_BWD = {
     "aten::_scaled_dot_product_efficient_attention_backward",
     "aten::_scaled_dot_product_cudnn_attention_backward",
 }
-COUNTED = GEMM | CONV | CONV_BWD | set(SDPA_FWD) | SDPA_BWD
+# fused MoE ops that take the expert weights as inputs: (hidden [T, H], w1 [E, N1, H], w2 [E, H, N2],
+# topk_weights [T, k], topk_ids [T, k], ...): every token runs k experts, two GEMMs each
+FUSED_MOE = {
+    "vllm::fused_experts", "vllm::inplace_fused_experts", "vllm::outplace_fused_experts", "vllm::fused_moe",
+    "sglang::inplace_fused_experts", "sglang::outplace_fused_experts", "sglang::fused_experts",
+}
+# fused MoE ops whose recorded inputs hold no expert weights (module state): FLOPs unknowable
+MOE_NO_WEIGHTS = r"(?i)(^vllm::moe_forward|trtllm.*moe|flashinfer.*moe|fused_moe|moe_forward)"
+COUNTED = GEMM | CONV | CONV_BWD | set(SDPA_FWD) | SDPA_BWD | FUSED_MOE
 
 DTYPES = {
     "c10::BFloat16": "bf16", "BFloat16": "bf16", "c10::Half": "fp16", "Half": "fp16", "float": "fp32", "Float": "fp32",
@@ -108,6 +116,12 @@ def op_flops(name: str, args: dict) -> int | None:
             if len(a) == 2 and len(bmat) == 3:  # routed tokens [T, K] x experts [E, K, N]
                 return 2 * a[0] * a[1] * bmat[2]
             return None
+        if name in FUSED_MOE:
+            hidden, w1, w2 = dims[0], dims[1], dims[2]
+            topk = next((d for d in dims[3:5] if isinstance(d, list) and len(d) == 2 and d[0] == hidden[0]), None)
+            if len(hidden) != 2 or len(w1) != 3 or len(w2) != 3 or topk is None or w1[2] != hidden[1]:
+                return None
+            return 2 * hidden[0] * topk[1] * (w1[1] * w1[2] + w2[1] * w2[2])
         if name in CONV:
             x, w = dims[0], dims[1]
             if len(x) < 3 or len(w) != len(x):
