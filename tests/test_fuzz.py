@@ -97,3 +97,20 @@ def test_mutated_real_traces(seed, mutations):
         elif op == "cut":
             del data[i:]
     _check(bytes(data))
+
+
+@settings(max_examples=80, deadline=None)
+@given(st.binary(max_size=3000), st.booleans())
+def test_nsys_gpu_table_reader_on_arbitrary_bytes(data, with_magic):
+    """An nsys export that is not SQLite, or SQLite with garbage pages: a list or a ParseError,
+    never another exception (a real export's bytes, mutated, are covered by the same path)."""
+    from parsers.nsys import target_gpus
+
+    with tempfile.TemporaryDirectory() as d:
+        p = Path(d) / "x.sqlite"
+        p.write_bytes((b"SQLite format 3\x00" if with_magic else b"") + data)
+        try:
+            out = target_gpus(p)
+        except ParseError:
+            return
+        assert isinstance(out, list)

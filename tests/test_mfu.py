@@ -250,3 +250,24 @@ def test_matmul_efficiency_never_exceeds_the_peak(rel, peak):
     effs = [m["of_peak"] for m in r["matmul_efficiency"]] + [k["of_peak"] for k in r["kernels"] if k["of_peak"] is not None]
     assert effs and max(effs) <= 1.0
     assert all(m["achieved_tflops"] * 1e12 <= peak for m in r["matmul_efficiency"])
+
+
+def test_gpu_identified_from_nsys_target_info():
+    """nsys exports describe their GPUs in TARGET_INFO_GPU: the H200 (132 SMs) and the A100-SXM4-40GB
+    (108 SMs) of the shared exports map to full parts; the 2022 CPU-only export has no GPU table."""
+    from parsers.nsys import target_gpus
+    from tests.conftest import shared_traces
+    from tracelens import gpus
+
+    nsys = shared_traces() / "nsys"
+    h200 = target_gpus(nsys / "nvfuser_test_matmul_h200_nsys2024.6.2.sqlite")
+    assert [(g["id"], g["name"], g["numSms"]) for g in h200] == [(0, "NVIDIA H200", 132)]
+    spec, why = gpus.identify(h200[0], h200[0]["name"])
+    assert why is None and spec.name == "NVIDIA H200 SXM" and spec.scale == 1.0 and spec.peak("bf16") == 989.4e12
+    a100 = target_gpus(nsys / "pipit_saxpy-mpi-cuda_nsys2022.2.1_perlmutter0.sqlite")
+    spec, why = gpus.identify(a100[0], a100[0]["name"])
+    assert a100[0]["numSms"] == 108 and spec.name == "NVIDIA A100" and spec.scale == 1.0
+    assert target_gpus(nsys / "generated_nsys2022.4.2.1_cpu_nvtx_osrt_demo.sqlite") == []
+    # a MIG-like slice (fewer SMs than the full part) scales the peaks
+    spec, _ = gpus.identify({**h200[0], "numSms": 66}, "NVIDIA H200")
+    assert spec.scale == 0.5 and spec.peak("bf16") == 989.4e12 / 2
