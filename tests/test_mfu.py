@@ -271,3 +271,21 @@ def test_gpu_identified_from_nsys_target_info():
     # a MIG-like slice (fewer SMs than the full part) scales the peaks
     spec, _ = gpus.identify({**h200[0], "numSms": 66}, "NVIDIA H200")
     assert spec.scale == 0.5 and spec.peak("bf16") == 989.4e12 / 2
+
+
+def test_fp32_ops_on_tf32_tensor_cores_are_held_to_the_tf32_peak():
+    """The two-rank job's FP32 matmuls run CUTLASS s1688 (TF32 tensor-op) kernels, except a few on
+    ampere_sgemm (SIMT FP32).  On an A100 (FP32 19.5, TF32 156 TFLOP/s) some reach more TFLOP/s than
+    FP32 can, so they must be TF32: they are held to the TF32 peak and none exceeds 100%."""
+    from tracelens.analysis import Options, analyze
+    from tracelens.load import load
+    from tests.conftest import SAMPLE_TRACES
+
+    d = analyze(load([SAMPLE_TRACES / "job_2ranks"]), Options(gpu="A100")).to_dict()
+    rows = [m for r in d["ranks"] for m in r["matmul_efficiency"]]
+    tf32 = [m for m in rows if m["dtype"] == "tf32"]
+    fp32 = [m for m in rows if m["dtype"] == "fp32"]
+    assert tf32 and fp32
+    assert max(m["achieved_tflops"] for m in tf32) > 19.5  # faster than FP32 can go: tensor cores
+    assert all(m["of_peak"] <= 1.0 for m in rows)
+    assert all(m["achieved_tflops"] <= 19.5 for m in fp32)

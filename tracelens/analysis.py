@@ -490,6 +490,10 @@ def _analyze_rank(df: pl.DataFrame, fi: int, meta, options: Options) -> RankResu
     from tracelens import flops as fl
 
     counted = fl.count(df)  # once per rank: FLOPs, MFU, facts and the matmul table all read it
+    if has_gpu:
+        from tracelens import kernels as kt
+
+        counted = kt.tf32_ops(df, counted, gpu_rows)
     step_flops, step_ideal, recompute_flops, source, fwarn = _step_flops(df, counted, spans, options, spec, recomp)
     if recomp.height and has_gpu:  # GPU work launched from inside a recomputed forward op
         launched = (

@@ -32,7 +32,7 @@ class GpuSpec:
     def op_peak(self, dtype: str | None) -> float | None:
         """FLOP/s an op of this dtype (tracelens.flops.DTYPES) can reach: its own dense peak
         (fp64 counted at fp32), else the reference peak."""
-        own = {"bf16": "bf16", "fp16": "fp16", "fp32": "fp32", "fp8": "fp8", "fp64": "fp32"}.get(dtype or "")
+        own = {"bf16": "bf16", "fp16": "fp16", "tf32": "tf32", "fp32": "fp32", "fp8": "fp8", "fp64": "fp32"}.get(dtype or "")
         return (self.peak(own) if own else None) or self.peak(self.reference_dtype)
 
     def op_peaks(self, dtypes) -> dict:

@@ -49,6 +49,36 @@ def by_name(df: pl.DataFrame, counted: pl.DataFrame, gpu_rows: pl.DataFrame, spe
     return out
 
 
+# TF32 tensor-core kernels: cuDNN/xmma names say tf32; CUTLASS's single-precision tensor-op GEMMs
+# are "s1688" (the 16x8x8 TF32 MMA); hipBLASLt says xf32.  A plain FP32 SGEMM ("sgemm", SIMT) is none.
+TF32_KERNEL = r"(?i)tf32|xf32|tensorop_s1688|_s1688gemm|s1688gemm"
+
+
+def tf32_ops(df: pl.DataFrame, counted: pl.DataFrame, kernels: pl.DataFrame) -> pl.DataFrame:
+    """``counted`` with dtype "tf32" for the FP32 ops whose kernels ran on TF32 tensor cores:
+    cuDNN runs FP32 convolutions in TF32 by default (torch.backends.cudnn.allow_tf32), matmuls
+    too with allow_tf32 / set_float32_matmul_precision("high").  Their FLOPs are then held to
+    the TF32 peak, not the FP32 one (which would let them exceed 100%)."""
+    fp32 = counted.filter(pl.col("dtype") == "fp32")
+    if fp32.height == 0 or "launch_ns" not in kernels.columns:
+        return counted
+    ops = (
+        df.select("tid", "ts_ns", "dur_ns").with_row_index("_row").join(fp32.select("_row"), on="_row")
+        .select("_row", pl.col("tid").alias("launch_tid"), pl.col("ts_ns").alias("_ots"), (pl.col("ts_ns") + pl.col("dur_ns")).alias("_oend"))
+        .sort("_ots")
+    )
+    hits = (
+        kernels.filter(pl.col("launch_known") & pl.col("launch_tid").is_not_null())
+        .select("launch_ns", "launch_tid", pl.col("name").cast(pl.String)).sort("launch_ns")
+        .join_asof(ops, left_on="launch_ns", right_on="_ots", by="launch_tid", strategy="backward", check_sortedness=False)
+        .filter(pl.col("_ots").is_not_null() & (pl.col("launch_ns") < pl.col("_oend")) & pl.col("name").str.contains(TF32_KERNEL))
+        .get_column("_row").unique()
+    )
+    if hits.len() == 0:
+        return counted
+    return counted.with_columns(pl.when(pl.col("_row").is_in(hits.implode())).then(pl.lit("tf32")).otherwise(pl.col("dtype")).alias("dtype"))
+
+
 def _kernel_ops(df: pl.DataFrame, counted: pl.DataFrame, kernels: pl.DataFrame, spec: GpuSpec | None) -> pl.DataFrame:
     """Each kernel launched inside a counted op (on the launching thread, within the op's span):
     ``_k`` (its row in ``kernels``), ``_row`` (the op's row), and its share of the op's FLOPs
