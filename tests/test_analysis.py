@@ -380,3 +380,34 @@ def test_report_has_the_design_contract_keys(tmp_path):
         assert set(b) >= {"key", "label", "fraction", "ns"}
     for sg in d["suggestions"]:
         assert set(sg) >= {"id", "title", "detail", "evidence", "ranks", "est_speedup"}
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.lists(st.tuples(st.integers(0, 1000), st.integers(0, 200), st.sampled_from("abc")), max_size=30),
+    st.lists(st.tuples(st.integers(0, 1000), st.integers(1, 300)), min_size=1, max_size=10),
+    st.booleans(),
+)
+def test_exclusive_split_sums_to_the_covered_time(raw, win, disjoint):
+    """waterfall.exclusive splits the part of `within` under any span among the labels: the shares
+    add up to |within ∩ ∪spans|, and the one-pass path for non-overlapping spans (one stream)
+    gives exactly what the general sweep gives."""
+    from tracelens.waterfall import _exclusive_disjoint, _exclusive_sweep, exclusive
+
+    spans = [(s, s + d, lb) for s, d, lb in raw]
+    if disjoint:  # lay the spans end to end
+        t, spans = 0, []
+        for s, d, lb in raw:
+            t += s % 50
+            spans.append((t, t + d, lb))
+            t += d
+    within = iv._merge_sorted(sorted((s, s + d) for s, d in win))
+    got = exclusive(spans, within)
+    covered = iv.length(iv.intersect(within, iv._merge_sorted(sorted((s, e) for s, e, _ in spans if e > s))))
+    assert sum(got.values()) == covered and all(v >= 0 for v in got.values())
+    lo, hi = within[0][0], within[-1][1]
+    fast = _exclusive_disjoint(spans, within, lo, hi)
+    if disjoint:
+        assert fast is not None
+    if fast is not None:
+        assert fast == {k: v for k, v in _exclusive_sweep(spans, within, lo, hi).items() if v}

@@ -40,6 +40,12 @@ def exclusive(spans: list[tuple[int, int, str]], within: iv.Intervals) -> dict[s
     if not within or not spans:
         return {}
     lo, hi = within[0][0], within[-1][1]
+    fast = _exclusive_disjoint(spans, within, lo, hi)
+    return fast if fast is not None else _exclusive_sweep(spans, within, lo, hi)
+
+
+def _exclusive_sweep(spans: list[tuple[int, int, str]], within: iv.Intervals, lo: int, hi: int) -> dict[str, int]:
+    """The general case: a sweep over the span ends, sharing each segment among its active spans."""
     points: list[tuple[int, int, str]] = []
     for s, e, label in spans:
         s, e = max(s, lo), min(e, hi)
@@ -74,6 +80,30 @@ def exclusive(spans: list[tuple[int, int, str]], within: iv.Intervals) -> dict[s
             del active[label]
         prev = t
     return dict(out)
+
+
+def _exclusive_disjoint(spans: list[tuple[int, int, str]], within: iv.Intervals, lo: int, hi: int) -> dict[str, int] | None:
+    """The common case: no two spans overlap (one stream of work), so each span keeps its own
+    overlap with ``within``; one merge pass.  None when some spans overlap (shared segments)."""
+    ordered = sorted((max(s, lo), min(e, hi), label) for s, e, label in spans if s < hi and e > lo)
+    out: dict[str, int] = {}
+    reach = lo
+    j, n = 0, len(within)
+    for s, e, label in ordered:
+        if s >= e:
+            continue
+        if s < reach:
+            return None
+        reach = e
+        while j < n and within[j][1] <= s:
+            j += 1
+        k, got = j, 0
+        while k < n and within[k][0] < e:
+            got += min(within[k][1], e) - max(within[k][0], s)
+            k += 1
+        if got:
+            out[label] = out.get(label, 0) + got
+    return out
 
 
 def _parts(values: dict[str, int], T: int) -> tuple[dict[str, Any], ...]:
