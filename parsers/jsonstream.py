@@ -100,9 +100,18 @@ class StreamResult:
     content_bytes: int  # uncompressed bytes read
 
 
-def stream_events(path: Path, decode: Decoder, chunk_bytes: int) -> StreamResult:
+def stream_events(path: Path, decode: Decoder, chunk_bytes: int, progress: Callable[[int], None] | None = None) -> StreamResult:
+    """Decode the traceEvents array of ``path`` chunk by chunk; ``progress(bytes)`` is told how
+    far into the file (on disk) the reader is after each chunk."""
     spath = str(path)
     r = ContentReader(path)
+    if progress is not None:
+        inner = decode
+
+        def decode(chunk: bytes) -> bool:  # noqa: F811 - the same decoder, reporting as it goes
+            ok = inner(chunk)
+            progress(r.fh.tell())
+            return ok
     try:
         return _stream(r, spath, decode, chunk_bytes)
     finally:

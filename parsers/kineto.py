@@ -18,6 +18,7 @@ from __future__ import annotations
 import gc
 import re
 from collections import Counter
+from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from itertools import compress
 from operator import attrgetter
@@ -399,7 +400,8 @@ def _decode_lenient(chunk: bytes, builder: _Builder, keep_args: bool) -> bool:
     return True
 
 
-def parse(path: str | Path, *, keep_python: bool = False, keep_args: bool = True) -> tuple[pl.DataFrame, TraceMeta]:
+def parse(path: str | Path, *, keep_python: bool = False, keep_args: bool = True,
+          progress: Callable[[int], None] | None = None) -> tuple[pl.DataFrame, TraceMeta]:
     """Parse one Kineto trace file into (event frame, TraceMeta).  ``rank`` is left to the loader
     when the file does not say it (``meta.rank`` None); the frame's ``rank`` column is filled
     with ``meta.rank`` or -1 and rewritten by the loader."""
@@ -407,7 +409,7 @@ def parse(path: str | Path, *, keep_python: bool = False, keep_args: bool = True
     gc_was_on = gc.isenabled()
     gc.disable()  # millions of short-lived tuples: the cycle collector would rescan them all
     try:
-        return _parse(path, keep_python, keep_args)
+        return _parse(path, keep_python, keep_args, progress)
     except (ParseError, MemoryError, KeyboardInterrupt):
         raise
     except Exception as e:  # never let a malformed file surface as a traceback
@@ -417,14 +419,14 @@ def parse(path: str | Path, *, keep_python: bool = False, keep_args: bool = True
             gc.enable()
 
 
-def _parse(path: Path, keep_python: bool, keep_args: bool) -> tuple[pl.DataFrame, TraceMeta]:
+def _parse(path: Path, keep_python: bool, keep_args: bool, progress: Callable[[int], None] | None = None) -> tuple[pl.DataFrame, TraceMeta]:
     spath = str(path)
     try:
         size = path.stat().st_size
     except OSError as e:
         raise ParseError(spath, f"cannot read file ({e.strerror or e})") from None
     builder = _Builder(keep_python)
-    res = stream_events(path, lambda chunk: _decode_chunk(chunk, builder, keep_args), CHUNK_BYTES)
+    res = stream_events(path, lambda chunk: _decode_chunk(chunk, builder, keep_args), CHUNK_BYTES, progress)
     if builder.with_ph == 0:
         if res.truncated:
             raise ParseError(spath, f"truncated trace: {res.problem} before the first whole event")

@@ -339,3 +339,24 @@ def test_open_refuses_bad_options_before_starting_the_ui():
 
     r = subprocess.run([sys.executable, "-m", "tracelens", "open", str(JOB), "--steps", "x:y"], capture_output=True, text=True, cwd=ROOT)
     assert r.returncode == 2 and r.stderr.startswith("tracelens: error:") and len(r.stderr.strip().splitlines()) == 1
+
+
+def test_loading_reports_progress_in_bytes():
+    """The loading worker posts progress: bytes read on disk out of the total, up to the whole job,
+    and the MB/s; the bar is determinate once bytes are known."""
+    from tracelens.tui.app import Progress
+
+    seen = []
+    path = shared_traces() / "hta/trace_filter"
+    total = sum(p.stat().st_size for p in path.iterdir())
+
+    async def go():
+        app = make_app([str(path)], use_cache=False)
+        async with app.run_test(size=(100, 30), message_hook=lambda m: seen.append(m) if isinstance(m, Progress) else None) as pilot:
+            await settle(app, pilot)
+
+    run(go())
+    sized = [m for m in seen if m.total]
+    assert sized and sized[-1].total == total and sized[-1].done == total
+    assert all(a.done <= b.done for a, b in zip(sized, sized[1:]))
+    assert "MB/s" in sized[-1].text and "2/2 files parsed" in sized[-1].text

@@ -89,8 +89,10 @@ def rank_from_name(path: Path) -> int | None:
     return None
 
 
-def parse_file(path: str | Path, *, use_cache: bool = True, keep_python: bool = False) -> tuple[pl.DataFrame, TraceMeta]:
-    """Parse one file through the cache (sniffing its format)."""
+def parse_file(path: str | Path, *, use_cache: bool = True, keep_python: bool = False,
+               progress: Callable[[int], None] | None = None) -> tuple[pl.DataFrame, TraceMeta]:
+    """Parse one file through the cache (sniffing its format); ``progress(bytes)``: how far into
+    the file (on disk) the parser is."""
     from parsers import sniff
 
     path = Path(path)
@@ -113,7 +115,7 @@ def parse_file(path: str | Path, *, use_cache: bool = True, keep_python: bool = 
             df, meta = hit
             meta.path = str(path)
             return df, meta
-    df, meta = parser.parse(path, keep_python=keep_python)
+    df, meta = parser.parse(path, keep_python=keep_python, progress=progress)
     if key is not None:
         meta.content_hash = key.split("-", 1)[0]
         if not meta.truncated:  # a partial parse is never cached
@@ -136,8 +138,11 @@ def load(
     keep_python: bool = False,
     jobs: int | None = None,
     progress: Callable[[int, int, TraceMeta], None] | None = None,
+    bytes_progress: Callable[[int, int], None] | None = None,
 ) -> Trace:
-    """Load trace files and directories of them into one Trace.
+    """Load trace files and directories of them into one Trace.  ``progress(done, total, meta)``
+    after each file; ``bytes_progress(done, total)`` in bytes on disk as the files are read (within
+    a file too, when parsing in this process).
 
     Raises TraceInputError (naming the file) when an input cannot be used.  Files found by
     walking a directory that are JSON but not traces are skipped with a warning.
@@ -147,9 +152,10 @@ def load(
         raise TraceInputError(".", "no input files")
     results: dict[int, tuple[pl.DataFrame, TraceMeta]] = {}
     warnings: list[str] = []
+    sizes = [f.stat().st_size for f in files]
+    total = sum(sizes)
     if jobs is None:
         # worker processes cost ~0.3 s to start (imports): worth it only for real work
-        total = sum(f.stat().st_size for f in files)
         jobs = min(len(files), os.cpu_count() or 1) if total > PARALLEL_MIN_BYTES else 1
     work = [(str(f), use_cache, keep_python) for f in files]
 
@@ -163,13 +169,20 @@ def load(
         results[i] = res
         if progress is not None:
             progress(len(results), len(files), res[1])
+        if bytes_progress is not None:
+            bytes_progress(sum(sizes[j] for j in results), total)
 
     if jobs <= 1 or len(files) == 1:
-        for i, w in enumerate(work):
+        before = 0
+        for i, (path, cache_ok, keep_py) in enumerate(work):
+            inner = None
+            if bytes_progress is not None:
+                inner = (lambda base: lambda n: bytes_progress(base + n, total))(before)
             try:
-                record(i, _parse_job(w), None)
+                record(i, parse_file(path, use_cache=cache_ok, keep_python=keep_py, progress=inner), None)
             except TraceInputError as e:
                 record(i, None, e)
+            before += sizes[i]
     else:
         with ProcessPoolExecutor(max_workers=jobs, mp_context=get_context("spawn")) as pool:
             futs = {pool.submit(_parse_job, w): i for i, w in enumerate(work)}

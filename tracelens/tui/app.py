@@ -405,16 +405,26 @@ class TracelensApp(App):
 
         t0 = time.perf_counter()
         nbytes = 0
+        files = [0, 0]  # parsed, total
+        last = [0.0]
 
         def progress(done: int, total: int, meta) -> None:
             nonlocal nbytes
             nbytes += meta.uncompressed_bytes or meta.size_bytes or 0
-            dt = max(time.perf_counter() - t0, 1e-6)
-            self.post_message(Progress(f"parsed {done}/{total} files · {nbytes / 1e6:,.1f} MB of JSON · {nbytes / 1e6 / dt:,.0f} MB/s",
+            files[:] = [done, total]
+
+        def bytes_progress(done: int, total: int) -> None:
+            now = time.perf_counter()
+            if now - last[0] < 0.1 and done < total:
+                return  # ten updates a second are plenty
+            last[0] = now
+            dt = max(now - t0, 1e-6)
+            parsed = f"{files[0]}/{files[1]} files parsed · {nbytes / 1e6:,.1f} MB of JSON · " if files[1] else ""
+            self.post_message(Progress(f"{parsed}{done / 1e6:,.1f} of {total / 1e6:,.1f} MB on disk read · {done / 1e6 / dt:,.1f} MB/s",
                                        done, total))
 
-        self.post_message(Progress("parsing…", None, None))
-        trace = load(self.paths, use_cache=self.use_cache, jobs=self.jobs, progress=progress)
+        self.post_message(Progress("reading…", None, None))
+        trace = load(self.paths, use_cache=self.use_cache, jobs=self.jobs, progress=progress, bytes_progress=bytes_progress)
         self.post_message(Progress(f"analyzing {trace.events.height:,} events…", None, None))
         report = analyze(trace, self.options or Options()).to_dict()
         timeline = Timeline(trace.events)
