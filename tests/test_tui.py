@@ -12,6 +12,8 @@ look at the SVGs in a browser before committing.
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import functools
 import os
 from pathlib import Path
 
@@ -45,10 +47,23 @@ async def settle(app, pilot):
         await pilot.pause()
 
 
+@functools.lru_cache(maxsize=None)
 def ready(path: Path):
-    """(report dict, trace) of a job, for apps built without loading."""
+    """(report dict, trace) of a job, for apps built without loading (once per job: the app
+    never changes the report it is given)."""
     trace = load([os.path.relpath(path, ROOT)])
     return analyze(trace).to_dict(), trace
+
+
+@contextlib.asynccontextmanager
+async def opened(job: Path, size: tuple[int, int]):
+    """An app showing ``job``'s ready report, settled, as (app, pilot)."""
+    report, trace = ready(job)
+    app = make_app(report=report, trace=trace)
+    app.animation_level = "none"  # a snapshot must not catch a tab underline halfway through its slide
+    async with app.run_test(size=size) as pilot:
+        await settle(app, pilot)
+        yield app, pilot
 
 
 def active_tab(app) -> str:
@@ -130,12 +145,9 @@ def test_drill_down_rank_to_steps_to_timeline_and_back():
 
 
 def test_suggestion_opens_its_evidence_in_the_timeline():
-    report, trace = ready(JOB)
-
     async def go():
-        app = make_app(report=report, trace=trace)
-        async with app.run_test(size=(120, 40)) as pilot:
-            await settle(app, pilot)
+        async with opened(JOB, (120, 40)) as (app, pilot):
+            report = app.report
             await pilot.press("6")
             await pilot.pause()
             table = app.query_one("#suggestions-table", FilterTable)
@@ -155,12 +167,9 @@ def test_suggestion_opens_its_evidence_in_the_timeline():
 
 
 def test_timeline_keys_zoom_pan_and_steps():
-    report, trace = ready(JOB)
-
     async def go():
-        app = make_app(report=report, trace=trace)
-        async with app.run_test(size=(120, 40)) as pilot:
-            await settle(app, pilot)
+        async with opened(JOB, (120, 40)) as (app, pilot):
+            report = app.report
             await pilot.press("7")
             await settle(app, pilot)
             view = app.query_one(TimelineView)
@@ -189,12 +198,9 @@ def test_timeline_keys_zoom_pan_and_steps():
 
 
 def test_filter_and_sort_tables():
-    report, trace = ready(JOB)
-
     async def go():
-        app = make_app(report=report, trace=trace)
-        async with app.run_test(size=(120, 40)) as pilot:
-            await settle(app, pilot)
+        async with opened(JOB, (120, 40)) as (app, pilot):
+            report = app.report
             await pilot.press("4")
             await pilot.pause()
             kernels = app.query_one("#kernels-table", FilterTable)
@@ -219,12 +225,9 @@ def test_filter_and_sort_tables():
 
 
 def test_help_and_quit():
-    report, trace = ready(JOB)
-
     async def go():
-        app = make_app(report=report, trace=trace)
-        async with app.run_test(size=(100, 30)) as pilot:
-            await settle(app, pilot)
+        async with opened(JOB, (100, 30)) as (app, pilot):
+            report = app.report
             await pilot.press("question_mark")
             await pilot.pause()
             assert isinstance(app.screen, HelpScreen)
@@ -264,12 +267,9 @@ def test_bad_input_is_shown_in_the_app_not_as_a_traceback(tmp_path, content, exp
 
 def test_small_terminal_every_view_renders():
     """80x24: every tab renders (no exception), the waterfall still has a bar per entry."""
-    report, trace = ready(H100)
-
     async def go():
-        app = make_app(report=report, trace=trace)
-        async with app.run_test(size=(80, 24)) as pilot:
-            await settle(app, pilot)
+        async with opened(H100, (80, 24)) as (app, pilot):
+            report = app.report
             for key in "1234567":
                 await pilot.press(key)
                 await pilot.pause()
@@ -300,24 +300,18 @@ def test_saved_report_opens_without_traces(tmp_path):
 # -- snapshots of the main views -----------------------------------------------------------
 
 def test_snapshot_overview_single_gpu():
-    report, trace = ready(H100)
-
     async def go():
-        app = make_app(report=report, trace=trace)
-        async with app.run_test(size=(120, 40)) as pilot:
-            await settle(app, pilot)
+        async with opened(H100, (120, 40)) as (app, pilot):
+            report = app.report
             snapshot(app, "overview_h100")
 
     run(go())
 
 
 def test_snapshot_ranks_steps_timeline_two_ranks():
-    report, trace = ready(JOB)
-
     async def go():
-        app = make_app(report=report, trace=trace)
-        async with app.run_test(size=(120, 40)) as pilot:
-            await settle(app, pilot)
+        async with opened(JOB, (120, 40)) as (app, pilot):
+            report = app.report
             snapshot(app, "overview_2ranks")
             await pilot.press("2")
             await pilot.pause()

@@ -21,6 +21,7 @@ async def shoot(job: str, keys: list[tuple[str, str]]) -> None:
 
     os.chdir(ROOT)
     app = make_app([job])
+    app.animation_level = "none"
     async with app.run_test(size=(130, 42)) as pilot:
         await app.workers.wait_for_complete()
         for key, name in keys:
