@@ -27,7 +27,6 @@ from tracelens.tui.widgets.waterfall import WaterfallChart
 from tracelens.units import fmt_bytes, fmt_ns
 from tracelens.views import KCLASS_COLOURS
 
-TABS = ("overview", "ranks", "steps", "kernels", "comm", "suggestions", "timeline")
 
 
 def pct(v: float | None) -> str:
@@ -304,22 +303,10 @@ class MainView(Vertical):
         self.report, self.timeline = report, timeline
 
     def compose(self) -> ComposeResult:
-        report = self.report
         with TabbedContent(id="tabs"):
-            with TabPane("1 Overview", id="overview"):
-                yield OverviewPane(report)
-            with TabPane("2 Ranks", id="ranks"):
-                yield FilterTable("ranks (enter: the rank's steps)", RANK_COLUMNS, views.rank_rows(report), id="ranks-table")
-            with TabPane("3 Steps", id="steps"):
-                yield FilterTable("steps, all ranks (enter: the step's timeline)", STEP_COLUMNS, views.step_rows(report), id="steps-table")
-            with TabPane("4 Kernels", id="kernels"):
-                yield KernelsPane(report)
-            with TabPane("5 Communication", id="comm"):
-                yield CommPane(report)
-            with TabPane("6 Suggestions", id="suggestions"):
-                yield SuggestionsPane(report)
-            with TabPane("7 Timeline", id="timeline-tab"):
-                yield TimelinePane(self.timeline, report)
+            for i, (pane_id, title, make) in enumerate(VIEWS):
+                with TabPane(f"{i + 1} {title}", id=pane_id):
+                    yield make(self.report, self.timeline)
 
 
 RANK_COLUMNS = [
@@ -333,6 +320,11 @@ RANK_COLUMNS = [
     Column("bubble", "bubble", pct, True),
     Column("straggler", "straggler", lambda v: "STRAGGLER" if v else ""),
 ]
+# The views, in tab order (key i+1 shows view i): (pane id, title, widget factory taking the report
+# dict and the timeline).  A new view (critical path, pipeline) is one more entry here.
+VIEWS: list[tuple[str, str, Any]] = []
+
+
 STEP_COLUMNS = [
     Column("rank", "rank", str, True),
     Column("name", "step"),
@@ -346,6 +338,19 @@ STEP_COLUMNS = [
 ]
 
 
+VIEWS += [
+    ("overview", "Overview", lambda report, timeline: OverviewPane(report)),
+    ("ranks", "Ranks", lambda report, timeline: FilterTable("ranks (enter: the rank's steps)", RANK_COLUMNS, views.rank_rows(report),
+                                                            id="ranks-table")),
+    ("steps", "Steps", lambda report, timeline: FilterTable("steps, all ranks (enter: the step's timeline)", STEP_COLUMNS,
+                                                            views.step_rows(report), id="steps-table")),
+    ("kernels", "Kernels", lambda report, timeline: KernelsPane(report)),
+    ("comm", "Communication", lambda report, timeline: CommPane(report)),
+    ("suggestions", "Suggestions", lambda report, timeline: SuggestionsPane(report)),
+    ("timeline-tab", "Timeline", lambda report, timeline: TimelinePane(timeline, report)),
+]
+
+
 class TracelensApp(App):
     CSS_PATH = "app.tcss"
     TITLE = "tracelens"
@@ -354,7 +359,7 @@ class TracelensApp(App):
         Binding("question_mark", "help", "Help"),
         Binding("escape", "back", "Back"),
         Binding("p", "toggle_parts", "Bar parts", show=False),
-    ] + [Binding(str(i + 1), f"show_tab('{t}')", t.title(), show=False) for i, t in enumerate(TABS)]
+    ] + [Binding(str(i + 1), f"show_tab('{pane_id}')", title, show=False) for i, (pane_id, title, _) in enumerate(VIEWS)]
 
     def __init__(self, *, paths: list[str], options: Any = None, use_cache: bool = True, jobs: int | None = None,
                  report: dict[str, Any] | None = None, trace: Any = None):
@@ -491,7 +496,7 @@ class TracelensApp(App):
         tabs = self._tabs()
         if tabs is None or tab is None:
             return
-        tabs.active = "timeline-tab" if tab == "timeline" else tab
+        tabs.active = tab
         self.call_after_refresh(self._focus_active)
 
     def _focus_active(self) -> None:
@@ -526,7 +531,7 @@ class TracelensApp(App):
             self.notify("no timeline for this (a saved report, or no GPU events)", severity="warning")
             return
         self.history.append(self._state())
-        self.action_show_tab("timeline")
+        self.action_show_tab("timeline-tab")
         self.call_after_refresh(lambda: self.query_one("#timeline", TimelineView).show_window(start, end, rank, show, hl))
 
     @on(RowTable.Chosen)
