@@ -166,6 +166,24 @@ def test_suggestion_opens_its_evidence_in_the_timeline():
     run(go())
 
 
+def test_kernel_opens_its_longest_launch():
+    async def go():
+        async with opened(JOB, (120, 40)) as (app, pilot):
+            await pilot.press("4")
+            await pilot.pause()
+            top = app.query_one("#kernels-table", FilterTable).shown[0]  # the kernel with the most time
+            await pilot.press("enter")
+            await settle(app, pilot)
+            assert active_tab(app) == "timeline-tab"
+            view = app.query_one(TimelineView)
+            ev = view.timeline.longest(top["name"])
+            assert view.t0 < ev["ts"] and ev["end"] < view.t1 and view.timeline.tracks[view.sel].id == ev["track"]
+            assert view.highlight == {top["kclass"]}
+            assert top["name"][:30] in str(app.query_one("#timeline-status").render())  # the cursor sits on it
+
+    run(go())
+
+
 def test_timeline_keys_zoom_pan_and_steps():
     async def go():
         async with opened(JOB, (120, 40)) as (app, pilot):

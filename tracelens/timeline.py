@@ -84,6 +84,13 @@ class Timeline:
         q = self.events.filter((pl.col("track") == track) & (pl.col("ts") < t1) & (pl.col("end") > t0))
         return int(q.select((pl.min_horizontal("end", pl.lit(t1)) - pl.max_horizontal("ts", pl.lit(t0))).sum()).item() or 0)
 
+    def longest(self, name: str) -> dict[str, Any] | None:
+        """The longest instance of the kernel ``name`` (on a stream track): track, ts, end, dur_ns."""
+        q = self.events.filter(pl.col("name") == name)
+        if q.height == 0:
+            return None
+        return q.sort("dur_ns", descending=True).row(0, named=True)
+
     def tracks_of_rank(self, rank: int) -> list[Track]:
         return [t for t in self.tracks if t.rank == rank]
 

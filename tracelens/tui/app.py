@@ -553,4 +553,12 @@ class TracelensApp(App):
             if row["start_ns"] is not None:
                 self._timeline_at(row["start_ns"], row["start_ns"] + (row["max_ns"] or 1), row["first_rank"], {"comm"})
         elif tid == "kernels-table":
-            self.notify(f"{row['name'][:80]}: {row['count']:,} launches, {fmt_ns(row['total_ns'])} in all")
+            ev = self.timeline.longest(row["name"]) if self.timeline is not None else None
+            if ev is None:
+                self.notify(f"{row['name'][:80]}: {row['count']:,} launches, {fmt_ns(row['total_ns'])} in all")
+                return
+            # its longest launch, with ten times its length of context on each side
+            pad = max(ev["dur_ns"] * 10, 10_000)
+            rank = self.timeline.tracks[ev["track"]].rank
+            self._timeline_at(ev["ts"] - pad, ev["end"] + pad, rank, {row["kclass"]})
+            self.call_after_refresh(lambda: self.query_one("#timeline", TimelineView).select_track(ev["track"]))

@@ -15,7 +15,7 @@ HELP = """\
 |---|---|---|
 | `1`..`7` | anywhere | Overview, Ranks, Steps, Kernels, Communication, Suggestions, Timeline |
 | `tab` / `shift+tab` | anywhere | move the focus |
-| `enter` | a table | open the row: a rank → its steps → the step's timeline; a suggestion → its evidence in the timeline; a collective → its time in the timeline |
+| `enter` | a table | open the row: a rank → its steps → the step's timeline; a suggestion → its evidence in the timeline; a slow collective → its time in the timeline; a kernel → its longest launch |
 | `escape` | anywhere | back to where you came from (or close the filter) |
 | `/` | a table | filter its rows (substring, any column) |
 | `s` | a table | sort by the column under the cursor (again: reverse); or click a header |

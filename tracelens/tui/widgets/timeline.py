@@ -110,6 +110,16 @@ class TimelineView(Widget, can_focus=True):
         self.cursor = self.data_width // 2
         self._moved()
 
+    def select_track(self, track_id: int) -> None:
+        """Select a track (by id) and scroll it into view."""
+        idx = next((i for i, t in enumerate(self.timeline.tracks) if t.id == track_id), None)
+        if idx is None:
+            return
+        self.sel = idx
+        if not (self.top <= idx < self.top + self.rows):
+            self.top = max(0, min(idx, len(self.timeline.tracks) - self.rows))
+        self._moved()
+
     def action_cursor(self, delta: int) -> None:
         c = self.cursor + delta
         if c < 0:
