@@ -219,10 +219,11 @@ def _comm_dict(table: tuple, top: int = 20) -> dict[str, Any]:
         g = groups.setdefault(
             (c.group, c.collective),
             {"group": c.group, "group_desc": c.group_desc, "collective": c.collective, "count": 0, "bytes": 0,
-             "time_ns": 0, "exposed_ns": 0, "wait_ns": 0, "wait_known": True, "busbw": []},
+             "time_ns": 0, "exposed_ns": 0, "wait_ns": 0, "wait_known": True, "busbw": [], "bytes_known": False},
         )
         g["count"] += 1
         g["bytes"] += c.bytes or 0
+        g["bytes_known"] |= c.bytes is not None
         for r in c.ranks:
             g["time_ns"] += r.dur_ns
             g["exposed_ns"] += r.exposed_ns
@@ -238,6 +239,8 @@ def _comm_dict(table: tuple, top: int = 20) -> dict[str, Any]:
         g["busbw_gbps_median"] = bw[len(bw) // 2] if bw else None
         if not g.pop("wait_known"):
             g["wait_ns"] = None
+        if not g.pop("bytes_known"):  # no collective of the group said its size: unknown, not 0
+            g["bytes"] = None
         summary.append(g)
     summary.sort(key=lambda g: -g["time_ns"])
     slowest = sorted(table, key=lambda c: (-max((r.dur_ns for r in c.ranks), default=0), c.group or "", c.seq))[:top]

@@ -44,7 +44,7 @@ _DTYPE_BYTES = {
     "float": 4, "float32": 4, "f32": 4, "int": 4, "int32": 4, "i32": 4, "uint32": 4,
     "double": 8, "float64": 8, "f64": 8, "long": 8, "int64": 8, "i64": 8, "uint64": 8,
     "half": 2, "float16": 2, "f16": 2, "bfloat16": 2, "bf16": 2, "short": 2, "int16": 2,
-    "byte": 1, "char": 1, "int8": 1, "uint8": 1, "bool": 1, "i8": 1, "u8": 1, "fp16": 2, "fp32": 4, "fp64": 8,
+    "byte": 1, "char": 1, "int8": 1, "uint8": 1, "bool": 1, "i8": 1, "u8": 1, "fp16": 2, "fp32": 4, "tf32": 4, "fp64": 8,
     "float8_e4m3fn": 1, "float8_e5m2": 1, "float8_e4m3fnuz": 1, "float8_e5m2fnuz": 1, "fp8": 1,
     "complexfloat": 8, "complexdouble": 16,
 }

@@ -339,7 +339,7 @@ def _kernels(d: dict[str, Any]) -> str:
 
 def _comm(d: dict[str, Any]) -> str:
     out = ["<h2>Communication</h2>"]
-    trs = ["<tr>" + _td(None, str(g["group"]), cls="") + _td(None, str(g["group_desc"] or ""), cls="") + _td(None, g["collective"], cls="")
+    trs = ["<tr>" + _td(None, g["group"] or "–", cls="") + _td(None, g["group_desc"] or "", cls="") + _td(None, g["collective"], cls="")
            + _td(g["count"]) + _td(g["bytes"], fmt_bytes(g["bytes"])) + _td(g["time_ns"], fmt_ns(g["time_ns"]))
            + _td(g["exposed_ns"], fmt_ns(g["exposed_ns"])) + _td(g["wait_ns"], fmt_ns(g["wait_ns"]))
            + _td(g["busbw_gbps_median"], _num(g["busbw_gbps_median"])) + "</tr>" for g in views.comm_rows(d)]
@@ -347,7 +347,7 @@ def _comm(d: dict[str, Any]) -> str:
                        ("exposed", True), ("wait", True), ("busbw GB/s", True)], trs, empty="no collectives in these traces"))
     slow = views.slow_collective_rows(d)
     if slow:
-        trs = ["<tr>" + _td(None, str(c["group"]), cls="") + _td(c["seq"]) + _td(None, c["collective"], cls="")
+        trs = ["<tr>" + _td(None, c["group"] or "–", cls="") + _td(c["seq"]) + _td(None, c["collective"], cls="")
                + _td(c["bytes"], fmt_bytes(c["bytes"])) + _td(c["ranks"]) + _td(c["max_ns"], fmt_ns(c["max_ns"]))
                + _td(c["exposed_ns"], fmt_ns(c["exposed_ns"])) + _td(c["wait_ns"], fmt_ns(c["wait_ns"]))
                + _td(c["busbw_gbps"], _num(c["busbw_gbps"])) + _td(c["slowest_rank"]) + "</tr>" for c in slow]

@@ -246,8 +246,8 @@ class CommPane(Vertical):
 
     def compose(self) -> ComposeResult:
         yield FilterTable("collectives by group and type (time and exposed summed over ranks)", [
-            Column("group", "group", lambda v: str(v)),
-            Column("group_desc", "desc", lambda v: str(v)),
+            Column("group", "group", str),
+            Column("group_desc", "desc", str),
             Column("collective", "collective"),
             Column("count", "count", str, True),
             Column("bytes", "bytes", fmt_bytes, True),
@@ -257,7 +257,7 @@ class CommPane(Vertical):
             Column("busbw_gbps_median", "busbw GB/s", num, True),
         ], views.comm_rows(self.report), id="comm-table", empty="no collectives in these traces")
         yield FilterTable("slowest collectives (enter: show in the timeline)", [
-            Column("group", "group", lambda v: str(v)),
+            Column("group", "group", str),
             Column("seq", "seq", str, True),
             Column("collective", "collective"),
             Column("bytes", "bytes", fmt_bytes, True),
