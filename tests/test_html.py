@@ -19,7 +19,7 @@ from tests.conftest import ROOT, SAMPLE_TRACES, real_trace_files, shared_traces
 from tracelens.analysis import analyze
 from tracelens.compare import compare
 from tracelens.errors import TraceInputError
-from tracelens.html import render_html
+from tracelens.html import EMBED_PLAIN_MAX, extract_report, render_html
 from tracelens.load import load
 from tracelens.report import render
 
@@ -74,9 +74,9 @@ def test_multi_rank_and_comparison_reports_validate():
 
 
 def embedded(html: str) -> dict:
-    m = re.search(r"<script type='application/json' id='tracelens-report'>(.*?)</script>", html, re.S)
-    assert m, "no embedded report"
-    return orjson.loads(m.group(1))
+    d = extract_report(html)
+    assert d is not None, "no embedded report"
+    return d
 
 
 def test_html_is_self_contained_and_embeds_the_json_report():
@@ -116,6 +116,7 @@ def chromium():
 def open_in_chromium(browser: str, html_path: Path, shot: Path) -> tuple[str, str]:
     """(DOM after the page's scripts ran, Chromium's log) and a screenshot; offline, no sandbox."""
     common = [browser, "--headless", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage", "--no-first-run",
+              "--virtual-time-budget=10000",  # let the page's promises (decompressing a large embedded report) settle
               "--host-resolver-rules=MAP * ~NOTFOUND", "--enable-logging=stderr", "--v=0", f"--user-data-dir={shot.parent / 'profile'}"]
     dom = subprocess.run(common + ["--dump-dom", html_path.as_uri()], capture_output=True, text=True, timeout=120)
     subprocess.run(common + [f"--screenshot={shot}", "--window-size=1280,2000", "--hide-scrollbars", html_path.as_uri()],
@@ -123,13 +124,42 @@ def open_in_chromium(browser: str, html_path: Path, shot: Path) -> tuple[str, st
     return dom.stdout, dom.stderr
 
 
+def big_report() -> dict:
+    """A 48-rank report (the H100 rank repeated): its JSON is past EMBED_PLAIN_MAX."""
+    d = report_of(H100)
+    d["ranks"] = [{**copy.deepcopy(d["ranks"][0]), "rank": i, "file": i} for i in range(48)]
+    d["job"]["ranks"] = 48
+    assert len(orjson.dumps(d)) > EMBED_PLAIN_MAX
+    return d
+
+
+def test_large_reports_embed_compressed_json_that_round_trips(tmp_path):
+    d = big_report()
+    html = render_html(d).decode()
+    assert "id='tracelens-report-gz'" in html and "id='tracelens-report'>" not in html
+    assert extract_report(html) == orjson.loads(orjson.dumps(d))
+    assert len(html.encode()) < len(orjson.dumps(d))  # the page is smaller than its JSON alone
+    page = tmp_path / "big.html"
+    page.write_text(html)
+    # --load and --compare take an HTML report as well
+    r = cli("report", "--load", page)
+    assert r.returncode == 0 and "48 rank(s)" in r.stdout
+    damaged = tmp_path / "damaged.html"
+    damaged.write_text(html.replace("id='tracelens-report-gz'>H4sI", "id='tracelens-report-gz'>XXXX"))
+    r = cli("report", "--load", damaged)
+    assert r.returncode == 3 and "damaged" in r.stderr and len(r.stderr.strip().splitlines()) == 1
+
+
 @pytest.mark.slow
-@pytest.mark.parametrize("job", [H100, "hta/trace_filter"], ids=["single_gpu", "two_ranks"])
+@pytest.mark.parametrize("job", [H100, "hta/trace_filter", "big"], ids=["single_gpu", "two_ranks", "48_ranks_compressed"])
 def test_html_in_headless_chromium(chromium, tmp_path, job):
-    path = job if isinstance(job, Path) else shared_traces() / job
     out = tmp_path / "report.html"
-    r = cli("report", path, "-o", out)
-    assert r.returncode == 0, r.stderr
+    if job == "big":
+        out.write_bytes(render_html(big_report()))
+    else:
+        path = job if isinstance(job, Path) else shared_traces() / job
+        r = cli("report", path, "-o", out)
+        assert r.returncode == 0, r.stderr
     dom, log = open_in_chromium(chromium, out, tmp_path / "shot.png")
     body = re.search(r"<body([^>]*)>", dom)
     assert body, f"chromium rendered nothing: {log[-500:]}"

@@ -55,8 +55,8 @@ def build_parser() -> argparse.ArgumentParser:
     _common(p_rep, nargs="*")
     p_rep.add_argument("-o", "--output", metavar="FILE",
                        help="write the report here: .json (the versioned contract), .html (one self-contained page) or .txt; default: text on stdout")
-    p_rep.add_argument("--load", metavar="REPORT.json", help="re-render a saved JSON report (no traces needed)")
-    p_rep.add_argument("--compare", metavar="BASELINE", help="compare with a baseline: a saved JSON report, or its traces (file or directory)")
+    p_rep.add_argument("--load", metavar="REPORT", help="re-render a saved report, .json or .html (no traces needed)")
+    p_rep.add_argument("--compare", metavar="BASELINE", help="compare with a baseline: a saved report (.json, .html), or its traces (file or directory)")
     p_rep.add_argument("--fail-under-mfu", type=float, metavar="X", help="exit 1 when the job's MFU is below X (a fraction: 0.35), or unknown")
     p_rep.add_argument("--fail-over-step-ms", type=float, metavar="Y", help="exit 1 when the mean step time is above Y ms, or unknown")
     _analysis_options(p_rep)
@@ -148,7 +148,7 @@ def _cmd_report(args: argparse.Namespace) -> int:
     if args.compare:
         from tracelens.compare import compare
 
-        base = _saved_report(args.compare) if args.compare.endswith(".json") else None
+        base = _saved_report(args.compare) if args.compare.lower().endswith((".json", ".html", ".htm")) else None
         if base is None:
             base = _analyze_paths([args.compare], args, steps)
         d["comparison"] = compare(base, d)
@@ -231,7 +231,7 @@ def _cmd_open(args: argparse.Namespace) -> int:
     from tracelens.tui import make_app
 
     report = None
-    if len(args.paths) == 1 and args.paths[0].endswith(".json"):
+    if len(args.paths) == 1 and args.paths[0].lower().endswith((".json", ".html", ".htm")):
         report = _saved_report(args.paths[0])
     if report is not None:
         app = make_app(report=report)
@@ -246,7 +246,43 @@ def _cmd_open(args: argparse.Namespace) -> int:
 
 def _saved_report(path: str, required: bool = False) -> dict | None:
     """The report in ``path`` when it is a tracelens JSON report, else None (a trace); with
-    ``required``, anything else is bad input."""
+    ``required``, anything else is bad input.  A tracelens HTML report counts: it carries its JSON."""
+    from tracelens.errors import TraceInputError
+
+    if path.lower().endswith((".html", ".htm")):
+        import zlib
+
+        from tracelens.html import extract_report
+
+        try:
+            with open(path, encoding="utf-8", errors="replace") as f:
+                text = f.read()
+        except OSError as e:
+            raise TraceInputError(path, f"cannot read file ({e.strerror or e})") from None
+        try:
+            data = extract_report(text)
+        except (ValueError, EOFError, OSError, zlib.error) as e:  # bad base64, gzip or JSON
+            raise TraceInputError(path, f"the report embedded in this page is damaged ({e})") from None
+        if data is None:
+            if required:
+                raise TraceInputError(path, "no tracelens report embedded in this HTML page")
+            return None
+    else:
+        data = _read_json_report(path, required)
+        if data is None:
+            return None
+    if not isinstance(data, dict) or not isinstance(data.get("tool"), dict) or data["tool"].get("name") != "tracelens":
+        if required:
+            raise TraceInputError(path, "not a tracelens JSON report")
+        return None
+    from tracelens.schema import SCHEMA_VERSION
+
+    if data.get("schema_version") != SCHEMA_VERSION:
+        raise TraceInputError(path, f"report schema_version {data.get('schema_version')!r}; this tracelens reads {SCHEMA_VERSION}")
+    return data
+
+
+def _read_json_report(path: str, required: bool) -> dict | None:
     import orjson
 
     from tracelens.errors import TraceInputError
@@ -263,12 +299,4 @@ def _saved_report(path: str, required: bool = False) -> dict | None:
         raise TraceInputError(path, f"cannot read file ({e.strerror or e})") from None
     except orjson.JSONDecodeError as e:
         raise TraceInputError(path, f"not a valid JSON report ({e})") from None
-    if not isinstance(data, dict) or not isinstance(data.get("tool"), dict) or data["tool"].get("name") != "tracelens":
-        if required:
-            raise TraceInputError(path, "not a tracelens JSON report")
-        return None
-    from tracelens.schema import SCHEMA_VERSION
-
-    if data.get("schema_version") != SCHEMA_VERSION:
-        raise TraceInputError(path, f"report schema_version {data.get('schema_version')!r}; this tracelens reads {SCHEMA_VERSION}")
     return data

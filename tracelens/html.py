@@ -10,7 +10,10 @@ terminal UI.
 
 from __future__ import annotations
 
+import base64
+import gzip
 import math
+import re
 from html import escape
 from typing import Any
 
@@ -78,13 +81,26 @@ _JS = """
       });
     });
   });
-  var report = JSON.parse(document.getElementById('tracelens-report').textContent);
+  // the embedded report: plain JSON, or gzip + base64 when large (decompressed by the browser)
+  function loadReport() {
+    var plain = document.getElementById('tracelens-report');
+    if (plain) return Promise.resolve(JSON.parse(plain.textContent));
+    var b64 = atob(document.getElementById('tracelens-report-gz').textContent.trim());
+    var bytes = new Uint8Array(b64.length);
+    for (var i = 0; i < b64.length; i++) bytes[i] = b64.charCodeAt(i);
+    var stream = new Blob([bytes]).stream().pipeThrough(new DecompressionStream('gzip'));
+    return new Response(stream).text().then(JSON.parse);
+  }
   var sum = 0;
   document.querySelectorAll('#waterfall .bar[data-fraction]').forEach(function (b) { sum += parseFloat(b.getAttribute('data-fraction')); });
   document.body.setAttribute('data-waterfall-sum', sum.toFixed(9));
-  document.body.setAttribute('data-ranks', String(report.ranks.length));
-  document.body.setAttribute('data-js-errors', String(errors.length));
-  document.body.setAttribute('data-ready', '1');
+  loadReport().then(function (report) {
+    window.tracelensReport = report;
+    document.body.setAttribute('data-ranks', String(report.ranks.length));
+  }).catch(function (e) { errors.push(String(e)); }).then(function () {
+    document.body.setAttribute('data-js-errors', String(errors.length));
+    document.body.setAttribute('data-ready', '1');
+  });
 })();
 """
 
@@ -261,7 +277,8 @@ def _steps_chart(d: dict[str, Any]) -> str:
 
 
 def _roofline(d: dict[str, Any]) -> str:
-    rows = [m for m in views.matmul_rows(d) if m.get("arithmetic_intensity") and m.get("achieved_tflops")]
+    # the 200 longest op shapes (over all ranks) as points
+    rows = [m for m in views.matmul_rows(d) if m.get("arithmetic_intensity") and m.get("achieved_tflops")][:200]
     r0 = d["ranks"][0] if d["ranks"] else None
     peak = r0["mfu"]["peak_flops"] if r0 else None
     bw = (r0["device"].get("peak_bandwidth") if r0 else None)
@@ -323,13 +340,15 @@ def _kernels(d: dict[str, Any]) -> str:
     out.append(_table([("kernel", False), ("class", False), ("count", True), ("total", True), ("mean", True), ("TFLOP/s", True),
                        ("% peak", True)], trs, empty="no GPU kernels"))
     out.append("</details>")
-    mm = views.matmul_rows(d)
+    mm_all = views.matmul_rows(d)
+    mm = mm_all[:100]
     if mm:
         trs = ["<tr>" + _td(m["rank"]) + _td(None, m["op"], cls="") + _td(None, m["shapes"], cls="name") + _td(None, m["dtype"], cls="")
                + _td(m["calls"]) + _td(m["kernel_ns"], fmt_ns(m["kernel_ns"])) + _td(m["achieved_tflops"], _num(m["achieved_tflops"]))
                + _td(m.get("of_peak"), _pct(m.get("of_peak"))) + _td(m["arithmetic_intensity"], _num(m["arithmetic_intensity"], 0))
                + _td(None, m["bound"] or "–", cls="") + "</tr>" for m in mm]
-        out.append("<details open><summary>matmul ops by shape</summary>")
+        out.append(f"<details open><summary>matmul ops by shape ({len(mm_all)} rows over all ranks"
+                   f"{', the 100 longest' if len(mm_all) > 100 else ''})</summary>")
         out.append(_table([("rank", True), ("op", False), ("shapes", False), ("dtype", False), ("calls", True), ("time", True),
                            ("TFLOP/s", True), ("% peak", True), ("FLOP/B", True), ("bound", False)], trs))
         out.append("</details>")
@@ -358,6 +377,9 @@ def _comm(d: dict[str, Any]) -> str:
     return "".join(out)
 
 
+TIMELINE_RANKS = 16  # ranks drawn in the HTML's step timeline (stragglers always among them)
+
+
 def _timeline(d: dict[str, Any]) -> str:
     tl = d.get("timeline")
     if not tl or not tl["ranks"]:
@@ -365,18 +387,28 @@ def _timeline(d: dict[str, Any]) -> str:
     bins, classes = tl["bins"], tl["classes"]
     W, label_w, row_h = 900, 90, 12
     cw = (W - label_w) / bins
-    ranks = tl["ranks"]
+    strag = {s["rank"] for s in d["job"]["stragglers"]}
+    ranks = [r for r in tl["ranks"] if r["rank"] in strag]
+    ranks += [r for r in tl["ranks"] if r["rank"] not in strag][: max(0, TIMELINE_RANKS - len(ranks))]
+    ranks.sort(key=lambda r: r["rank"])
     H = len(ranks) * (2 * row_h + 6)
     first = ranks[0]
+    shown = len(ranks)
+    total = tl.get("ranks_total") or len(tl["ranks"])
     out = [f"<h2>Timeline of one step per rank</h2><p class='muted'>{escape(first['name'])} (the step whose slowest rank is slowest), "
            f"each rank's own GPU window; top row compute, bottom row communication; darker = busier"
-           + (f"; {escape(tl['note'])}" if tl.get("note") else "") + "</p>"]
+           + (f"; {shown} of {total} ranks shown (stragglers first)" if shown < total else "") + "</p>"]
+    # one CSS class per kernel class and per busy level keeps each cell's markup short
+    style = "".join(f".k{i}{{fill:{KCLASS_COLOURS.get(c, '#999')}}}" for i, c in enumerate(classes))
+    style += "".join(f".o{lv}{{fill-opacity:{0.25 + 0.75 * lv / 4:.2f}}}" for lv in range(5))
+    out.append(f"<style>{style}</style>")
     out.append('<div class="legend">' + "".join(f'<span><i style="background:{KCLASS_COLOURS.get(c, "#999")}"></i>{escape(c)}</span>'
                                                  for c in classes) + "</div>")
     out.append(f'<svg id="step-timeline" viewBox="0 0 {W} {H}" width="100%" role="img" aria-label="step timeline">')
     y = 0
     for r in ranks:
-        out.append(f'<text x="0" y="{y + row_h + 4}">rank {r["rank"]}<title>{escape(r["name"])}: {escape(fmt_ns(r["dur_ns"]))}</title></text>')
+        out.append(f'<g><title>rank {r["rank"]}, {escape(r["name"])}: {escape(fmt_ns(r["dur_ns"]))}; a cell is '
+                   f'{escape(fmt_ns(r["dur_ns"] // bins))}</title><text x="0" y="{y + row_h + 4}">rank {r["rank"]}</text>')
         for j, row in enumerate(r["rows"]):
             ry = y + j * (row_h + 1)
             out.append(f'<rect x="{label_w}" y="{ry}" width="{W - label_w}" height="{row_h}" fill="#f5f5f7"/>')
@@ -390,12 +422,10 @@ def _timeline(d: dict[str, Any]) -> str:
                 level = round(busy[i] / 25)
                 while k + 1 < bins and cls[k + 1] == cls[i] and round(busy[k + 1] / 25) == level:
                     k += 1
-                c = classes[cls[i]]
-                op = 0.25 + 0.75 * min(1.0, busy[i] / 100)
                 out.append(f'<rect x="{label_w + i * cw:.1f}" y="{ry}" width="{(k - i + 1) * cw:.1f}" height="{row_h}" '
-                           f'fill="{KCLASS_COLOURS.get(c, "#999")}" fill-opacity="{op:.2f}"><title>{escape(c)}, '
-                           f'{escape(fmt_ns(int(r["dur_ns"] * i / bins)))}–{escape(fmt_ns(int(r["dur_ns"] * (k + 1) / bins)))}</title></rect>')
+                           f'class="k{cls[i]} o{level}"/>')
                 i = k + 1
+        out.append("</g>")
         y += 2 * row_h + 6
     out.append("</svg>")
     return "".join(out)
@@ -409,14 +439,40 @@ def _warnings(d: dict[str, Any]) -> str:
     return f"<details><summary>{len(w)} warning(s)</summary><ul>{items}</ul></details>"
 
 
+EMBED_PLAIN_MAX = 512 * 1024  # above this the embedded JSON is gzip + base64 (a 64-rank report: 2.8 MB -> 0.4 MB)
+
+
+def embed_report(d: dict[str, Any]) -> str:
+    """The report as a script element: plain JSON (``id="tracelens-report"``), or when large,
+    gzip + base64 (``id="tracelens-report-gz"``); ``extract_report`` reads either back."""
+    raw = orjson.dumps(d)
+    if len(raw) <= EMBED_PLAIN_MAX:
+        # "<" only occurs inside JSON strings: as \u003c nothing in the payload can end or open a script
+        payload = raw.replace(b"<", b"\\u003c").replace(b">", b"\\u003e").replace(b"&", b"\\u0026").decode()
+        return f"<script type='application/json' id='tracelens-report'>{payload}</script>"
+    packed = base64.b64encode(gzip.compress(raw, compresslevel=6, mtime=0)).decode()
+    return f"<script type='application/gzip+base64' id='tracelens-report-gz'>{packed}</script>"
+
+
+_EMBEDDED = re.compile(r"<script type='application/(json|gzip\+base64)' id='tracelens-report(?:-gz)?'>(.*?)</script>", re.S)
+
+
+def extract_report(html: str) -> dict[str, Any] | None:
+    """The report embedded in a tracelens HTML page, or None when there is none."""
+    m = _EMBEDDED.search(html)
+    if not m:
+        return None
+    data = m.group(2).encode() if m.group(1) == "json" else gzip.decompress(base64.b64decode(m.group(2)))
+    return orjson.loads(data)
+
+
 def render_html(d: dict[str, Any], comparison: dict[str, Any] | None = None) -> bytes:
     """The whole page.  ``comparison`` (tracelens.compare.compare) adds a 'what changed' section."""
     from tracelens.compare import html_section
 
     h = views.headline(d)
     title = f"tracelens report: {h['ranks']} rank(s), {h['device'] or 'unknown GPU'}"
-    # "<" only occurs inside JSON strings: as \u003c nothing in the payload can end or open a script
-    payload = orjson.dumps(d).replace(b"<", b"\\u003c").replace(b">", b"\\u003e").replace(b"&", b"\\u0026").decode()
+    embedded = embed_report(d)
     inputs = ", ".join(i["path"] for i in d["inputs"][:4]) + (f" and {len(d['inputs']) - 4} more" if len(d["inputs"]) > 4 else "")
     body = [
         f"<h1>{escape(title)}</h1>",
@@ -437,6 +493,6 @@ def render_html(d: dict[str, Any], comparison: dict[str, Any] | None = None) -> 
         "<meta name='viewport' content='width=device-width, initial-scale=1'>"
         f"<title>{escape(title)}</title><style>{_CSS}</style></head><body>"
         + "".join(body)
-        + f"<script type='application/json' id='tracelens-report'>{payload}</script><script>{_JS}</script></body></html>\n"
+        + embedded + f"<script>{_JS}</script></body></html>\n"
     )
     return page.encode()
