@@ -251,3 +251,17 @@ def test_gates(tmp_path):
     assert r.returncode == 1 and "MFU is unknown" in r.stderr.strip().splitlines()[-1]
     # a percentage given as 35 is a usage error, not a silent pass
     assert cli("report", H100, "--fail-under-mfu", "35").returncode == 2
+
+
+@pytest.mark.parametrize("path", real_trace_files("hta", "amd-tracelens", "kineto-tbplugin"), ids=lambda p: p.name)
+def test_html_and_text_render_every_shared_trace(path):
+    """Every renderer on every shared trace (CPU-only, GPU-only, no shapes, unknown GPU, ...): a page
+    with the embedded report, and a text summary."""
+    try:
+        d = analyze(load([path])).to_dict()
+    except TraceInputError as e:
+        assert "not a trace" in e.problem
+        pytest.skip(f"not a trace: {e}")
+    html = render_html(d).decode()
+    assert embedded(html) == orjson.loads(render(d, "json"))
+    assert render(d, "text").decode().startswith("tracelens ")

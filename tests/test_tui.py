@@ -372,3 +372,25 @@ def test_loading_reports_progress_in_bytes():
     assert sized and sized[-1].total == total and sized[-1].done == total
     assert all(a.done <= b.done for a, b in zip(sized, sized[1:]))
     assert "MB/s" in sized[-1].text and "2/2 files parsed" in sized[-1].text
+
+
+@pytest.mark.parametrize("job", ["hta/cpu_only", "amd-tracelens/mi210/gpu_only_trace", "hta/triton_example",
+                                 "amd-tracelens/mi300/resnet_act_checkpoint.json.gz", "kineto-tbplugin/samples/resnet50_num_workers_4"])
+def test_every_view_renders_on_odd_jobs(job):
+    """CPU-only, GPU-only (no host events), Triton, ROCm with recompute, a DataLoader job: every view
+    opens and draws without an error."""
+    path = shared_traces() / job
+
+    async def go():
+        app = make_app([str(path)])
+        async with app.run_test(size=(100, 30)) as pilot:
+            await settle(app, pilot)
+            assert app.error is None and app.report is not None
+            for key in "1234567":
+                await pilot.press(key)
+                await pilot.pause()
+            await pilot.press("enter", "escape", "1")
+            await pilot.pause()
+            assert active_tab(app) == "overview"
+
+    run(go())
