@@ -72,6 +72,7 @@ class TimelineView(Widget, can_focus=True):
         self.highlight: set[str] = set()
         self.hl_window: tuple[int, int] | None = None
         self._cache_key: tuple | None = None
+        self._sized = False
         self._cache: dict[int, dict[int, Any]] = {}
         self.set_reactive(TimelineView.t0, timeline.start)
         self.set_reactive(TimelineView.t1, max(timeline.end, timeline.start + 1))
@@ -210,15 +211,14 @@ class TimelineView(Widget, can_focus=True):
         else:
             self.top = max(0, self.top - 1)
 
-    def on_mount(self) -> None:
-        self.call_after_refresh(self._start)
-
-    def _start(self) -> None:
-        self.cursor = self.data_width // 2  # zoom anchors on the cursor: start in the middle
-        self._moved()
-
     def on_resize(self) -> None:
-        self.cursor = min(self.cursor, self.data_width - 1)
+        if not self._sized and self.size.width > LABEL_W:
+            # first real size (a hidden tab has none): the cursor starts mid-screen, where zoom anchors
+            self._sized = True
+            self.cursor = self.data_width // 2
+            self._moved()
+        else:
+            self.cursor = min(self.cursor, self.data_width - 1)
 
     def status(self) -> str:
         tl = self.timeline

@@ -65,9 +65,11 @@ class WaterfallChart(Widget):
     def render(self) -> Group | Text:
         if not self.bars:
             return Text("no waterfall: no GPU time in the window", style="dim")
-        width = max(10, self.size.width - 38 - 9 - 11 - 3)
+        # the labels take up to 38 columns, less in a narrow terminal, so the bars keep room
+        label_w = max(20, min(38, self.size.width // 2 - 12))
+        width = max(10, self.size.width - label_w - 9 - 11 - 3)
         table = Table.grid(padding=(0, 1))
-        table.add_column(width=38, no_wrap=True, overflow="ellipsis")
+        table.add_column(width=label_w, no_wrap=True, overflow="ellipsis")
         table.add_column(width=width, no_wrap=True)
         table.add_column(width=8, justify="right")
         table.add_column(width=10, justify="right")
