@@ -262,11 +262,13 @@ def test_gpu_identified_from_nsys_target_info():
     nsys = shared_traces() / "nsys"
     h200 = target_gpus(nsys / "nvfuser_test_matmul_h200_nsys2024.6.2.sqlite")
     assert [(g["id"], g["name"], g["numSms"]) for g in h200] == [(0, "NVIDIA H200", 132)]
+    assert h200[0]["memoryBandwidth"] == 4916736000000
     spec, why = gpus.identify(h200[0], h200[0]["name"])
     assert why is None and spec.name == "NVIDIA H200 SXM" and spec.scale == 1.0 and spec.peak("bf16") == 989.4e12
     a100 = target_gpus(nsys / "pipit_saxpy-mpi-cuda_nsys2022.2.1_perlmutter0.sqlite")
     spec, why = gpus.identify(a100[0], a100[0]["name"])
-    assert a100[0]["numSms"] == 108 and spec.name == "NVIDIA A100" and spec.scale == 1.0
+    assert a100[0]["numSms"] == 108 and spec.name == "NVIDIA A100 40GB" and spec.scale == 1.0
+    assert spec.mem_tbps * 1e12 == pytest.approx(a100[0]["memoryBandwidth"], rel=0.01)  # 1.555 TB/s, as nsys measured
     assert target_gpus(nsys / "generated_nsys2022.4.2.1_cpu_nvtx_osrt_demo.sqlite") == []
     # a MIG-like slice (fewer SMs than the full part) scales the peaks
     spec, _ = gpus.identify({**h200[0], "numSms": 66}, "NVIDIA H200")

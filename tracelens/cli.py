@@ -103,18 +103,37 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _cmd_info(args: argparse.Namespace) -> int:
-    from tracelens.info import render_text, summarize
+    from pathlib import Path
+
+    from parsers import SQLITE_MAGIC
+    from tracelens.info import nsys_summary, render_nsys_text, render_text, summarize
     from tracelens.load import load
 
-    trace = load(args.paths, use_cache=not args.no_cache, keep_python=args.keep_python, jobs=args.jobs)
-    summary = summarize(trace)
+    def is_nsys(p: str) -> bool:
+        try:
+            with open(p, "rb") as f:
+                return f.read(len(SQLITE_MAGIC)) == SQLITE_MAGIC
+        except OSError:
+            return False
+
+    nsys = [p for p in args.paths if Path(p).is_file() and is_nsys(p)]
+    rest = [p for p in args.paths if p not in nsys]
+    summary = {"files": [], "warnings": []}
+    trace = None
+    if rest:
+        trace = load(rest, use_cache=not args.no_cache, keep_python=args.keep_python, jobs=args.jobs)
+        summary = summarize(trace)
+    summary["nsys"] = [nsys_summary(p) for p in nsys]
     if args.json:
         import orjson
 
         sys.stdout.buffer.write(orjson.dumps(summary, option=orjson.OPT_INDENT_2) + b"\n")
     else:
-        sys.stdout.write(render_text(summary))
-    for w in trace.all_warnings:
+        if rest:
+            sys.stdout.write(render_text(summary))
+        for n in summary["nsys"]:
+            sys.stdout.write(render_nsys_text(n))
+    for w in trace.all_warnings if trace else []:
         print(f"tracelens: warning: {w}", file=sys.stderr)
     return EXIT_OK
 

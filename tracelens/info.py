@@ -108,3 +108,30 @@ def render_text(summary: dict[str, Any]) -> str:
     for w in summary["warnings"]:
         lines.append(f"warning: {w}")
     return "\n".join(lines).rstrip() + "\n"
+
+
+def nsys_summary(path: str) -> dict[str, Any]:
+    """What tracelens reads of an Nsight Systems export so far: its GPUs (TARGET_INFO_GPU), each
+    matched to the peak table (MFU.md 3.1).  Its events are the nsys parser's (a later issue)."""
+    from parsers.nsys import target_gpus
+    from tracelens import gpus
+
+    out = []
+    for g in target_gpus(path):
+        spec, why = gpus.identify(g, g.get("name"))
+        out.append({**g, "gpu_model": spec.name if spec else None,
+                    "peak_flops": {k: spec.peak(k) for k in spec.peak_tflops} if spec else None, "unknown_because": why})
+    return {"path": str(path), "format": "nsys", "gpus": out}
+
+
+def render_nsys_text(summary: dict[str, Any]) -> str:
+    lines = [summary["path"], "  format      Nsight Systems SQLite export (its events are not read yet: GPU identification only)"]
+    if not summary["gpus"]:
+        lines.append("  GPUs        none described (no TARGET_INFO_GPU table)")
+    for g in summary["gpus"]:
+        mem = f", {fmt_bytes(g['totalGlobalMem'])}" if g.get("totalGlobalMem") else ""
+        bw = f", {g['memoryBandwidth'] / 1e12:.2f} TB/s" if g.get("memoryBandwidth") else ""
+        peak = (f"-> {g['gpu_model']}: {g['peak_flops'].get('bf16', g['peak_flops'].get('fp16', 0)) / 1e12:,.0f} TFLOP/s dense"
+                if g["gpu_model"] else f"-> unknown: {g['unknown_because']}")
+        lines.append(f"  GPU {g['id']}       {g['name']}, {g['numSms']} SMs{mem}{bw} {peak}")
+    return "\n".join(lines) + "\n"
