@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import random
 
-
 from tests.conftest import shared_traces
 from tracelens.analysis import analyze
 from tracelens.collectives import bus_factor

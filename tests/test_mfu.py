@@ -279,9 +279,9 @@ def test_fp32_ops_on_tf32_tensor_cores_are_held_to_the_tf32_peak():
     """The two-rank job's FP32 matmuls run CUTLASS s1688 (TF32 tensor-op) kernels, except a few on
     ampere_sgemm (SIMT FP32).  On an A100 (FP32 19.5, TF32 156 TFLOP/s) some reach more TFLOP/s than
     FP32 can, so they must be TF32: they are held to the TF32 peak and none exceeds 100%."""
+    from tests.conftest import SAMPLE_TRACES
     from tracelens.analysis import Options, analyze
     from tracelens.load import load
-    from tests.conftest import SAMPLE_TRACES
 
     d = analyze(load([SAMPLE_TRACES / "job_2ranks"]), Options(gpu="A100")).to_dict()
     rows = [m for r in d["ranks"] for m in r["matmul_efficiency"]]

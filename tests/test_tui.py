@@ -147,7 +147,6 @@ def test_drill_down_rank_to_steps_to_timeline_and_back():
 def test_suggestion_opens_its_evidence_in_the_timeline():
     async def go():
         async with opened(JOB, (120, 40)) as (app, pilot):
-            report = app.report
             await pilot.press("6")
             await pilot.pause()
             table = app.query_one("#suggestions-table", FilterTable)
@@ -218,7 +217,6 @@ def test_timeline_keys_zoom_pan_and_steps():
 def test_filter_and_sort_tables():
     async def go():
         async with opened(JOB, (120, 40)) as (app, pilot):
-            report = app.report
             await pilot.press("4")
             await pilot.pause()
             kernels = app.query_one("#kernels-table", FilterTable)
@@ -245,7 +243,6 @@ def test_filter_and_sort_tables():
 def test_help_and_quit():
     async def go():
         async with opened(JOB, (100, 30)) as (app, pilot):
-            report = app.report
             await pilot.press("question_mark")
             await pilot.pause()
             assert isinstance(app.screen, HelpScreen)
@@ -320,7 +317,6 @@ def test_saved_report_opens_without_traces(tmp_path):
 def test_snapshot_overview_single_gpu():
     async def go():
         async with opened(H100, (120, 40)) as (app, pilot):
-            report = app.report
             snapshot(app, "overview_h100")
 
     run(go())
@@ -329,7 +325,6 @@ def test_snapshot_overview_single_gpu():
 def test_snapshot_ranks_steps_timeline_two_ranks():
     async def go():
         async with opened(JOB, (120, 40)) as (app, pilot):
-            report = app.report
             snapshot(app, "overview_2ranks")
             await pilot.press("2")
             await pilot.pause()

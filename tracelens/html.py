@@ -20,7 +20,7 @@ from typing import Any
 import orjson
 
 from tracelens import views
-from tracelens.units import fmt_bytes, fmt_ns
+from tracelens.units import fmt_bytes, fmt_ns, fmt_num, fmt_pct
 from tracelens.views import BAR_COLOURS, KCLASS_COLOURS
 
 _CSS = """
@@ -105,14 +105,6 @@ _JS = """
 """
 
 
-def _pct(v: float | None, digits: int = 1) -> str:
-    return "–" if v is None else f"{100 * v:.{digits}f}%"
-
-
-def _num(v: float | None, digits: int = 1) -> str:
-    return "–" if v is None else f"{v:,.{digits}f}"
-
-
 def _td(v: Any, text: str | None = None, cls: str = "n") -> str:
     shown = escape(text if text is not None else ("–" if v is None else str(v)))
     raw = "" if v is None or isinstance(v, str) else f' data-v="{v}"'
@@ -144,7 +136,7 @@ def _summary(d: dict[str, Any]) -> str:
     if g:
         w = g["idle"] + g["compute"] + g["exposed_comm"] + g["exposed_memcpy"]
         if w:
-            cards.append(("GPU idle", _pct(g["idle"] / w), f"compute {_pct(g['compute'] / w)}, exposed comm {_pct(g['exposed_comm'] / w)}"))
+            cards.append(("GPU idle", fmt_pct(g["idle"] / w), f"compute {fmt_pct(g['compute'] / w)}, exposed comm {fmt_pct(g['exposed_comm'] / w)}"))
     out = ['<div class="cards" id="summary">']
     for k, v, sub in cards:
         out.append(f'<div class="card"><div class="k">{escape(k)}</div><div class="v">{escape(v)}</div>'
@@ -224,7 +216,7 @@ def _ranks(d: dict[str, Any]) -> str:
         strag = {s["rank"] for s in d["job"]["stragglers"]}
         out.append(f'<p class="muted">{escape(label)}, one bar per rank from zero; stragglers in red</p><div class="strip" id="rank-strip">')
         for r, v in zip(rows, series):
-            shown = _pct(v, 2) if "MFU" in label else f"{v:,.2f} ms"
+            shown = fmt_pct(v, 2) if "MFU" in label else f"{v:,.2f} ms"
             out.append(f'<div class="{"straggler" if r["rank"] in strag else ""}" style="height:{100 * v / top:.2f}%" '
                        f'title="rank {r["rank"]}: {shown}"></div>')
         out.append("</div>")
@@ -235,8 +227,8 @@ def _ranks(d: dict[str, Any]) -> str:
     trs = []
     for r in rows:
         trs.append("<tr>" + _td(r["rank"]) + _td(r["device"], cls="") + _td(r["steps"]) + _td(r["step_ns"], fmt_ns(r["step_ns"]))
-                   + _td(r["mfu"], _pct(r["mfu"], 2)) + _td(r["idle"], _pct(r["idle"])) + _td(r["exposed_comm"], _pct(r["exposed_comm"]))
-                   + _td(r["bubble"], _pct(r["bubble"])) + _td(None, "straggler" if r["straggler"] else "", cls="bad") + "</tr>")
+                   + _td(r["mfu"], fmt_pct(r["mfu"], 2)) + _td(r["idle"], fmt_pct(r["idle"])) + _td(r["exposed_comm"], fmt_pct(r["exposed_comm"]))
+                   + _td(r["bubble"], fmt_pct(r["bubble"])) + _td(None, "straggler" if r["straggler"] else "", cls="bad") + "</tr>")
     out.append(_table([("rank", True), ("device", False), ("steps", True), ("step time", True), ("MFU", True), ("idle", True),
                        ("exp. comm", True), ("bubble", True), ("", False)], trs))
     return "".join(out)
@@ -319,7 +311,7 @@ def _roofline(d: dict[str, Any]) -> str:
     for m in rows:
         r = 3 + 9 * math.sqrt(m["kernel_ns"] / top_t)
         tip = (f"rank {m['rank']} {m['op']} {m['shapes']} {m['dtype']}: {m['achieved_tflops']:.1f} TFLOP/s "
-               f"({_pct(m.get('of_peak'))} of peak), {m['arithmetic_intensity']:.0f} FLOP/B, {m['bound']}-bound, {fmt_ns(m['kernel_ns'])}")
+               f"({fmt_pct(m.get('of_peak'))} of peak), {m['arithmetic_intensity']:.0f} FLOP/B, {m['bound']}-bound, {fmt_ns(m['kernel_ns'])}")
         out.append(f'<circle cx="{px(m["arithmetic_intensity"]):.1f}" cy="{py(m["achieved_tflops"]):.1f}" r="{r:.1f}" '
                    f'fill="#3584e4" fill-opacity=".55"><title>{escape(tip)}</title></circle>')
     out.append("</svg>")
@@ -331,11 +323,11 @@ def _kernels(d: dict[str, Any]) -> str:
     classes = views.class_rows(d)
     out.append(_table([("class", False), ("kernels", True), ("launches", True), ("time", True), ("share", True)], [
         "<tr>" + _td(None, c["kclass"], cls="") + _td(c["kernels"]) + _td(c["count"]) + _td(c["total_ns"], fmt_ns(c["total_ns"]))
-        + _td(c["share"], _pct(c["share"])) + "</tr>" for c in classes], empty="no GPU kernels"))
+        + _td(c["share"], fmt_pct(c["share"])) + "</tr>" for c in classes], empty="no GPU kernels"))
     ks = views.kernel_rows(d)
     trs = ["<tr>" + f'<td class="name" title="{escape(k["name"])}">{escape(k["name"][:160])}{"…" if len(k["name"]) > 160 else ""}</td>' + _td(None, k["kclass"], cls="") + _td(k["count"])
            + _td(k["total_ns"], fmt_ns(k["total_ns"])) + _td(k["mean_ns"], fmt_ns(int(k["mean_ns"] or 0)))
-           + _td(k["tflops"], _num(k["tflops"])) + _td(k["of_peak"], _pct(k["of_peak"])) + "</tr>" for k in ks[:200]]
+           + _td(k["tflops"], fmt_num(k["tflops"])) + _td(k["of_peak"], fmt_pct(k["of_peak"])) + "</tr>" for k in ks[:200]]
     out.append(f"<details open><summary>by name ({len(ks)} kernels{', the 200 longest' if len(ks) > 200 else ''}; click a header to sort)</summary>")
     out.append(_table([("kernel", False), ("class", False), ("count", True), ("total", True), ("mean", True), ("TFLOP/s", True),
                        ("% peak", True)], trs, empty="no GPU kernels"))
@@ -344,8 +336,8 @@ def _kernels(d: dict[str, Any]) -> str:
     mm = mm_all[:100]
     if mm:
         trs = ["<tr>" + _td(m["rank"]) + _td(None, m["op"], cls="") + _td(None, m["shapes"], cls="name") + _td(None, m["dtype"], cls="")
-               + _td(m["calls"]) + _td(m["kernel_ns"], fmt_ns(m["kernel_ns"])) + _td(m["achieved_tflops"], _num(m["achieved_tflops"]))
-               + _td(m.get("of_peak"), _pct(m.get("of_peak"))) + _td(m["arithmetic_intensity"], _num(m["arithmetic_intensity"], 0))
+               + _td(m["calls"]) + _td(m["kernel_ns"], fmt_ns(m["kernel_ns"])) + _td(m["achieved_tflops"], fmt_num(m["achieved_tflops"]))
+               + _td(m.get("of_peak"), fmt_pct(m.get("of_peak"))) + _td(m["arithmetic_intensity"], fmt_num(m["arithmetic_intensity"], 0))
                + _td(None, m["bound"] or "–", cls="") + "</tr>" for m in mm]
         out.append(f"<details open><summary>matmul ops by shape ({len(mm_all)} rows over all ranks"
                    f"{', the 100 longest' if len(mm_all) > 100 else ''})</summary>")
@@ -361,7 +353,7 @@ def _comm(d: dict[str, Any]) -> str:
     trs = ["<tr>" + _td(None, g["group"] or "–", cls="") + _td(None, g["group_desc"] or "", cls="") + _td(None, g["collective"], cls="")
            + _td(g["count"]) + _td(g["bytes"], fmt_bytes(g["bytes"])) + _td(g["time_ns"], fmt_ns(g["time_ns"]))
            + _td(g["exposed_ns"], fmt_ns(g["exposed_ns"])) + _td(g["wait_ns"], fmt_ns(g["wait_ns"]))
-           + _td(g["busbw_gbps_median"], _num(g["busbw_gbps_median"])) + "</tr>" for g in views.comm_rows(d)]
+           + _td(g["busbw_gbps_median"], fmt_num(g["busbw_gbps_median"])) + "</tr>" for g in views.comm_rows(d)]
     out.append(_table([("group", False), ("desc", False), ("collective", False), ("count", True), ("bytes", True), ("time", True),
                        ("exposed", True), ("wait", True), ("busbw GB/s", True)], trs, empty="no collectives in these traces"))
     slow = views.slow_collective_rows(d)
@@ -369,7 +361,7 @@ def _comm(d: dict[str, Any]) -> str:
         trs = ["<tr>" + _td(None, c["group"] or "–", cls="") + _td(c["seq"]) + _td(None, c["collective"], cls="")
                + _td(c["bytes"], fmt_bytes(c["bytes"])) + _td(c["ranks"]) + _td(c["max_ns"], fmt_ns(c["max_ns"]))
                + _td(c["exposed_ns"], fmt_ns(c["exposed_ns"])) + _td(c["wait_ns"], fmt_ns(c["wait_ns"]))
-               + _td(c["busbw_gbps"], _num(c["busbw_gbps"])) + _td(c["slowest_rank"]) + "</tr>" for c in slow]
+               + _td(c["busbw_gbps"], fmt_num(c["busbw_gbps"])) + _td(c["slowest_rank"]) + "</tr>" for c in slow]
         out.append("<details><summary>the slowest collectives</summary>")
         out.append(_table([("group", False), ("seq", True), ("collective", False), ("bytes", True), ("ranks", True), ("slowest", True),
                            ("exposed", True), ("wait", True), ("busbw GB/s", True), ("slowest rank", True)], trs))

@@ -7,8 +7,8 @@ from typing import Any
 import polars as pl
 
 from tracelens.load import Trace
-from tracelens.units import fmt_bytes, fmt_ns
 from tracelens.schema import KINDS
+from tracelens.units import fmt_bytes, fmt_ns
 
 
 def summarize(trace: Trace) -> dict[str, Any]:

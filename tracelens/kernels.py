@@ -12,7 +12,6 @@ from tracelens.collectives import dtype_bytes
 from tracelens.gpus import GpuSpec
 
 
-
 def by_name(df: pl.DataFrame, counted: pl.DataFrame, gpu_rows: pl.DataFrame, spec: GpuSpec | None, top: int = 30) -> list[dict[str, Any]]:
     """Kernels grouped by name: class, count, total and mean time, and, for kernels launched
     inside ops whose FLOPs are known (an op's FLOPs split among its kernels by duration), the

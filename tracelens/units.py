@@ -28,3 +28,17 @@ def fmt_bytes(n: int | None) -> str:
             return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
         n /= 1000
     return f"{n:.1f} TB"
+
+
+def fmt_pct(v: float | None, digits: int = 1) -> str:
+    """A fraction as a percentage: 0.1234 -> 12.3%; unknown -> "-"."""
+    return "-" if v is None else f"{100 * v:.{digits}f}%"
+
+
+def fmt_pct2(v: float | None) -> str:
+    return fmt_pct(v, 2)
+
+
+def fmt_num(v: float | None, digits: int = 1) -> str:
+    """A number with thousands separators; unknown -> "-"."""
+    return "-" if v is None else f"{v:,.{digits}f}"

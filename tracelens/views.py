@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from tracelens.units import fmt_pct
+
 # One colour per cause (waterfall bars) and per kernel class (timeline), shared by the TUI and
 # the HTML report.  Idle causes are greys/oranges, communication red, compute blues/greens.
 BAR_COLOURS: dict[str, str] = {
@@ -76,7 +78,7 @@ def time_bars(gpu: dict[str, int] | None, idle: dict[str, int] | None) -> list[d
 def evidence_value(ev: dict[str, Any]):
     """How to show a suggestion's numbers: a share as a percentage, a count as it is."""
     if ev.get("unit", "share") == "share":
-        return lambda v: "-" if v is None else f"{100 * v:.1f}%"
+        return fmt_pct
     return lambda v: "-" if v is None else f"{v:g}"
 
 

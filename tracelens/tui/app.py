@@ -5,7 +5,6 @@ tabs.  Every number comes from the report dict (``Analysis.to_dict()``) through
 from __future__ import annotations
 
 import time
-from pathlib import Path
 from typing import Any
 
 from rich.console import Group
@@ -24,21 +23,8 @@ from tracelens.tui.widgets.rank_strip import RankStrip
 from tracelens.tui.widgets.table import Column, FilterTable, RowTable
 from tracelens.tui.widgets.timeline import TimelineView
 from tracelens.tui.widgets.waterfall import WaterfallChart
-from tracelens.units import fmt_bytes, fmt_ns
+from tracelens.units import fmt_bytes, fmt_ns, fmt_num, fmt_pct, fmt_pct2
 from tracelens.views import KCLASS_COLOURS
-
-
-
-def pct(v: float | None) -> str:
-    return "-" if v is None else f"{100 * v:.1f}%"
-
-
-def pct2(v: float | None) -> str:
-    return "-" if v is None else f"{100 * v:.2f}%"
-
-
-def num(v: float | None, digits: int = 1) -> str:
-    return "-" if v is None else f"{v:,.{digits}f}"
 
 
 class Progress(Message):
@@ -120,8 +106,8 @@ class OverviewPane(VerticalScroll):
         if g:
             w = g["idle"] + g["compute"] + g["exposed_comm"] + g["exposed_memcpy"]
             if w:
-                t.append(f"\nGPU time: compute {pct(g['compute'] / w)}, idle {pct(g['idle'] / w)}, exposed comm "
-                         f"{pct(g['exposed_comm'] / w)}, exposed memcpy {pct(g['exposed_memcpy'] / w)}")
+                t.append(f"\nGPU time: compute {fmt_pct(g['compute'] / w)}, idle {fmt_pct(g['idle'] / w)}, exposed comm "
+                         f"{fmt_pct(g['exposed_comm'] / w)}, exposed memcpy {fmt_pct(g['exposed_memcpy'] / w)}")
         return t
 
     def _ranks_line(self) -> Text:
@@ -132,7 +118,7 @@ class OverviewPane(VerticalScroll):
         key = "mfu" if all(r["mfu"] is not None for r in rows) else "step_ns"
         lo = min(rows, key=lambda r: r[key] or 0)
         hi = max(rows, key=lambda r: r[key] or 0)
-        show = (lambda v: pct2(v)) if key == "mfu" else (lambda v: fmt_ns(v))
+        show = (lambda v: fmt_pct2(v)) if key == "mfu" else (lambda v: fmt_ns(v))
         t.append(f"lowest: rank {lo['rank']} {show(lo[key])} · highest: rank {hi['rank']} {show(hi[key])}")
         strag = self.report["job"]["stragglers"]
         if strag:
@@ -193,7 +179,7 @@ class SuggestionsPane(Horizontal):
         w = ev.get("where")
         if w and w.get("start_ns") is not None:
             t.append(f"  most visible in rank {w['rank']}, {w.get('step_name') or 'the trace'}"
-                     + (f" ({pct(w['value'])} of that step)" if w.get("value") is not None else "") + " — enter shows it\n")
+                     + (f" ({fmt_pct(w['value'])} of that step)" if w.get("value") is not None else "") + " — enter shows it\n")
         if s["est_speedup"]:
             t.append(f"\nestimate: up to {views.fmt_speedup(s['est_speedup'])} faster (1 / (1 - share), an upper bound)\n", style="dim")
         return t
@@ -214,15 +200,15 @@ class KernelsPane(Vertical):
         t = Text("time by kernel class: ", style="bold")
         for c in classes:
             t.append("■ ", style=KCLASS_COLOURS.get(c["kclass"], "grey70"))
-            t.append(f"{c['kclass']} {pct(c['share'])}  ")
+            t.append(f"{c['kclass']} {fmt_pct(c['share'])}  ")
         yield Static(t, id="kernel-classes")
         yield FilterTable("kernels by name, all ranks", [
             Column("kclass", "class"),
             Column("count", "count", lambda v: f"{v:,}", True),
             Column("total_ns", "total", fmt_ns, True),
             Column("mean_ns", "mean", lambda v: fmt_ns(int(v)), True),
-            Column("tflops", "TFLOP/s", num, True),
-            Column("of_peak", "% peak", pct, True),
+            Column("tflops", "TFLOP/s", fmt_num, True),
+            Column("of_peak", "% peak", fmt_pct, True),
             Column("name", "kernel", lambda v: v[:160]),
         ], views.kernel_rows(self.report), id="kernels-table", empty="no GPU kernels")
         yield FilterTable("matmul ops by shape (roofline: memory- or compute-bound at this GPU's ridge point)", [
@@ -232,8 +218,8 @@ class KernelsPane(Vertical):
             Column("dtype", "dtype"),
             Column("calls", "calls", str, True),
             Column("kernel_ns", "time", fmt_ns, True),
-            Column("achieved_tflops", "TFLOP/s", num, True),
-            Column("of_peak", "% peak", pct, True),
+            Column("achieved_tflops", "TFLOP/s", fmt_num, True),
+            Column("of_peak", "% peak", fmt_pct, True),
             Column("arithmetic_intensity", "FLOP/B", lambda v: f"{v:,.0f}", True),
             Column("bound", "bound"),
         ], views.matmul_rows(self.report), id="matmuls-table", empty="no matmul shapes recorded (record_shapes=True)")
@@ -254,7 +240,7 @@ class CommPane(Vertical):
             Column("time_ns", "time", fmt_ns, True),
             Column("exposed_ns", "exposed", fmt_ns, True),
             Column("wait_ns", "wait", fmt_ns, True),
-            Column("busbw_gbps_median", "busbw GB/s", num, True),
+            Column("busbw_gbps_median", "busbw GB/s", fmt_num, True),
         ], views.comm_rows(self.report), id="comm-table", empty="no collectives in these traces")
         yield FilterTable("slowest collectives (enter: show in the timeline)", [
             Column("group", "group", str),
@@ -265,7 +251,7 @@ class CommPane(Vertical):
             Column("max_ns", "slowest", fmt_ns, True),
             Column("exposed_ns", "exposed", fmt_ns, True),
             Column("wait_ns", "wait", fmt_ns, True),
-            Column("busbw_gbps", "busbw GB/s", num, True),
+            Column("busbw_gbps", "busbw GB/s", fmt_num, True),
             Column("slowest_rank", "slowest rank", str, True),
         ], views.slow_collective_rows(self.report), id="slow-table", empty="no collectives in these traces")
 
@@ -314,10 +300,10 @@ RANK_COLUMNS = [
     Column("device", "device"),
     Column("steps", "steps", str, True),
     Column("step_ns", "step time", fmt_ns, True),
-    Column("mfu", "MFU", pct2, True),
-    Column("idle", "idle", pct, True),
-    Column("exposed_comm", "exp. comm", pct, True),
-    Column("bubble", "bubble", pct, True),
+    Column("mfu", "MFU", fmt_pct2, True),
+    Column("idle", "idle", fmt_pct, True),
+    Column("exposed_comm", "exp. comm", fmt_pct, True),
+    Column("bubble", "bubble", fmt_pct, True),
     Column("straggler", "straggler", lambda v: "STRAGGLER" if v else ""),
 ]
 # The views, in tab order (key i+1 shows view i): (pane id, title, widget factory taking the report
@@ -330,10 +316,10 @@ STEP_COLUMNS = [
     Column("name", "step"),
     Column("dur_ns", "time", fmt_ns, True),
     Column("kernels", "kernels", lambda v: f"{v:,}", True),
-    Column("idle", "idle", pct, True),
-    Column("exposed_comm", "exp. comm", pct, True),
-    Column("data", "data wait", pct, True),
-    Column("mfu", "MFU", pct2, True),
+    Column("idle", "idle", fmt_pct, True),
+    Column("exposed_comm", "exp. comm", fmt_pct, True),
+    Column("data", "data wait", fmt_pct, True),
+    Column("mfu", "MFU", fmt_pct2, True),
     Column("warmup", "", lambda v: "warm-up" if v else ""),
 ]
 

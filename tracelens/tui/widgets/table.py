@@ -39,7 +39,7 @@ class RowTable(DataTable):
     ]
 
     class Chosen(Message):
-        def __init__(self, table: "FilterTable", row: dict[str, Any]):
+        def __init__(self, table: FilterTable, row: dict[str, Any]):
             super().__init__()
             self.table = table
             self.row = row
@@ -54,7 +54,7 @@ class RowTable(DataTable):
         self.parent_table.open_filter()
 
     @property
-    def parent_table(self) -> "FilterTable":
+    def parent_table(self) -> FilterTable:
         return self.query_ancestor(FilterTable)
 
 
