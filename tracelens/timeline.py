@@ -91,9 +91,6 @@ class Timeline:
             return None
         return q.sort("dur_ns", descending=True).row(0, named=True)
 
-    def tracks_of_rank(self, rank: int) -> list[Track]:
-        return [t for t in self.tracks if t.rank == rank]
-
     def cells(self, tracks: list[int], t0: int, t1: int, width: int) -> dict[int, dict[int, Cell]]:
         """For each track id: {cell index: Cell} for the cells with any activity in [t0, t1)
         split into ``width`` equal cells (cells without an entry are idle)."""
