@@ -389,3 +389,38 @@ def test_every_view_renders_on_odd_jobs(job):
             assert active_tab(app) == "overview"
 
     run(go())
+
+
+def test_tables_draw_only_what_is_visible():
+    """A 100k-row table (a big job's steps): filling, sorting, filtering and jumping to the end
+    format only the rows on screen (plus the first rows used to size the columns)."""
+    from textual.app import App
+
+    from tracelens.tui.widgets.table import Column
+
+    rows = [{"rank": i % 1000, "name": f"ProfilerStep#{i // 1000}", "dur_ns": (i * 7919) % 100_003} for i in range(100_000)]
+
+    class One(App):
+        def compose(self):
+            yield FilterTable("steps", [Column("rank", "rank", str, True), Column("name", "step"), Column("dur_ns", "time", str, True)],
+                              rows, id="t")
+
+    async def go():
+        app = One()
+        async with app.run_test(size=(100, 30)) as pilot:
+            await pilot.pause()
+            ft = app.query_one(FilterTable)
+            table = ft.table
+            table.focus()
+            assert len(ft.shown) == 100_000 and len(table._cells) <= 500 + 30
+            table.move_cursor(column=2)
+            await pilot.press("s")  # numeric: largest first
+            assert [r["dur_ns"] for r in ft.shown[:3]] == sorted((r["dur_ns"] for r in rows), reverse=True)[:3]
+            await pilot.press("end")
+            await pilot.pause()
+            assert table.cursor_row == 99_999 and len(table._cells) <= 500 + 2 * 30
+            await pilot.press("slash", *"#99")
+            await pilot.pause()
+            assert len(ft.shown) == 1000 and all(r["name"] == "ProfilerStep#99" for r in ft.shown)
+
+    run(go())

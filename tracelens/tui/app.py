@@ -184,10 +184,10 @@ class SuggestionsPane(Horizontal):
             t.append(f"\nestimate: up to {views.fmt_speedup(s['est_speedup'])} faster (1 / (1 - share), an upper bound)\n", style="dim")
         return t
 
-    def on_data_table_row_highlighted(self, event) -> None:
-        table = self.query_one(FilterTable)
-        if 0 <= event.cursor_row < len(table.shown):
-            self.query_one("#suggestion-detail", Static).update(self._detail(table.shown[event.cursor_row]))
+    @on(RowTable.Highlighted)
+    def _show_detail(self, event: RowTable.Highlighted) -> None:
+        if event.row is not None and self.query("#suggestion-detail"):
+            self.query_one("#suggestion-detail", Static).update(self._detail(event.row))
 
 
 class KernelsPane(Vertical):
