@@ -541,7 +541,7 @@ def _analyze_rank(df: pl.DataFrame, fi: int, meta, options: Options) -> RankResu
     matmuls = kt.matmul_efficiency(df, counted, gpu_rows, spec, top=None) if has_gpu else []
     if fall is not None and matmuls:
         fall = waterfall.with_parts(fall, "matmul_below_peak", kt.below_peak_by_shape(matmuls))
-    matmuls = matmuls[:20]
+    matmuls = matmuls[: kt.MATMULS_TOP]
     if not has_gpu:
         warnings.append(f"{meta.path}: no GPU activity in the selected steps; GPU time is unknown")
     return RankResult(

@@ -27,15 +27,27 @@ def _bars(d: dict[str, Any], kind: str) -> dict[str, dict[str, Any]]:
     return {b["key"]: b for b in bars}
 
 
-def _changes(base: dict[str, float], new: dict[str, float], labels: dict[str, str], top: int) -> list[dict[str, Any]]:
+def _changes(base: dict[str, float], new: dict[str, float], labels: dict[str, str], top: int,
+             truncated: tuple[bool, bool] = (False, False)) -> list[dict[str, Any]]:
+    """Per key: baseline and new time, the delta, and whether it is new, gone or changed.  A key
+    missing from a side whose table was cut at its top N may just be below that side's cut: its
+    delta is then unknown (null, "outside_top" status) rather than counted from zero."""
     out = []
     for k in set(base) | set(new):
         b, n = base.get(k), new.get(k)
+        if (b is None and truncated[0]) or (n is None and truncated[1]):
+            out.append({"key": k, "label": labels.get(k, k), "base_ns": b, "new_ns": n, "delta_ns": None, "status": "outside_top"})
+            continue
         delta = (n or 0.0) - (b or 0.0)
         out.append({"key": k, "label": labels.get(k, k), "base_ns": b, "new_ns": n, "delta_ns": delta,
                     "status": "new" if b is None else "gone" if n is None else "changed"})
-    out.sort(key=lambda c: (-abs(c["delta_ns"]), c["key"]))
+    out.sort(key=lambda c: (c["delta_ns"] is None, -abs(c["delta_ns"] or 0.0), c["key"]))
     return out[:top]
+
+
+def _cut(d: dict[str, Any], key: str, cap: int) -> bool:
+    """Whether any rank's table ``key`` was cut at ``cap`` rows."""
+    return any(len(r[key]) >= cap for r in d["ranks"])
 
 
 def compare(base: dict[str, Any], new: dict[str, Any], top: int = 15) -> dict[str, Any]:
@@ -55,13 +67,17 @@ def compare(base: dict[str, Any], new: dict[str, Any], top: int = 15) -> dict[st
             out[k] = out.get(k, 0.0) + (r[value] or 0) / n
         return out
 
+    from tracelens.kernels import KERNELS_TOP, MATMULS_TOP
+
     kernels = _changes(per(base, views.kernel_rows(base), lambda r: r["name"], "total_ns", brs),
-                       per(new, views.kernel_rows(new), lambda r: r["name"], "total_ns", nrs), {}, top)
+                       per(new, views.kernel_rows(new), lambda r: r["name"], "total_ns", nrs), {}, top,
+                       (_cut(base, "kernels", KERNELS_TOP), _cut(new, "kernels", KERNELS_TOP)))
     classes = _changes(per(base, views.class_rows(base), lambda r: r["kclass"], "total_ns", brs),
                        per(new, views.class_rows(new), lambda r: r["kclass"], "total_ns", nrs), {}, top)
     mm_key = lambda m: f"{m['op']} {m['shapes']} {m['dtype']}"  # noqa: E731
     matmuls = _changes(per(base, views.matmul_rows(base), mm_key, "kernel_ns", brs),
-                       per(new, views.matmul_rows(new), mm_key, "kernel_ns", nrs), {}, top)
+                       per(new, views.matmul_rows(new), mm_key, "kernel_ns", nrs), {}, top,
+                       (_cut(base, "matmul_efficiency", MATMULS_TOP), _cut(new, "matmul_efficiency", MATMULS_TOP)))
     coll_key = lambda g: f"{g['group_desc'] or g['group'] or '?'} {g['collective']}"  # noqa: E731
     colls = _changes(per(base, views.comm_rows(base), coll_key, "time_ns", brs),
                      per(new, views.comm_rows(new), coll_key, "time_ns", nrs), {}, top)
@@ -105,7 +121,7 @@ def text_section(c: dict[str, Any]) -> str:
             lines.append(f"    {b['label']:<40} {100 * (b['base'] or 0):6.2f}% -> {100 * (b['new'] or 0):6.2f}%  "
                          f"{100 * b['delta']:+6.2f}  {_dir(b['delta'], good)}")
     for key, title in (("kernels", "kernels"), ("matmuls", "matmul shapes"), ("collectives", "collectives")):
-        rows = [r for r in c[key] if r["delta_ns"]][:8]
+        rows = [r for r in c[key] if r["delta_ns"]][:8]  # outside_top rows (delta unknown) are left out
         if rows:
             lines.append(f"  {title} that changed most (time per rank-step):")
             for r in rows:
@@ -137,7 +153,7 @@ def html_section(c: dict[str, Any]) -> str:
                    f"<td class='n {cls(b['delta'], good)}'>{100 * b['delta']:+.2f} pts {'▲' if b['delta'] > 0 else '▼' if b['delta'] < 0 else ''}</td></tr>")
     out.append("</tbody></table>")
     for key, title in (("kernel_classes", "kernel classes"), ("kernels", "kernels"), ("matmuls", "matmul shapes"), ("collectives", "collectives")):
-        rows = [r for r in c[key] if r["delta_ns"]]
+        rows = [r for r in c[key] if r["delta_ns"]]  # outside_top rows (delta unknown) are left out
         if not rows:
             continue
         out.append(f"<details open><summary>{title} that changed most (time per rank-step)</summary><table><thead><tr><th>{title}</th>"

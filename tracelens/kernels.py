@@ -12,7 +12,12 @@ from tracelens.collectives import dtype_bytes
 from tracelens.gpus import GpuSpec
 
 
-def by_name(df: pl.DataFrame, counted: pl.DataFrame, gpu_rows: pl.DataFrame, spec: GpuSpec | None, top: int = 30) -> list[dict[str, Any]]:
+KERNELS_TOP = 30  # kernels by name kept in the report, per rank (the longest)
+MATMULS_TOP = 20  # matmul op shapes kept in the report, per rank (the longest)
+
+
+def by_name(df: pl.DataFrame, counted: pl.DataFrame, gpu_rows: pl.DataFrame, spec: GpuSpec | None,
+            top: int = KERNELS_TOP) -> list[dict[str, Any]]:
     """Kernels grouped by name: class, count, total and mean time, and, for kernels launched
     inside ops whose FLOPs are known (an op's FLOPs split among its kernels by duration), the
     achieved TFLOP/s and the share of the op dtype's peak."""
