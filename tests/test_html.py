@@ -265,3 +265,21 @@ def test_html_and_text_render_every_shared_trace(path):
     html = render_html(d).decode()
     assert embedded(html) == orjson.loads(render(d, "json"))
     assert render(d, "text").decode().startswith("tracelens ")
+
+
+def test_compare_does_not_invent_new_or_gone_kernels_beyond_the_top_n():
+    """Each rank's kernel table keeps its 30 longest kernels: a kernel missing from one run may
+    only be below that run's cut, so its change is unknown ('outside_top'), not counted from 0."""
+    from tracelens.kernels import KERNELS_TOP
+
+    base = report_of(JOB)
+    assert all(len(r["kernels"]) == KERNELS_TOP for r in base["ranks"])  # both ranks' tables are cut
+    new = copy.deepcopy(base)
+    for r in new["ranks"]:
+        r["kernels"][-1]["name"] = "renamed_kernel"
+    c = compare(base, new)
+    status = {k["key"]: k["status"] for k in c["kernels"] + [x for x in compare(base, new, top=1000)["kernels"]]}
+    assert status["renamed_kernel"] == "outside_top"
+    assert status[base["ranks"][0]["kernels"][-1]["name"]] == "outside_top"
+    assert all(k["delta_ns"] is None for k in c["kernels"] if k["status"] == "outside_top")
+    assert "renamed_kernel" not in render({**new, "comparison": c}, "text").decode()
