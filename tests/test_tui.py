@@ -424,3 +424,22 @@ def test_tables_draw_only_what_is_visible():
             assert len(ft.shown) == 1000 and all(r["name"] == "ProfilerStep#99" for r in ft.shown)
 
     run(go())
+
+
+def test_ranks_and_steps_show_the_highlighted_rows_waterfall():
+    from tracelens import views
+
+    async def go():
+        async with opened(H100, (120, 40)) as (app, pilot):
+            await pilot.press("3")
+            await settle(app, pilot)
+            chart = app.query_one("#steps-body WaterfallChart", WaterfallChart)
+            step = app.query_one("#steps-table", FilterTable).shown[0]
+            assert chart.bars == views.waterfall(app.report, step["rank"], step["step"])[0] and chart.kind == "mfu"
+            assert abs(sum(b["fraction"] for b in chart.bars) - 1.0) < 1e-9
+            await pilot.press("down")
+            await pilot.pause()
+            step = app.query_one("#steps-table", FilterTable).shown[min(1, len(app.report["ranks"][0]["steps"]) - 1)]
+            assert chart.bars == views.waterfall(app.report, step["rank"], step["step"])[0]
+
+    run(go())

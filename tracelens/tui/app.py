@@ -190,6 +190,39 @@ class SuggestionsPane(Horizontal):
             self.query_one("#suggestion-detail", Static).update(self._detail(event.row))
 
 
+class TableWithWaterfall(Vertical):
+    """A table of ranks or steps over the waterfall of the highlighted row (its own MFU
+    waterfall, or its GPU-time bars when the MFU is unknown)."""
+
+    def __init__(self, report: dict[str, Any], table: FilterTable, *, id: str):
+        super().__init__(id=id)
+        self.report, self.table = report, table
+
+    def compose(self) -> ComposeResult:
+        yield self.table
+        yield Label("", classes="section", id=f"{self.id}-wf-title")
+        bars, kind = views.waterfall(self.report)
+        yield WaterfallChart(bars, kind, id=f"{self.id}-wf")
+
+    def on_mount(self) -> None:
+        self.call_after_refresh(lambda: self._show(self.table.shown[0] if self.table.shown else None))
+
+    @on(RowTable.Highlighted)
+    def _follow(self, event: RowTable.Highlighted) -> None:
+        self._show(event.row)
+
+    def _show(self, r: dict[str, Any] | None) -> None:
+        if r is None:
+            return
+        bars, kind = views.waterfall(self.report, r["rank"], r.get("step") if "step" in r else None)
+        chart = self.query_one(WaterfallChart)
+        chart.show_parts = False
+        chart.kind, chart.bars = kind, bars
+        what = f"rank {r['rank']}" + (f", {r['name']}" if "step" in r else " (its kept steps)")
+        self.query_one(f"#{self.id}-wf-title", Label).update(
+            f"{'MFU loss waterfall' if kind == 'mfu' else 'GPU time (MFU unknown)'} of {what}")
+
+
 class KernelsPane(Vertical):
     def __init__(self, report: dict[str, Any]):
         super().__init__(id="kernels-body")
@@ -326,10 +359,10 @@ STEP_COLUMNS = [
 
 VIEWS += [
     ("overview", "Overview", lambda report, timeline: OverviewPane(report)),
-    ("ranks", "Ranks", lambda report, timeline: FilterTable("ranks (enter: the rank's steps)", RANK_COLUMNS, views.rank_rows(report),
-                                                            id="ranks-table")),
-    ("steps", "Steps", lambda report, timeline: FilterTable("steps, all ranks (enter: the step's timeline)", STEP_COLUMNS,
-                                                            views.step_rows(report), id="steps-table")),
+    ("ranks", "Ranks", lambda report, timeline: TableWithWaterfall(report, FilterTable(
+        "ranks (enter: the rank's steps)", RANK_COLUMNS, views.rank_rows(report), id="ranks-table"), id="ranks-body")),
+    ("steps", "Steps", lambda report, timeline: TableWithWaterfall(report, FilterTable(
+        "steps, all ranks (enter: the step's timeline)", STEP_COLUMNS, views.step_rows(report), id="steps-table"), id="steps-body")),
     ("kernels", "Kernels", lambda report, timeline: KernelsPane(report)),
     ("comm", "Communication", lambda report, timeline: CommPane(report)),
     ("suggestions", "Suggestions", lambda report, timeline: SuggestionsPane(report)),
