@@ -231,7 +231,25 @@ def _ranks(d: dict[str, Any]) -> str:
                    + _td(r["bubble"], fmt_pct(r["bubble"])) + _td(None, "straggler" if r["straggler"] else "", cls="bad") + "</tr>")
     out.append(_table([("rank", True), ("device", False), ("steps", True), ("step time", True), ("MFU", True), ("idle", True),
                        ("exp. comm", True), ("bubble", True), ("", False)], trs))
+    out.append(_rank_waterfalls(d))
     return "".join(out)
+
+
+def _rank_waterfalls(d: dict[str, Any]) -> str:
+    """Each rank's waterfall as one table row (share of its window per bar), to compare ranks."""
+    per = [(r["rank"], *views.waterfall(d, r["rank"])) for r in d["ranks"]]
+    per = [(rank, bars, kind) for rank, bars, kind in per if bars]
+    if len(per) < 2:
+        return ""
+    keys = list(dict.fromkeys(b["key"] for _, bars, _ in per for b in bars))
+    labels = {b["key"]: b["label"] for _, bars, _ in per for b in bars}
+    trs = []
+    for rank, bars, _ in per:
+        by = {b["key"]: b for b in bars}
+        trs.append("<tr>" + _td(rank) + "".join(
+            _td(by[k]["fraction"] if k in by else None, fmt_pct(by[k]["fraction"]) if k in by else None) for k in keys) + "</tr>")
+    return ("<details><summary>the waterfall of each rank (share of its window)</summary>"
+            + _table([("rank", True)] + [(labels[k], True) for k in keys], trs) + "</details>")
 
 
 def _steps_chart(d: dict[str, Any]) -> str:
