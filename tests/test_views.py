@@ -4,6 +4,7 @@ and the HTML report draw from the report dict."""
 from __future__ import annotations
 
 import polars as pl
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -97,3 +98,11 @@ def test_views_with_mfu_use_the_waterfall():
     h = views.headline(report)
     assert h["mfu"] == report["job"]["mfu"] and h["gpu_model"] == "NVIDIA H100 SXM"
     assert views.fmt_speedup(1.118) == "12%" and views.fmt_speedup(4.255) == "4.3x" and views.fmt_speedup(None) == "-"
+
+
+def test_outlier_ranks_against_the_median():
+    """Step times 100, 101, 99, 100, 110 ms: the median is 100; rank 4 is 10% slower (flagged), rank 1
+    1% (not, under 5%).  For MFU lower is worse: 0.40 vs a 0.50 median is 20% worse."""
+    assert views.outliers([0, 1, 2, 3, 4], [100, 101, 99, 100, 110], higher_is_worse=True) == {4: 0.1}
+    assert views.outliers([0, 1, 2], [0.5, 0.4, 0.5], higher_is_worse=False) == {1: pytest.approx(0.2)}
+    assert views.outliers([0], [1.0], higher_is_worse=True) == {}

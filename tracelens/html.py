@@ -45,7 +45,7 @@ td.name { font-family: ui-monospace, Menlo, Consolas, monospace; font-size: 12px
 .wf .part .bar, .wf .bar.part { top: 4px; bottom: 4px; opacity: .75; }
 .wf .num { text-align: right; font-variant-numeric: tabular-nums; } .wf .final { font-weight: 700; }
 .strip { display: flex; align-items: flex-end; gap: 2px; height: 90px; border-bottom: 1px solid var(--line); }
-.strip div { flex: 1; background: var(--accent); min-width: 2px; max-width: 48px; } .strip div.straggler { background: var(--bad); }
+.strip div { flex: 1; background: var(--accent); min-width: 2px; max-width: 48px; } .strip div.straggler { background: var(--bad); } .strip div.outlier { background: #ff7800; } .outlier-text { color: #c64600; }
 .sugg { border-left: 4px solid var(--accent); background: var(--soft); padding: 8px 12px; margin: 8px 0; border-radius: 4px; }
 .sugg .t { font-weight: 600; } .sugg .win { float: right; color: var(--good); font-weight: 600; }
 .legend span { display: inline-block; margin-right: 12px; font-size: 12px; } .legend i { display: inline-block; width: 10px; height: 10px; margin-right: 4px; }
@@ -214,12 +214,19 @@ def _ranks(d: dict[str, Any]) -> str:
     if len(series) > 1:
         top = max(series) or 1.0
         strag = {s["rank"] for s in d["job"]["stragglers"]}
-        out.append(f'<p class="muted">{escape(label)}, one bar per rank from zero; stragglers in red</p><div class="strip" id="rank-strip">')
+        odd = views.outliers([r["rank"] for r in rows], series, higher_is_worse="MFU" not in label)
+        out.append(f'<p class="muted">{escape(label)}, one bar per rank from zero; stragglers in red, more than 5% worse than '
+                   f'the median rank in orange</p><div class="strip" id="rank-strip">')
         for r, v in zip(rows, series):
             shown = fmt_pct(v, 2) if "MFU" in label else f"{v:,.2f} ms"
-            out.append(f'<div class="{"straggler" if r["rank"] in strag else ""}" style="height:{100 * v / top:.2f}%" '
-                       f'title="rank {r["rank"]}: {shown}"></div>')
+            cls = "straggler" if r["rank"] in strag else "outlier" if r["rank"] in odd else ""
+            extra = f", {100 * odd[r['rank']]:.1f}% worse than the median" if r["rank"] in odd else ""
+            out.append(f'<div class="{cls}" style="height:{100 * v / top:.2f}%" title="rank {r["rank"]}: {shown}{extra}"></div>')
         out.append("</div>")
+        if odd:
+            worst = sorted(odd.items(), key=lambda kv: -kv[1])[:8]
+            out.append("<p class='outlier-text'>worse than the median rank by more than 5%: "
+                       + ", ".join(f"rank {rk} ({100 * off:.1f}%)" for rk, off in worst) + "</p>")
     for st in d["job"]["stragglers"]:
         out.append(f'<p class="bad">rank {st["rank"]} is a straggler: {escape(st["evidence"])}</p>')
     if len(rows) > 1 and not d["job"]["stragglers"]:

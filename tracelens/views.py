@@ -277,6 +277,25 @@ def headline(report: dict[str, Any]) -> dict[str, Any]:
     }
 
 
+OUTLIER = 0.05  # a rank this much worse than the median rank is flagged
+
+
+def outliers(ranks: list[int], values: list[float], higher_is_worse: bool) -> dict[int, float]:
+    """Ranks more than OUTLIER worse than the median rank, with how much (0.06 = 6% worse):
+    for step time higher is worse, for MFU lower."""
+    if len(values) < 2:
+        return {}
+    med = sorted(values)[(len(values) - 1) // 2]
+    if not med:
+        return {}
+    out = {}
+    for r, v in zip(ranks, values):
+        off = (v - med) / med if higher_is_worse else (med - v) / med
+        if off > OUTLIER:
+            out[r] = off
+    return out
+
+
 def per_rank_series(report: dict[str, Any]) -> tuple[str, list[float]]:
     """One number per rank for the overview's strip: MFU when known, else mean step time (ms)."""
     rows = rank_rows(report)

@@ -74,10 +74,11 @@ class OverviewPane(VerticalScroll):
         yield Label(title, classes="section")
         yield WaterfallChart(bars, kind, id="waterfall")
         label, series = views.per_rank_series(r)
-        yield Label(f"{label}, one bar per rank from zero (stragglers in red)", classes="section")
+        yield Label(f"{label}, one bar per rank from zero (stragglers red, >5% worse than the median orange)", classes="section")
         if len(series) > 1:
             ranks = [row["rank"] for row in views.rank_rows(r)]
-            yield RankStrip(ranks, series, {s["rank"] for s in r["job"]["stragglers"]}, id="rank-strip")
+            yield RankStrip(ranks, series, {s["rank"] for s in r["job"]["stragglers"]}, higher_is_worse="MFU" not in label,
+                            id="rank-strip")
         yield Static(self._ranks_line(), id="rank-summary")
         yield Label("top suggestions (press 6 for all of them, with their evidence)", classes="section")
         yield Static(self._suggestions(), id="top-suggestions")
@@ -120,6 +121,11 @@ class OverviewPane(VerticalScroll):
         hi = max(rows, key=lambda r: r[key] or 0)
         show = (lambda v: fmt_pct2(v)) if key == "mfu" else (lambda v: fmt_ns(v))
         t.append(f"lowest: rank {lo['rank']} {show(lo[key])} · highest: rank {hi['rank']} {show(hi[key])}")
+        odd = views.outliers([x["rank"] for x in rows], [x[key] or 0 for x in rows], higher_is_worse=key != "mfu")
+        if odd:
+            worst = sorted(odd.items(), key=lambda kv: -kv[1])[:5]
+            t.append("\nworse than the median rank by more than 5%: " + ", ".join(f"rank {rk} ({100 * off:.1f}%)" for rk, off in worst)
+                     + (f" and {len(odd) - 5} more" if len(odd) > 5 else ""), style="#ff7800")
         strag = self.report["job"]["stragglers"]
         if strag:
             t.append("\nstragglers: " + ", ".join(f"rank {s['rank']} (+{fmt_ns(s['excess_ns'])}, last in {s['last_in']}/{s['of']})"
