@@ -204,6 +204,10 @@ def test_timeline_keys_zoom_pan_and_steps():
             steps = report["ranks"][0]["steps"]
             assert any(view.t0 <= s["start_ns"] and s["start_ns"] + s["dur_ns"] <= view.t1 and view.t1 - view.t0 < 1.2 * s["dur_ns"]
                        for s in steps)
+            await pilot.press("g")  # one GPU row per rank
+            assert all(t.is_union for t in view.tracks) and len(view.tracks) == len(report["ranks"])
+            await pilot.press("g")
+            assert len(view.tracks) == len(view.timeline.tracks)
             n = len(view.timeline.tracks)
             for _ in range(n + 3):
                 await pilot.press("down")

@@ -25,6 +25,7 @@ HELP = """\
 | `a` / `d` | timeline | pan left / right |
 | `[` / `]` | timeline | previous / next step of the selected rank |
 | `z` / `0` | timeline | zoom to the step under the cursor / to the whole trace |
+| `g` | timeline | one "GPU" row per rank (the union of its streams) / every stream again |
 | `p` | overview | show or hide the parts of each waterfall bar |
 | `?` | anywhere | this help |
 | `q` | anywhere | quit |

@@ -52,6 +52,7 @@ class TimelineView(Widget, can_focus=True):
         Binding("right_square_bracket", "step(1)", "Next step"),
         Binding("z", "zoom_step", "Zoom to step"),
         Binding("0", "reset", "Whole trace"),
+        Binding("g", "gpu_rows", "GPU rows only"),
     ]
 
     class CursorMoved(Message):
@@ -73,11 +74,28 @@ class TimelineView(Widget, can_focus=True):
         self.hl_window: tuple[int, int] | None = None
         self._cache_key: tuple | None = None
         self._sized = False
+        self.gpu_only = False
+        self._gpu_tracks = [t for t in timeline.tracks if t.is_union]
         self._cache: dict[int, dict[int, Any]] = {}
         self.set_reactive(TimelineView.t0, timeline.start)
         self.set_reactive(TimelineView.t1, max(timeline.end, timeline.start + 1))
 
     # -- geometry ---------------------------------------------------------------------------
+    @property
+    def tracks(self) -> list:
+        """The tracks shown: every stream, or (``g``) one "GPU" row per rank."""
+        return self._gpu_tracks if self.gpu_only else self.timeline.tracks
+
+    def action_gpu_rows(self) -> None:
+        current = self.tracks[self.sel] if self.tracks else None
+        self.gpu_only = not self.gpu_only
+        # keep the same rank selected
+        idx = next((i for i, t in enumerate(self.tracks) if current is not None and t.rank == current.rank), 0)
+        self.sel = idx
+        self.top = max(0, min(idx, len(self.tracks) - self.rows))
+        self._cache_key = None
+        self._moved()
+
     @property
     def data_width(self) -> int:
         return max(1, self.size.width - LABEL_W)
@@ -87,10 +105,10 @@ class TimelineView(Widget, can_focus=True):
         return max(0, self.size.height - HEADER)
 
     def get_content_height(self, container: Size, viewport: Size, width: int) -> int:
-        return HEADER + len(self.timeline.tracks)
+        return HEADER + len(self.tracks)
 
     def _visible(self) -> list[int]:
-        return [t.id for t in self.timeline.tracks[self.top : self.top + self.rows]]
+        return [t.id for t in self.tracks[self.top : self.top + self.rows]]
 
     def cell_time(self, col: int) -> int:
         return self.t0 + int((self.t1 - self.t0) * (col + 0.5) / self.data_width)
@@ -104,21 +122,23 @@ class TimelineView(Widget, can_focus=True):
         self.highlight = set(highlight or ())
         self.hl_window = hl_window
         if rank is not None:
-            idx = next((i for i, t in enumerate(self.timeline.tracks) if t.rank == rank), None)
+            idx = next((i for i, t in enumerate(self.tracks) if t.rank == rank), None)
             if idx is not None:
                 self.sel = idx
-                self.top = max(0, min(idx, len(self.timeline.tracks) - self.rows))
+                self.top = max(0, min(idx, len(self.tracks) - self.rows))
         self.cursor = self.data_width // 2
         self._moved()
 
     def select_track(self, track_id: int) -> None:
-        """Select a track (by id) and scroll it into view."""
-        idx = next((i for i, t in enumerate(self.timeline.tracks) if t.id == track_id), None)
+        """Select a track (by id) and scroll it into view (showing every stream again if needed)."""
+        if self.gpu_only and not any(t.id == track_id for t in self.tracks):
+            self.gpu_only = False
+        idx = next((i for i, t in enumerate(self.tracks) if t.id == track_id), None)
         if idx is None:
             return
         self.sel = idx
         if not (self.top <= idx < self.top + self.rows):
-            self.top = max(0, min(idx, len(self.timeline.tracks) - self.rows))
+            self.top = max(0, min(idx, len(self.tracks) - self.rows))
         self._moved()
 
     def action_cursor(self, delta: int) -> None:
@@ -133,7 +153,7 @@ class TimelineView(Widget, can_focus=True):
         self._moved()
 
     def action_track(self, delta: int) -> None:
-        n = len(self.timeline.tracks)
+        n = len(self.tracks)
         if not n:
             return
         self.sel = max(0, min(n - 1, self.sel + delta))
@@ -165,9 +185,9 @@ class TimelineView(Widget, can_focus=True):
         self._moved()
 
     def _rank_steps(self) -> list[tuple[Any, str, int, int]]:
-        if not self.timeline.tracks:
+        if not self.tracks:
             return []
-        return self.steps.get(self.timeline.tracks[self.sel].rank, [])
+        return self.steps.get(self.tracks[self.sel].rank, [])
 
     def action_step(self, delta: int) -> None:
         steps = self._rank_steps()
@@ -193,7 +213,7 @@ class TimelineView(Widget, can_focus=True):
         if event.x >= LABEL_W:
             self.cursor = min(self.data_width - 1, event.x - LABEL_W)
         row = event.y - HEADER
-        if 0 <= row < self.rows and self.top + row < len(self.timeline.tracks):
+        if 0 <= row < self.rows and self.top + row < len(self.tracks):
             self.sel = self.top + row
         self._moved()
 
@@ -202,7 +222,7 @@ class TimelineView(Widget, can_focus=True):
         if event.ctrl:
             self.action_zoom(2.0)
         else:
-            self.top = max(0, min(len(self.timeline.tracks) - self.rows, self.top + 1))
+            self.top = max(0, min(len(self.tracks) - self.rows, self.top + 1))
 
     def on_mouse_scroll_up(self, event) -> None:
         event.stop()
@@ -222,9 +242,9 @@ class TimelineView(Widget, can_focus=True):
 
     def status(self) -> str:
         tl = self.timeline
-        if not tl.tracks:
+        if not self.tracks:
             return "no GPU events in these traces"
-        track = tl.tracks[self.sel]
+        track = self.tracks[self.sel]
         t = self.cell_time(self.cursor)
         cell = (self.t1 - self.t0) / self.data_width
         head = (f"{track.label} (device {track.device}) at {fmt_offset(t - tl.start)} · window {fmt_ns(self.t1 - self.t0)}, "
@@ -257,7 +277,7 @@ class TimelineView(Widget, can_focus=True):
         if y == 1:
             return self._step_row(width)
         row = self.top + y - HEADER
-        tracks = self.timeline.tracks
+        tracks = self.tracks
         if row >= len(tracks):
             return Strip.blank(width)
         track = tracks[row]
@@ -307,7 +327,7 @@ class TimelineView(Widget, can_focus=True):
         w = self.data_width
         chars = [" "] * w
         styles: list[Style | None] = [None] * w
-        rank = self.timeline.tracks[self.sel].rank if self.timeline.tracks else None
+        rank = self.tracks[self.sel].rank if self.tracks else None
         span = self.t1 - self.t0
         for i, (_, name, a, b) in enumerate(self._rank_steps()):
             c0 = max(0, int((a - self.t0) * w / span))
