@@ -1,0 +1,342 @@
+"""The views of the terminal UI, one pane each, and their registry (``VIEWS``): the tab
+order, the number keys and what each pane is built from (the report dict and the timeline).
+A new view (critical path, pipeline) is a pane here and one entry in ``VIEWS``."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rich.console import Group
+from rich.text import Text
+from textual import on
+from textual.app import ComposeResult
+from textual.containers import Horizontal, Vertical, VerticalScroll
+from textual.widgets import Label, Static, TabbedContent, TabPane
+
+from tracelens import views
+from tracelens.tui.widgets.rank_strip import RankStrip
+from tracelens.tui.widgets.table import Column, FilterTable, RowTable
+from tracelens.tui.widgets.timeline import TimelineView
+from tracelens.tui.widgets.waterfall import WaterfallChart
+from tracelens.units import fmt_bytes, fmt_ns, fmt_num, fmt_pct, fmt_pct2
+from tracelens.views import KCLASS_COLOURS
+
+
+class OverviewPane(VerticalScroll):
+    """The headline MFU, the waterfall, step-time stats, the per-rank strip, top suggestions."""
+
+    def __init__(self, report: dict[str, Any]):
+        super().__init__(id="overview-body")
+        self.report = report
+
+    def compose(self) -> ComposeResult:
+        r = self.report
+        h = views.headline(r)
+        bars, kind = views.waterfall(r)
+        yield Static(self._headline(h), id="headline")
+        yield Static(self._stats(), id="stats")
+        title = ("MFU loss waterfall, all ranks: from 100% of the dense peak down to the MFU" if kind == "mfu"
+                 else "GPU time, all ranks (MFU unknown: no waterfall; bars end at the compute share)")
+        yield Label(title, classes="section")
+        yield WaterfallChart(bars, kind, id="waterfall")
+        label, series = views.per_rank_series(r)
+        yield Label(f"{label}, one bar per rank from zero (stragglers red, >5% worse than the median orange)", classes="section")
+        if len(series) > 1:
+            ranks = [row["rank"] for row in views.rank_rows(r)]
+            yield RankStrip(ranks, series, {s["rank"] for s in r["job"]["stragglers"]}, higher_is_worse="MFU" not in label,
+                            id="rank-strip")
+        yield Static(self._ranks_line(), id="rank-summary")
+        yield Label("top suggestions (press 6 for all of them, with their evidence)", classes="section")
+        yield Static(self._suggestions(), id="top-suggestions")
+
+    def _headline(self, h: dict[str, Any]) -> Text:
+        t = Text()
+        if h["mfu"] is not None:
+            t.append(f"MFU {100 * h['mfu']:.2f}%", style="bold #33d17a")
+            t.append(f"  of {h['gpu_model']} dense peak ({h['peak_flops'] / 1e12:,.0f} TFLOP/s), model FLOPs from {h['flops_source']}")
+            if h["hfu"] is not None:
+                t.append(f", HFU {100 * h['hfu']:.2f}%")
+        else:
+            t.append("MFU unknown", style="bold #f6d32d")
+            why = h["why_unknown"].removeprefix("MFU unknown").lstrip(": ")
+            t.append(f"  {why}; --gpu NAME or --peak-tflops X set the peak")
+        t.append(f"\n{h['ranks']} rank(s) · {h['device'] or 'unknown GPU'}")
+        return t
+
+    def _stats(self) -> Text:
+        s = views.step_stats(self.report)
+        g = self.report["job"]["gpu_time_ns"]
+        t = Text()
+        if s["count"]:
+            t.append(f"step time over {s['count']} step(s) (warm-up excluded): mean {fmt_ns(s['mean'])}, p50 {fmt_ns(s['p50'])}, "
+                     f"p90 {fmt_ns(s['p90'])}, max {fmt_ns(s['max'])}")
+        if g:
+            w = g["idle"] + g["compute"] + g["exposed_comm"] + g["exposed_memcpy"]
+            if w:
+                t.append(f"\nGPU time: compute {fmt_pct(g['compute'] / w)}, idle {fmt_pct(g['idle'] / w)}, exposed comm "
+                         f"{fmt_pct(g['exposed_comm'] / w)}, exposed memcpy {fmt_pct(g['exposed_memcpy'] / w)}")
+        return t
+
+    def _ranks_line(self) -> Text:
+        rows = views.rank_rows(self.report)
+        t = Text()
+        if not rows:
+            return t
+        key = "mfu" if all(r["mfu"] is not None for r in rows) else "step_ns"
+        lo = min(rows, key=lambda r: r[key] or 0)
+        hi = max(rows, key=lambda r: r[key] or 0)
+        show = (lambda v: fmt_pct2(v)) if key == "mfu" else (lambda v: fmt_ns(v))
+        t.append(f"lowest: rank {lo['rank']} {show(lo[key])} · highest: rank {hi['rank']} {show(hi[key])}")
+        odd = views.outliers([x["rank"] for x in rows], [x[key] or 0 for x in rows], higher_is_worse=key != "mfu")
+        if odd:
+            worst = sorted(odd.items(), key=lambda kv: -kv[1])[:5]
+            t.append("\nworse than the median rank by more than 5%: " + ", ".join(f"rank {rk} ({100 * off:.1f}%)" for rk, off in worst)
+                     + (f" and {len(odd) - 5} more" if len(odd) > 5 else ""), style="#ff7800")
+        strag = self.report["job"]["stragglers"]
+        if strag:
+            t.append("\nstragglers: " + ", ".join(f"rank {s['rank']} (+{fmt_ns(s['excess_ns'])}, last in {s['last_in']}/{s['of']})"
+                                                  for s in strag), style="bold #e01b24")
+        elif len(rows) > 1:
+            t.append("\nno straggler: no rank arrives last at collectives more often than chance", style="dim")
+        return t
+
+    def _suggestions(self) -> Group | Text:
+        sg = self.report["suggestions"]
+        if not sg:
+            return Text("none: no rule fired", style="dim")
+        lines = []
+        for s in sg[:4]:
+            t = Text("• ")
+            t.append(s["title"], style="bold")
+            if s["est_speedup"]:
+                t.append(f"  up to {views.fmt_speedup(s['est_speedup'])} faster", style="#33d17a")
+            t.append(f"\n  {s['detail']}", style="dim")
+            lines.append(t)
+        return Group(*lines)
+
+
+class SuggestionsPane(Horizontal):
+    def __init__(self, report: dict[str, Any]):
+        super().__init__(id="suggestions-body")
+        self.report = report
+        self.rows = [{**s, "n": i + 1, "speedup": s["est_speedup"], "nranks": len(s["ranks"])} for i, s in enumerate(report["suggestions"])]
+
+    def compose(self) -> ComposeResult:
+        yield FilterTable("largest possible win first (enter: the evidence in the timeline)", [
+            Column("n", "#", str, True),
+            Column("speedup", "up to", views.fmt_speedup, True),
+            Column("nranks", "ranks", str, True),
+            Column("title", "suggestion"),
+        ], self.rows, id="suggestions-table", empty="no rule fired")
+        yield Static(self._detail(self.rows[0] if self.rows else None), id="suggestion-detail")
+
+    def _detail(self, s: dict[str, Any] | None) -> Text:
+        if s is None:
+            return Text("no suggestion", style="dim")
+        t = Text()
+        t.append(s["title"] + "\n\n", style="bold")
+        t.append("fix: ", style="bold #33d17a")
+        t.append(s["detail"] + "\n\n")
+        ev = s["evidence"]
+        t.append("evidence\n", style="bold")
+        if "measure" in ev:
+            val = views.evidence_value(ev)
+            t.append(f"  {ev['measure']}: worst {val(ev['worst'])}, mean {val(ev['mean'])} (fires at {val(ev['threshold'])})\n")
+            per = ev.get("per_rank", {})
+            if per:
+                items = sorted(per.items(), key=lambda kv: -kv[1])[:8]
+                t.append("  ranks: " + ", ".join(f"r{k} {val(v)}" for k, v in items) + (" …" if len(per) > 8 else "") + "\n")
+        else:
+            t.append(f"  {ev.get('detail', '')}\n")
+        w = ev.get("where")
+        if w and w.get("start_ns") is not None:
+            t.append(f"  most visible in rank {w['rank']}, {w.get('step_name') or 'the trace'}"
+                     + (f" ({fmt_pct(w['value'])} of that step)" if w.get("value") is not None else "") + " — enter shows it\n")
+        if s["est_speedup"]:
+            t.append(f"\nestimate: up to {views.fmt_speedup(s['est_speedup'])} faster (1 / (1 - share), an upper bound)\n", style="dim")
+        return t
+
+    @on(RowTable.Highlighted)
+    def _show_detail(self, event: RowTable.Highlighted) -> None:
+        if event.row is not None and self.query("#suggestion-detail"):
+            self.query_one("#suggestion-detail", Static).update(self._detail(event.row))
+
+
+class TableWithWaterfall(Vertical):
+    """A table of ranks or steps over the waterfall of the highlighted row (its own MFU
+    waterfall, or its GPU-time bars when the MFU is unknown)."""
+
+    def __init__(self, report: dict[str, Any], table: FilterTable, *, id: str):
+        super().__init__(id=id)
+        self.report, self.table = report, table
+
+    def compose(self) -> ComposeResult:
+        yield self.table
+        yield Label("", classes="section", id=f"{self.id}-wf-title")
+        bars, kind = views.waterfall(self.report)
+        yield WaterfallChart(bars, kind, id=f"{self.id}-wf")
+
+    def on_mount(self) -> None:
+        self.call_after_refresh(lambda: self._show(self.table.shown[0] if self.table.shown else None))
+
+    @on(RowTable.Highlighted)
+    def _follow(self, event: RowTable.Highlighted) -> None:
+        self._show(event.row)
+
+    def _show(self, r: dict[str, Any] | None) -> None:
+        if r is None:
+            return
+        bars, kind = views.waterfall(self.report, r["rank"], r.get("step") if "step" in r else None)
+        chart = self.query_one(WaterfallChart)
+        chart.show_parts = False
+        chart.kind, chart.bars = kind, bars
+        what = f"rank {r['rank']}" + (f", {r['name']}" if "step" in r else " (its kept steps)")
+        self.query_one(f"#{self.id}-wf-title", Label).update(
+            f"{'MFU loss waterfall' if kind == 'mfu' else 'GPU time (MFU unknown)'} of {what}")
+
+
+class KernelsPane(Vertical):
+    def __init__(self, report: dict[str, Any]):
+        super().__init__(id="kernels-body")
+        self.report = report
+
+    def compose(self) -> ComposeResult:
+        classes = views.class_rows(self.report)
+        t = Text("time by kernel class: ", style="bold")
+        for c in classes:
+            t.append("■ ", style=KCLASS_COLOURS.get(c["kclass"], "grey70"))
+            t.append(f"{c['kclass']} {fmt_pct(c['share'])}  ")
+        yield Static(t, id="kernel-classes")
+        yield FilterTable("kernels by name, all ranks", [
+            Column("kclass", "class"),
+            Column("count", "count", lambda v: f"{v:,}", True),
+            Column("total_ns", "total", fmt_ns, True),
+            Column("mean_ns", "mean", lambda v: fmt_ns(int(v)), True),
+            Column("tflops", "TFLOP/s", fmt_num, True),
+            Column("of_peak", "% peak", fmt_pct, True),
+            Column("name", "kernel", lambda v: v[:160]),
+        ], views.kernel_rows(self.report), id="kernels-table", empty="no GPU kernels")
+        yield FilterTable("matmul ops by shape (roofline: memory- or compute-bound at this GPU's ridge point)", [
+            Column("rank", "rank", str, True),
+            Column("op", "op"),
+            Column("shapes", "shapes", lambda v: v[:48]),
+            Column("dtype", "dtype"),
+            Column("calls", "calls", str, True),
+            Column("kernel_ns", "time", fmt_ns, True),
+            Column("achieved_tflops", "TFLOP/s", fmt_num, True),
+            Column("of_peak", "% peak", fmt_pct, True),
+            Column("arithmetic_intensity", "FLOP/B", lambda v: f"{v:,.0f}", True),
+            Column("bound", "bound"),
+        ], views.matmul_rows(self.report), id="matmuls-table", empty="no matmul shapes recorded (record_shapes=True)")
+
+
+class CommPane(Vertical):
+    def __init__(self, report: dict[str, Any]):
+        super().__init__(id="comm-body")
+        self.report = report
+
+    def compose(self) -> ComposeResult:
+        yield FilterTable("collectives by group and type (time and exposed summed over ranks)", [
+            Column("group", "group", str),
+            Column("group_desc", "desc", str),
+            Column("collective", "collective"),
+            Column("count", "count", str, True),
+            Column("bytes", "bytes", fmt_bytes, True),
+            Column("time_ns", "time", fmt_ns, True),
+            Column("exposed_ns", "exposed", fmt_ns, True),
+            Column("wait_ns", "wait", fmt_ns, True),
+            Column("busbw_gbps_median", "busbw GB/s", fmt_num, True),
+        ], views.comm_rows(self.report), id="comm-table", empty="no collectives in these traces")
+        yield FilterTable("slowest collectives (enter: show in the timeline)", [
+            Column("group", "group", str),
+            Column("seq", "seq", str, True),
+            Column("collective", "collective"),
+            Column("bytes", "bytes", fmt_bytes, True),
+            Column("ranks", "ranks", str, True),
+            Column("max_ns", "slowest", fmt_ns, True),
+            Column("exposed_ns", "exposed", fmt_ns, True),
+            Column("wait_ns", "wait", fmt_ns, True),
+            Column("busbw_gbps", "busbw GB/s", fmt_num, True),
+            Column("slowest_rank", "slowest rank", str, True),
+        ], views.slow_collective_rows(self.report), id="slow-table", empty="no collectives in these traces")
+
+
+class TimelinePane(Vertical):
+    def __init__(self, timeline: Any, report: dict[str, Any]):
+        super().__init__(id="timeline-body")
+        self.timeline = timeline
+        self.report = report
+
+    def compose(self) -> ComposeResult:
+        if self.timeline is None:
+            yield Static("no timeline: this is a saved report; open the traces to see their events", classes="empty")
+            return
+        legend = Text()
+        for k, c in KCLASS_COLOURS.items():
+            legend.append("■", style=c)
+            legend.append(f"{k} ")
+        yield Static(legend, id="legend")
+        steps = {r["rank"]: [(s["step"], s["name"], s["start_ns"], s["start_ns"] + s["dur_ns"]) for s in r["steps"]]
+                 for r in self.report["ranks"]}
+        yield TimelineView(self.timeline, steps, id="timeline")
+        yield Static("", id="timeline-status")
+
+    @on(TimelineView.CursorMoved)
+    def _status(self, event: TimelineView.CursorMoved) -> None:
+        self.query_one("#timeline-status", Static).update(event.info)
+
+
+class MainView(Vertical):
+    """The tabs, one per view."""
+
+    def __init__(self, report: dict[str, Any], timeline: Any):
+        super().__init__(id="main")
+        self.report, self.timeline = report, timeline
+
+    def compose(self) -> ComposeResult:
+        with TabbedContent(id="tabs"):
+            for i, (pane_id, title, make) in enumerate(VIEWS):
+                with TabPane(f"{i + 1} {title}", id=pane_id):
+                    yield make(self.report, self.timeline)
+
+
+RANK_COLUMNS = [
+    Column("rank", "rank", str, True),
+    Column("device", "device"),
+    Column("steps", "steps", str, True),
+    Column("step_ns", "step time", fmt_ns, True),
+    Column("mfu", "MFU", fmt_pct2, True),
+    Column("idle", "idle", fmt_pct, True),
+    Column("exposed_comm", "exp. comm", fmt_pct, True),
+    Column("bubble", "bubble", fmt_pct, True),
+    Column("straggler", "straggler", lambda v: "STRAGGLER" if v else ""),
+]
+# The views, in tab order (key i+1 shows view i): (pane id, title, widget factory taking the report
+# dict and the timeline).  A new view (critical path, pipeline) is one more entry here.
+VIEWS: list[tuple[str, str, Any]] = []
+
+
+STEP_COLUMNS = [
+    Column("rank", "rank", str, True),
+    Column("name", "step"),
+    Column("dur_ns", "time", fmt_ns, True),
+    Column("kernels", "kernels", lambda v: f"{v:,}", True),
+    Column("idle", "idle", fmt_pct, True),
+    Column("exposed_comm", "exp. comm", fmt_pct, True),
+    Column("data", "data wait", fmt_pct, True),
+    Column("mfu", "MFU", fmt_pct2, True),
+    Column("warmup", "", lambda v: "warm-up" if v else ""),
+]
+
+
+VIEWS += [
+    ("overview", "Overview", lambda report, timeline: OverviewPane(report)),
+    ("ranks", "Ranks", lambda report, timeline: TableWithWaterfall(report, FilterTable(
+        "ranks (enter: the rank's steps)", RANK_COLUMNS, views.rank_rows(report), id="ranks-table"), id="ranks-body")),
+    ("steps", "Steps", lambda report, timeline: TableWithWaterfall(report, FilterTable(
+        "steps, all ranks (enter: the step's timeline)", STEP_COLUMNS, views.step_rows(report), id="steps-table"), id="steps-body")),
+    ("kernels", "Kernels", lambda report, timeline: KernelsPane(report)),
+    ("comm", "Communication", lambda report, timeline: CommPane(report)),
+    ("suggestions", "Suggestions", lambda report, timeline: SuggestionsPane(report)),
+    ("timeline-tab", "Timeline", lambda report, timeline: TimelinePane(timeline, report)),
+]
