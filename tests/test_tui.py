@@ -447,3 +447,31 @@ def test_ranks_and_steps_show_the_highlighted_rows_waterfall():
             assert chart.bars == views.waterfall(app.report, step["rank"], step["step"])[0]
 
     run(go())
+
+
+def test_set_the_gpu_in_the_app_reanalyses():
+    """The sample job names no GPU: G asks for one; "A100" re-runs the analysis in a worker and
+    the views show the MFU that `report --gpu A100` gives; an unknown name changes nothing."""
+    from tracelens.analysis import Options
+
+    async def go():
+        async with opened(JOB, (120, 40)) as (app, pilot):
+            assert app.report["job"]["mfu"] is None
+            await pilot.press("G")
+            await pilot.pause()
+            await pilot.press(*"Z9000", "enter")
+            await settle(app, pilot)
+            assert app.report["job"]["mfu"] is None  # not in the table: refused, nothing re-run
+            await pilot.press("G")
+            await pilot.pause()
+            inp = app.screen.query_one("#gpu-input")
+            inp.value = ""
+            await pilot.press(*"A100", "enter")
+            await settle(app, pilot)
+            _, trace = ready(JOB)
+            want = analyze(trace, Options(gpu="A100")).to_dict()["job"]["mfu"]
+            assert want is not None and app.report["job"]["mfu"] == want
+            assert f"MFU {100 * want:.2f}%" in str(app.query_one("#headline").render())
+            assert app.query_one(WaterfallChart).kind == "mfu"
+
+    run(go())

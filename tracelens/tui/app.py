@@ -18,6 +18,7 @@ from textual.worker import Worker, WorkerState
 
 from tracelens import views
 from tracelens.tui.panes import VIEWS, MainView
+from tracelens.tui.screens.gpu import GpuScreen
 from tracelens.tui.screens.help import HelpScreen
 from tracelens.tui.widgets.table import FilterTable, RowTable
 from tracelens.tui.widgets.timeline import TimelineView
@@ -35,6 +36,12 @@ class Loaded(Message):
     def __init__(self, report: dict[str, Any], timeline: Any):
         super().__init__()
         self.report, self.timeline = report, timeline
+
+
+class Reanalyzed(Message):
+    def __init__(self, report: dict[str, Any]):
+        super().__init__()
+        self.report = report
 
 
 class Failed(Message):
@@ -62,6 +69,7 @@ class TracelensApp(App):
         Binding("question_mark", "help", "Help"),
         Binding("escape", "back", "Back"),
         Binding("p", "toggle_parts", "Bar parts", show=False),
+        Binding("G", "set_gpu", "Set GPU"),
     ] + [Binding(str(i + 1), f"show_tab('{pane_id}')", title, show=False) for i, (pane_id, title, _) in enumerate(VIEWS)]
 
     def __init__(self, *, paths: list[str], options: Any = None, use_cache: bool = True, jobs: int | None = None,
@@ -134,9 +142,59 @@ class TracelensApp(App):
         self.post_message(Progress("reading…", None, None))
         trace = load(self.paths, use_cache=self.use_cache, jobs=self.jobs, progress=progress, bytes_progress=bytes_progress)
         self.post_message(Progress(f"analyzing {trace.events.height:,} events…", None, None))
+        self._trace = trace  # kept for a re-analysis with other options (set GPU)
         report = analyze(trace, self.options or Options()).to_dict()
         timeline = Timeline(trace.events)
         return report, timeline
+
+    def action_set_gpu(self) -> None:
+        if self._trace is None:
+            self.notify("a saved report cannot be re-analysed: open its traces", severity="warning")
+            return
+        current = self.options.gpu if self.options is not None else None
+        self.push_screen(GpuScreen(current), self._gpu_chosen)
+
+    def _gpu_chosen(self, answer: str | None) -> None:
+        from dataclasses import replace
+
+        from tracelens import gpus
+        from tracelens.analysis import Options
+
+        if not answer:
+            return
+        opts = self.options or Options()
+        try:
+            peak = float(answer)
+        except ValueError:
+            if gpus.lookup(answer) is None:
+                self.notify(f"{answer!r} is not in the peak table; give its dense peak in TFLOP/s instead", severity="error")
+                return
+            opts = replace(opts, gpu=answer, peak_tflops=None)
+        else:
+            if peak <= 0:
+                self.notify("the peak must be a positive number of TFLOP/s", severity="error")
+                return
+            opts = replace(opts, peak_tflops=peak)
+        self.options = opts
+        self.reanalyze()
+
+    @work(thread=True, exclusive=True, exit_on_error=False, group="load", description="analyze again with new options")
+    def reanalyze(self) -> None:
+        from tracelens.analysis import analyze
+
+        try:
+            report = analyze(self._trace, self.options).to_dict()
+        except Exception as e:  # shown in the app, never as a traceback
+            self.post_message(Failed(f"internal error: {type(e).__name__}: {e}"))
+            return
+        self.post_message(Reanalyzed(report))
+
+    async def on_reanalyzed(self, msg: Reanalyzed) -> None:
+        await self.query("#main").remove()
+        self.history.clear()
+        self._show(msg.report)
+        self.notify(f"re-analysed: MFU {100 * msg.report['job']['mfu']:.2f}%" if msg.report["job"]["mfu"] is not None
+                    else "re-analysed: MFU still unknown (see the warnings)")
 
     def on_progress(self, msg: Progress) -> None:
         if not self.query("#loading-status"):

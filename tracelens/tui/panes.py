@@ -59,7 +59,7 @@ class OverviewPane(VerticalScroll):
         else:
             t.append("MFU unknown", style="bold #f6d32d")
             why = h["why_unknown"].removeprefix("MFU unknown").lstrip(": ")
-            t.append(f"  {why}; --gpu NAME or --peak-tflops X set the peak")
+            t.append(f"  {why}; press G to set the GPU (or --gpu NAME / --peak-tflops X)")
         t.append(f"\n{h['ranks']} rank(s) · {h['device'] or 'unknown GPU'}")
         return t
 

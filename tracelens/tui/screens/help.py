@@ -27,6 +27,7 @@ HELP = """\
 | `z` / `0` | timeline | zoom to the step under the cursor / to the whole trace |
 | `g` | timeline | one "GPU" row per rank (the union of its streams) / every stream again |
 | `p` | overview | show or hide the parts of each waterfall bar |
+| `G` | anywhere | set the GPU (a name or its dense peak in TFLOP/s) when the trace does not say: the analysis runs again |
 | `?` | anywhere | this help |
 | `q` | anywhere | quit |
 
