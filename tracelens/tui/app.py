@@ -148,6 +148,9 @@ class TracelensApp(App):
         return report, timeline
 
     def action_set_gpu(self) -> None:
+        if self.report is None:
+            self.notify("still loading", severity="warning")
+            return
         if self._trace is None:
             self.notify("a saved report cannot be re-analysed: open its traces", severity="warning")
             return
