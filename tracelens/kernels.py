@@ -58,6 +58,24 @@ def by_name(df: pl.DataFrame, counted: pl.DataFrame, gpu_rows: pl.DataFrame, spe
 TF32_KERNEL = r"(?i)tf32|xf32|tensorop_s1688|_s1688gemm|s1688gemm"
 
 
+def _launched_in(df: pl.DataFrame, ops: pl.DataFrame, kernels: pl.DataFrame, kernel_cols: list) -> pl.DataFrame:
+    """Kernels joined to the op (a row of ``ops``, with its ``_row`` and any other columns) that
+    launched them: on the launching thread, the op whose span holds the launch.  ``kernels``
+    needs the launch columns the analysis adds (launch_ns, launch_tid, launch_known)."""
+    spans = (
+        df.select("tid", "ts_ns", "dur_ns").with_row_index("_row").join(ops, on="_row")
+        .with_columns(pl.col("tid").alias("launch_tid"), pl.col("ts_ns").alias("_ots"), (pl.col("ts_ns") + pl.col("dur_ns")).alias("_oend"))
+        .drop("tid", "ts_ns", "dur_ns")
+        .sort("_ots")
+    )
+    return (
+        kernels.filter(pl.col("launch_known") & pl.col("launch_tid").is_not_null())
+        .select("launch_ns", "launch_tid", *kernel_cols).sort("launch_ns")
+        .join_asof(spans, left_on="launch_ns", right_on="_ots", by="launch_tid", strategy="backward", check_sortedness=False)
+        .filter(pl.col("_ots").is_not_null() & (pl.col("launch_ns") < pl.col("_oend")))
+    )
+
+
 def tf32_ops(df: pl.DataFrame, counted: pl.DataFrame, kernels: pl.DataFrame) -> pl.DataFrame:
     """``counted`` with dtype "tf32" for the FP32 ops whose kernels ran on TF32 tensor cores:
     cuDNN runs FP32 convolutions in TF32 by default (torch.backends.cudnn.allow_tf32), matmuls
@@ -66,16 +84,9 @@ def tf32_ops(df: pl.DataFrame, counted: pl.DataFrame, kernels: pl.DataFrame) -> 
     fp32 = counted.filter(pl.col("dtype") == "fp32")
     if fp32.height == 0 or "launch_ns" not in kernels.columns:
         return counted
-    ops = (
-        df.select("tid", "ts_ns", "dur_ns").with_row_index("_row").join(fp32.select("_row"), on="_row")
-        .select("_row", pl.col("tid").alias("launch_tid"), pl.col("ts_ns").alias("_ots"), (pl.col("ts_ns") + pl.col("dur_ns")).alias("_oend"))
-        .sort("_ots")
-    )
     hits = (
-        kernels.filter(pl.col("launch_known") & pl.col("launch_tid").is_not_null())
-        .select("launch_ns", "launch_tid", pl.col("name").cast(pl.String)).sort("launch_ns")
-        .join_asof(ops, left_on="launch_ns", right_on="_ots", by="launch_tid", strategy="backward", check_sortedness=False)
-        .filter(pl.col("_ots").is_not_null() & (pl.col("launch_ns") < pl.col("_oend")) & pl.col("name").str.contains(TF32_KERNEL))
+        _launched_in(df, fp32.select("_row"), kernels, [pl.col("name").cast(pl.String)])
+        .filter(pl.col("name").str.contains(TF32_KERNEL))
         .get_column("_row").unique()
     )
     if hits.len() == 0:
@@ -84,24 +95,13 @@ def tf32_ops(df: pl.DataFrame, counted: pl.DataFrame, kernels: pl.DataFrame) -> 
 
 
 def _kernel_ops(df: pl.DataFrame, counted: pl.DataFrame, kernels: pl.DataFrame, spec: GpuSpec | None) -> pl.DataFrame:
-    """Each kernel launched inside a counted op (on the launching thread, within the op's span):
-    ``_k`` (its row in ``kernels``), ``_row`` (the op's row), and its share of the op's FLOPs
-    and ideal time, split among the op's kernels by duration.  ``kernels`` needs the launch
-    columns the analysis adds (launch_ns, launch_tid, launch_known)."""
-    ops = (
-        df.select("pid", "tid", "ts_ns", "dur_ns").with_row_index("_row").join(counted.drop_nulls("flops"), on="_row")
-        .select("_row", pl.col("tid").alias("launch_tid"), pl.col("ts_ns").alias("_ots"),
-                (pl.col("ts_ns") + pl.col("dur_ns")).alias("_oend"), "flops", "dtype")
-        .sort("_ots")
-    )
+    """Each kernel launched inside a counted op (``_launched_in``): ``_k`` (its row in ``kernels``),
+    ``_row`` (the op's row), and its share of the op's FLOPs and ideal time, split among the op's
+    kernels by duration."""
+    ops = counted.drop_nulls("flops").select("_row", "flops", "dtype")
     if ops.height == 0 or "launch_ns" not in kernels.columns:
         return pl.DataFrame(schema={"_k": pl.UInt32, "_row": pl.UInt32, "dur_ns": pl.Int64, "kflops": pl.Float64, "kideal": pl.Float64})
-    k = (
-        kernels.with_row_index("_k").filter(pl.col("launch_known") & pl.col("launch_tid").is_not_null())
-        .select("_k", "launch_ns", "launch_tid", "dur_ns").sort("launch_ns")
-        .join_asof(ops, left_on="launch_ns", right_on="_ots", by="launch_tid", strategy="backward", check_sortedness=False)
-        .filter(pl.col("_ots").is_not_null() & (pl.col("launch_ns") < pl.col("_oend")))
-    )
+    k = _launched_in(df, ops, kernels.with_row_index("_k"), ["_k", "dur_ns"])
     if spec:
         peaks = spec.op_peaks(k.get_column("dtype").unique().to_list())
         ideal = pl.col("flops") / pl.col("dtype").replace_strict(peaks, default=spec.op_peak(None), return_dtype=pl.Float64) * 1e9

@@ -174,18 +174,10 @@ RULES: tuple[Rule, ...] = (
 
 def _step_value(step, focus: tuple[str, str] | None) -> float:
     """The rule's number in one step (a share of the step's window)."""
-    if focus is None or not step.gpu.window:
+    if focus is None:
         return 0.0
-    src, key = focus
-    if src == "idle":
-        return getattr(step.idle, key) / step.gpu.window
-    if src == "gpu":
-        return getattr(step.gpu, key) / step.gpu.window
-    if step.waterfall:
-        for b in step.waterfall.bars:
-            if b.key == key:
-                return b.fraction
-    return 0.0
+    src, key = focus  # a Step has the idle / gpu / waterfall a rank has: the same readers serve
+    return {"idle": _idle, "gpu": _gpu, "bar": _bar}[src](step, key)
 
 
 def where(rule_focus: tuple[str, str] | None, show: tuple[str, ...], rank) -> dict[str, Any]:
