@@ -10,7 +10,9 @@ are parsed from the bytes before the array and the bytes after its end.
 
 from __future__ import annotations
 
+import queue
 import re
+import threading
 import zlib
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -92,6 +94,67 @@ class ContentReader:
         return data
 
 
+class PrefetchReader:
+    """A gzip ContentReader run one step ahead on a second thread: zlib releases the GIL while it
+    inflates, so decompression overlaps with the decoding of the chunks already read."""
+
+    AHEAD = 4  # blocks of READ_BYTES decompressed ahead of the consumer
+
+    def __init__(self, inner: ContentReader):
+        self.inner = inner
+        self.fh = inner.fh
+        self.q: queue.Queue[bytes] = queue.Queue(self.AHEAD)
+        self.stop = False
+        self.done = False
+        self.left = b""
+        self.total = 0
+        self.thread = threading.Thread(target=self._run, name="tracelens-gunzip", daemon=True)
+        self.thread.start()
+
+    def _run(self) -> None:
+        try:
+            while not self.stop:
+                data = self.inner.read(READ_BYTES)
+                self.q.put(data)
+                if not data:
+                    return
+        except BaseException as e:  # a read error: the consumer sees the end, with the problem
+            self.inner.problem = self.inner.problem or f"cannot read file ({e})"
+            self.q.put(b"")
+
+    @property
+    def problem(self) -> str | None:
+        return self.inner.problem if self.done else None
+
+    def read(self, n: int) -> bytes:
+        if self.done:
+            return b""
+        out = [self.left] if self.left else []
+        size = len(self.left)
+        while size < n:
+            data = self.q.get()
+            if not data:
+                self.done = True
+                self.thread.join()
+                break
+            out.append(data)
+            size += len(data)
+        data = b"".join(out)
+        self.left = data[n:]
+        data = data[:n]
+        self.total += len(data)
+        return data
+
+    def close(self) -> None:
+        self.stop = True
+        while self.thread.is_alive():  # unblock a put, let the thread see stop
+            try:
+                self.q.get(timeout=0.05)
+            except queue.Empty:
+                pass
+        self.inner.close()
+
+
 @dataclass
 class StreamResult:
     top: dict[str, Any]  # the top-level keys other than traceEvents
@@ -105,6 +168,8 @@ def stream_events(path: Path, decode: Decoder, chunk_bytes: int, progress: Calla
     far into the file (on disk) the reader is after each chunk."""
     spath = str(path)
     r = ContentReader(path)
+    if r.gz:
+        r = PrefetchReader(r)
     if progress is not None:
         inner = decode
 
@@ -127,7 +192,7 @@ def _first_char(buf: bytearray) -> int:
     return i
 
 
-def _stream(r: ContentReader, path: str, decode: Decoder, chunk: int) -> StreamResult:
+def _stream(r: ContentReader | PrefetchReader, path: str, decode: Decoder, chunk: int) -> StreamResult:
     buf = bytearray()
     header: bytes | None = None
     # 1. Find the start of the events array.

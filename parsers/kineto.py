@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import gc
 import re
+import sys
 from collections import Counter
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -109,6 +110,9 @@ _EXACT_FLOAT_US = float(1 << 53) / 1000.0
 _MAX_US = 9_200_000_000_000_000  # int64 ns reach about 9.22e18
 _BOUNDARY = re.compile(rb"\}\s*,\s*\{")
 _FLOW_CATS = frozenset({"ac2g", "async", "async_cpu_to_gpu", "async_gpu"})
+_FLOW_PHS = frozenset({"s", "f", "t"})
+_DROP_CATS = frozenset({"Trace", "python_function"})  # complete events not kept (python ones unless asked)
+_DROP_CATS_PY = frozenset({"Trace"})
 _STEP_RE = r"^ProfilerStep#\d+$"
 _DATALOADER_RE = r"(?i)enumerate\(DataLoader\)|DataLoaderIter\.__next__|^## data_load"
 _SYNC_RE = r"^(cuda|hip|cu)(Device|Stream|Event|Ctx)Synchronize"
@@ -178,35 +182,40 @@ class _Builder:
         self.pool: ThreadPoolExecutor | None = None
         self.flows: list[pl.DataFrame] = []  # ac2g flow ends: _ph, _flow_id, _pid, _tid, ts_ns
         self.meta_events: list[tuple] = []  # (name, pid, tid, raw args) of "M" events
-        self.skipped: Counter[str] = Counter()
         self.counts: Counter[str] = Counter()
         self.exact_ts = False
         self.pending: list[pl.DataFrame] = []
+        self.pending_args: list[tuple[bytes, tuple]] = []  # per pending frame: its args texts joined by NUL, and apart
+        self.pending_us: list[bool] = []  # per pending frame: its ts are µs (ns otherwise)
         self.pending_rows = 0
         self.events = 0
         self.with_ph = 0
 
-    def timestamps(self, ts: list, chunk: bytes | None, which: pl.Series | None = None) -> pl.Series:
-        """ns timestamps of every event of a chunk (null where missing), exact.  Integers
-        multiply exactly.  µs floats too large for a float64 to hold every ns (absolute epoch
-        times with ns decimals) are read from their text: from then on the file is decoded
-        with the timestamp kept as text (_EventExact).  ``which`` marks the chunk's events
-        that ``ts`` holds."""
-        if self.exact_ts:
+    def timestamps(self, ts: list, chunk: bytes | None, raw_ts: bool, which: list[bool] | None = None) -> pl.Series:
+        """ns timestamps of a chunk's events (null where missing), exact.  Integers multiply
+        exactly.  µs floats too large for a float64 to hold every ns (absolute epoch times with
+        ns decimals) are read from their text: from then on the file is decoded with the
+        timestamp kept as text (_EventExact).  ``raw_ts``: the chunk was decoded that way
+        (``ts`` holds texts).  ``which`` marks the chunk's events that ``ts`` holds (None: all)."""
+        if raw_ts:
             return decimal_us_to_ns(_args_text(ts))
         try:
             whole = pl.Series("w", ts, dtype=pl.Int64)
-            return whole.to_frame().select(pl.when(pl.col("w").abs() < _MAX_US).then(pl.col("w") * 1000)).to_series()
         except (TypeError, OverflowError, pl.exceptions.PolarsError):
-            pass
+            whole = None
+        if whole is not None:
+            lo, hi = whole.min(), whole.max()
+            if lo is None or (-_MAX_US < lo and hi < _MAX_US):  # the common case: µs, scaled later (_batch)
+                return whole.alias("ts_us")
+            return whole.to_frame().select(pl.when(pl.col("w").abs() < _MAX_US).then(pl.col("w") * 1000)).to_series()
         f = pl.col("f")
         frame = _float_col(ts).alias("f").to_frame()
         needs_text = frame.select(((f.abs() >= _EXACT_FLOAT_US) & (f != f.round())).any()).item()
         if chunk is not None and needs_text:
             self.exact_ts = True
             raw = _DEC_TS.decode(chunk)
-            idx = which.arg_true().to_list() if which is not None else range(len(raw))
-            return decimal_us_to_ns(_args_text([raw[i].ts for i in idx]))
+            picked = raw if which is None else compress(raw, which)
+            return decimal_us_to_ns(_args_text([r.ts for r in picked]))
         # whole µs (ints mixed with floats) multiply exactly as integers
         return frame.select(
             pl.when(f.abs() >= _MAX_US)  # past the year 2262 in epoch µs: not a time int64 ns can hold
@@ -217,71 +226,62 @@ class _Builder:
         ).to_series()
 
     def add(self, evs: list[_Event], chunk: bytes | None, keep_args: bool) -> None:
-        """Turn one chunk of decoded events into columns; no Python loop over the events."""
+        """Turn one chunk of decoded events into raw columns.  Only what needs the GIL happens
+        here (picking the events, pulling their fields into columns); everything polars can do
+        on its own threads waits for the batch normalisation (``_rows``) on the second thread."""
         if not evs:
             return
-        self.events += len(evs)
-        # every mask in one polars call (each Series operation would be a call of its own)
-        ph, cat = pl.col("ph"), pl.col("cat").fill_null("")
-        keep = (ph == "X") & (cat != "Trace")
-        python = keep & (cat == "python_function")
-        if not self.keep_python:
-            keep = keep & ~python
-        flow = ph.is_in(["s", "f", "t"]) & cat.is_in(list(_FLOW_CATS))
-        m = pl.DataFrame({"ph": pl.Series([e.ph for e in evs], dtype=pl.String), "cat": _str_col([e.cat for e in evs])}).select(
-            keep.alias("keep"), flow.alias("flow"), (keep | flow).alias("sel"), (ph == "M").alias("meta"),
-            (ph != "").alias("with_ph"), python.alias("python"),
-        )
-        with_ph, n_python, n_sel, n_meta = m.select(
-            pl.col("with_ph").sum(), pl.col("python").sum(), pl.col("sel").sum(), pl.col("meta").sum()
-        ).row(0)
-        self.with_ph += with_ph
-        if not self.keep_python:
-            self.skipped["python_function"] += n_python
-        if n_meta:
-            for i in m.get_column("meta").arg_true().to_list():
-                e = evs[i]
-                self.meta_events.append((e.name, e.pid, e.tid, e.args))
-        # timestamps of the events we keep and of the flows, converted together (same method)
-        sel_mask = m.get_column("sel")
-        sel = list(compress(evs, sel_mask.to_list())) if n_sel < len(evs) else evs
-        del evs
-        ts_sel = self.timestamps([e.ts for e in sel], chunk, sel_mask)
-        inner = m.filter(pl.col("sel"))
-        f_in, k_in = inner.get_column("flow"), inner.get_column("keep")
-        if f_in.any():
-            fl = list(compress(sel, f_in.to_list()))
-            self.flows.append(  # kept as compact columns: a trace can hold as many flows as events
-                pl.DataFrame(
-                    {
-                        "_ph": pl.Series([e.ph for e in fl], dtype=pl.String),
-                        "_flow_id": _int_col([e.id for e in fl]),
-                        "_pid": _int_col([e.pid for e in fl]),
-                        "_tid": _int_col([e.tid for e in fl]),
-                        "ts_ns": ts_sel.filter(f_in),
-                    }
+        n_all = len(evs)
+        self.events += n_all
+        phs = [e.ph for e in evs]
+        cats = [e.cat for e in evs]
+        self.with_ph += n_all - phs.count("")
+        if "M" in phs:
+            for e in evs:
+                if e.ph == "M":
+                    self.meta_events.append((e.name, e.pid, e.tid, e.args))
+        raw_ts = self.exact_ts  # how this chunk was decoded
+        drop = _DROP_CATS if not self.keep_python else _DROP_CATS_PY
+        keep = [p == "X" and c not in drop for p, c in zip(phs, cats)]
+        if "f" in phs or "s" in phs or "t" in phs:
+            is_flow = [p in _FLOW_PHS and c in _FLOW_CATS for p, c in zip(phs, cats)]
+            fl = list(compress(evs, is_flow))
+            if fl:
+                self.flows.append(  # kept as compact columns: a trace can hold as many flows as events
+                    pl.DataFrame(
+                        {
+                            "_ph": pl.Series([e.ph for e in fl], dtype=pl.String),
+                            "_flow_id": _int_col([e.id for e in fl]),
+                            "_pid": _int_col([e.pid for e in fl]),
+                            "_tid": _int_col([e.tid for e in fl]),
+                            "ts_ns": _as_ns(self.timestamps([e.ts for e in fl], chunk, raw_ts, is_flow)),
+                        }
+                    )
                 )
-            )
-        n = int(k_in.sum())
+        del phs, cats
+        kept = list(compress(evs, keep))
+        n = len(kept)
         if n == 0:
             return
-        kept = list(compress(sel, k_in.to_list())) if n < len(sel) else sel
-        del sel
+        ts_ns = self.timestamps([e.ts for e in kept], chunk, raw_ts, keep if n < n_all else None)
+        del evs
         cat, name, pid, tid, dur, rargs = zip(*map(_GET_EVENT, kept))
         del kept
-        ts_ns = ts_sel.filter(k_in)
         args = _decode_args(rargs)
         (ext_id, ext_id_old, correlation, device, stream, coll_name, pg_name, pg_desc, group_size, seq, in_nelems,
          out_nelems, dtype, nbytes) = zip(*map(_GET_ARGS, args))
         del args
+        ext = _int_col(ext_id)
+        if ext_id_old.count(None) < n:
+            ext = ext.fill_null(_int_col(ext_id_old))
         cols = {
             "cat": _str_col(cat),
             "name": _str_col(name),
             "_pid": _int_col(pid),
             "_tid": _int_col(tid),
-            "ts": ts_ns,
+            "ts": ts_ns.alias("ts"),
             "dur": _float_col(dur),
-            "ext_id": _int_col(ext_id).fill_null(_int_col(ext_id_old)),
+            "ext_id": ext,
             "correlation": _int_col(correlation),
             "_device": _int_col(device),
             "_stream": _int_col(stream),
@@ -294,13 +294,11 @@ class _Builder:
             "out_nelems": _int_col(out_nelems),
             "dtype": _str_col(dtype),
             "_bytes": _int_col(nbytes),
-            "args": _args_text(rargs) if keep_args else pl.Series([None] * n, dtype=pl.String),
         }
-        frame = pl.DataFrame(cols)
-        if ts_ns.null_count():
-            self.skipped["no_ts"] += ts_ns.null_count()
-            frame = frame.filter(pl.col("ts").is_not_null())
-        self.pending.append(frame)
+        if keep_args:  # checked and split on the second thread (_batch); the Raw values stay for a rare re-join
+            self.pending_args.append((b"\x00".join(rargs), rargs))
+        self.pending_us.append(ts_ns.name == "ts_us")
+        self.pending.append(pl.DataFrame(cols))
         self.pending_rows += n
         if self.pending_rows >= ROWS_PER_BATCH:
             self.flush()
@@ -310,12 +308,12 @@ class _Builder:
         on a second thread: polars releases the GIL while it works, so the batch overlaps with
         the decoding of the next chunks (msgspec and the column building hold the GIL)."""
         if self.pending:
-            raw = self.pending[0] if len(self.pending) == 1 else pl.concat(self.pending, how="vertical")
-            self.pending = []
+            pending, args, us = self.pending, self.pending_args, self.pending_us
+            self.pending, self.pending_args, self.pending_us = [], [], []
             self.pending_rows = 0
             if self.pool is None:
                 self.pool = ThreadPoolExecutor(1, thread_name_prefix="tracelens-rows")
-            self.frames.append(self.pool.submit(_rows, raw))
+            self.frames.append(self.pool.submit(_batch, pending, args, us))
 
     def finish_rows(self) -> list[pl.DataFrame]:
         """The normalised batches in file order, with their counts added to ``counts``."""
@@ -332,6 +330,42 @@ class _Builder:
                 self.pool.shutdown(wait=True, cancel_futures=True)
                 self.pool = None
         return out
+
+
+def _batch(frames: list[pl.DataFrame], args: list[tuple[bytes, tuple]], us: list[bool]) -> tuple[pl.DataFrame, Counter[str]]:
+    """One batch of raw chunk frames as normalised rows, on the second thread: µs timestamps
+    to ns, the args texts (joined by NUL per frame; none when not kept) split into a column."""
+    if any(us) and not all(us):
+        frames = [f.with_columns(pl.col("ts") * 1000) if u else f for f, u in zip(frames, us)]
+    raw = frames[0] if len(frames) == 1 else pl.concat(frames, how="vertical")
+    if all(us):
+        raw = raw.with_columns(pl.col("ts") * 1000)
+    if args:
+        col = _split_args(b"\x00".join(j for j, _ in args), raw.height)
+        if col is None:  # a raw NUL inside a string (invalid JSON the decoder let through)
+            col = _split_args(b"\x00".join(bytes(r).replace(b"\x00", b"\xef\xbf\xbd") for _, rargs in args for r in rargs), raw.height)
+    else:
+        col = pl.Series("args", [None] * raw.height, dtype=pl.String)
+    raw = raw.with_columns(col)
+    no_ts = raw.get_column("ts").null_count()
+    if no_ts:
+        raw = raw.filter(pl.col("ts").is_not_null())
+    df, counts = _rows(raw)
+    counts["no_ts"] += no_ts
+    return df, counts
+
+
+def _split_args(joined: bytes, n: int) -> pl.Series | None:
+    try:
+        text = joined.decode("utf-8")
+    except UnicodeDecodeError:
+        text = joined.decode("utf-8", "replace")
+    col = pl.Series("args", [text], dtype=pl.String).str.split("\x00").explode()
+    return col if col.len() == n else None
+
+
+def _as_ns(ts: pl.Series) -> pl.Series:
+    return ts * 1000 if ts.name == "ts_us" else ts
 
 
 def _args_text(rargs: list) -> pl.Series:
@@ -408,6 +442,9 @@ def parse(path: str | Path, *, keep_python: bool = False, keep_args: bool = True
     path = Path(path)
     gc_was_on = gc.isenabled()
     gc.disable()  # millions of short-lived tuples: the cycle collector would rescan them all
+    switch = sys.getswitchinterval()
+    # three threads share the GIL (decoding, gunzip, batch normalisation): hand it over sooner
+    sys.setswitchinterval(min(switch, 0.001))
     try:
         return _parse(path, keep_python, keep_args, progress)
     except (ParseError, MemoryError, KeyboardInterrupt):
@@ -415,6 +452,7 @@ def parse(path: str | Path, *, keep_python: bool = False, keep_args: bool = True
     except Exception as e:  # never let a malformed file surface as a traceback
         raise ParseError(str(path), f"unreadable trace ({type(e).__name__}: {e})") from e
     finally:
+        sys.setswitchinterval(switch)
         if gc_was_on:
             gc.enable()
 
@@ -495,6 +533,7 @@ def _finish(builder: _Builder, meta: TraceMeta, top: dict) -> pl.DataFrame:
         ("no_dur", "complete events without a duration were given 0"),
         ("no_tid", "host events without a usable thread id were dropped"),
         ("no_dev", "GPU events without a usable device id were dropped"),
+        ("no_ts", "complete events without a usable timestamp were dropped"),
     ):
         if c[key]:
             meta.warnings.append(f"{c[key]} {msg}")
