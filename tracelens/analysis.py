@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import asdict, astuple, dataclass, field, replace
+from math import fsum
 from typing import Any
 
 import polars as pl
@@ -619,6 +620,7 @@ def _waterfalls(
         (s, s + d, g)
         for s, d, g in gpu_rows.filter(pl.col("kclass") == "comm").select("ts_ns", "dur_ns", label.alias("g")).sort("ts_ns").iter_rows()
     ]
+    nm_at, comm_at = _SpanIndex(nm_spans), _SpanIndex(comm_spans)
     out = []
     for i, st in enumerate(steps):
         if st.mfu is None or st.gpu.window <= 0:
@@ -633,16 +635,31 @@ def _waterfalls(
         fall = waterfall.build(
             T=st.gpu.window,
             idle=asdict(st.idle),
-            exposed_comm=waterfall.exclusive([sp for sp in comm_spans if sp[0] < we and sp[1] > ws], x),
+            exposed_comm=waterfall.exclusive(comm_at.overlapping(ws, we), x),
             exposed_memcpy=st.gpu.exposed_memcpy,
             recompute=iv.length(r),
-            non_matmul=waterfall.exclusive([sp for sp in nm_spans if sp[0] < we and sp[1] > ws], nm),
+            non_matmul=waterfall.exclusive(nm_at.overlapping(ws, we), nm),
             matmul_ns=iv.length(mmw),
             ideal_ns=ideal.get(i, 0.0),
             mfu=st.mfu,
         )
         out.append(replace(st, waterfall=fall))
     return out
+
+
+class _SpanIndex:
+    """(start, end, label) spans sorted by start, looked up by the window they overlap."""
+
+    def __init__(self, spans: list[tuple[int, int, str]]):
+        self.spans = spans
+        self.starts = [s for s, _, _ in spans]
+        self.longest = max((e - s for s, e, _ in spans), default=0)
+
+    def overlapping(self, ws: int, we: int) -> list[tuple[int, int, str]]:
+        from bisect import bisect_left
+
+        lo, hi = bisect_left(self.starts, ws - self.longest), bisect_left(self.starts, we)
+        return [sp for sp in self.spans[lo:hi] if sp[1] > ws]
 
 
 def _step_flops(
@@ -706,8 +723,10 @@ def _step_flops(
             .filter(pl.col("_step").is_not_null() & (pl.col("ts_ns") <= pl.col("end")))
         )
     model = ops.filter(~pl.col("_recompute"))
-    per = {i: (f, t) for i, f, t in model.group_by("_step").agg(pl.col("flops").sum(), pl.col("ideal_ns").sum()).iter_rows()}
-    rec = dict(ops.filter(pl.col("_recompute")).group_by("_step").agg(pl.col("flops").sum()).iter_rows())
+    # exact float sums (math.fsum), so that the same trace always gives the same report to the last bit
+    per = {i: (fsum(f), fsum(t) if t[0] is not None else None) for i, f, t in
+           model.group_by("_step").agg(pl.col("flops"), pl.col("ideal_ns")).iter_rows()}
+    rec = {i: fsum(f) for i, f in ops.filter(pl.col("_recompute")).group_by("_step").agg(pl.col("flops")).iter_rows()}
     warns = [f"{unknown} matmul/conv/attention ops have shapes tracelens cannot read: their FLOPs are left out"] if unknown else []
     opaque = (
         df.filter((pl.col("kind") == "cpu_op") & pl.col("name").cast(pl.String).str.contains(fl.MOE_NO_WEIGHTS)

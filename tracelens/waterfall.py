@@ -11,6 +11,7 @@ and those lengths partition T; so the fractions sum to exactly 1 (up to float ro
 
 from __future__ import annotations
 
+from bisect import bisect_right
 from collections import Counter
 from dataclasses import asdict, dataclass, field
 from typing import Any
@@ -35,75 +36,68 @@ class Bar:
 
 
 def exclusive(spans: list[tuple[int, int, str]], within: iv.Intervals) -> dict[str, int]:
-    """Split the length of ``within`` among labels: each elementary segment is shared equally by
-    the spans active in it (exact integers; a remainder goes to the label with most spans)."""
+    """Split the length of ``within`` under the spans among their labels: each elementary segment
+    (between consecutive span ends) is shared equally by the spans active in it, in exact
+    integers (a remainder goes to the label with most spans, then the greatest label).  Labels
+    whose share is 0 are left out.  One sort and one sweep; the length of ``within`` inside a
+    segment comes from its running total (two bisections), however many pieces it has."""
     if not within or not spans:
         return {}
     lo, hi = within[0][0], within[-1][1]
-    fast = _exclusive_disjoint(spans, within, lo, hi)
-    return fast if fast is not None else _exclusive_sweep(spans, within, lo, hi)
-
-
-def _exclusive_sweep(spans: list[tuple[int, int, str]], within: iv.Intervals, lo: int, hi: int) -> dict[str, int]:
-    """The general case: a sweep over the span ends, sharing each segment among its active spans."""
-    points: list[tuple[int, int, str]] = []
+    pts = []
+    add = pts.append
     for s, e, label in spans:
-        s, e = max(s, lo), min(e, hi)
+        if s < lo:
+            s = lo
+        if e > hi:
+            e = hi
         if s < e:
-            points.append((s, 1, label))
-            points.append((e, -1, label))
-    points.sort(key=lambda p: (p[0], p[1]))
-    out: Counter[str] = Counter()
-    active: Counter[str] = Counter()
-    j = 0
-    prev = None
-    for t, delta, label in points:
-        if prev is not None and t > prev and active:
-            # the part of [prev, t) inside `within`
-            length = 0
-            while j < len(within) and within[j][1] <= prev:
-                j += 1
-            k = j
-            while k < len(within) and within[k][0] < t:
-                length += min(within[k][1], t) - max(within[k][0], prev)
-                k += 1
-            if length:
-                n = sum(active.values())
-                shares = {lb: length * c // n for lb, c in active.items()}
-                rest = length - sum(shares.values())
-                if rest:
-                    top = max(active, key=lambda lb: (active[lb], lb))
-                    shares[top] += rest
-                out.update(shares)
-        active[label] += delta
-        if active[label] == 0:
-            del active[label]
-        prev = t
-    return dict(out)
+            add((s, 1, label))
+            add((e, -1, label))
+    if not pts:
+        return {}
+    pts.sort()
+    starts = [a for a, _ in within]
+    before = [0]  # before[i]: the length of within[:i]
+    for a, b in within:
+        before.append(before[-1] + b - a)
 
+    def measure(t: int) -> int:  # the length of within before t
+        i = bisect_right(starts, t) - 1
+        if i < 0:
+            return 0
+        a, b = within[i]
+        return before[i] + (t - a if t < b else b - a)
 
-def _exclusive_disjoint(spans: list[tuple[int, int, str]], within: iv.Intervals, lo: int, hi: int) -> dict[str, int] | None:
-    """The common case: no two spans overlap (one stream of work), so each span keeps its own
-    overlap with ``within``; one merge pass.  None when some spans overlap (shared segments)."""
-    ordered = sorted((max(s, lo), min(e, hi), label) for s, e, label in spans if s < hi and e > lo)
     out: dict[str, int] = {}
-    reach = lo
-    j, n = 0, len(within)
-    for s, e, label in ordered:
-        if s >= e:
-            continue
-        if s < reach:
-            return None
-        reach = e
-        while j < n and within[j][1] <= s:
-            j += 1
-        k, got = j, 0
-        while k < n and within[k][0] < e:
-            got += min(within[k][1], e) - max(within[k][0], s)
-            k += 1
-        if got:
-            out[label] = out.get(label, 0) + got
-    return out
+    active: dict[str, int] = {}
+    n = 0
+    prev_t, prev_m = None, 0
+    for t, d, label in pts:
+        if t != prev_t:
+            m = measure(t)
+            if n and m > prev_m:
+                length = m - prev_m
+                if len(active) == 1:
+                    for lb in active:
+                        out[lb] = out.get(lb, 0) + length
+                else:
+                    rest = length
+                    for lb, c in active.items():
+                        share = length * c // n
+                        out[lb] = out.get(lb, 0) + share
+                        rest -= share
+                    if rest:
+                        top = max(active, key=lambda lb: (active[lb], lb))
+                        out[top] += rest
+            prev_t, prev_m = t, m
+        c = active.get(label, 0) + d
+        if c:
+            active[label] = c
+        else:
+            del active[label]
+        n += d
+    return {k: v for k, v in out.items() if v}
 
 
 def _parts(values: dict[str, int], T: int) -> tuple[dict[str, Any], ...]:
