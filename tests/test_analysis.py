@@ -424,3 +424,57 @@ def test_exclusive_split_sums_to_the_covered_time(raw, win, disjoint):
             top = max(active, key=lambda lb: (active[lb], lb))
             want[top] += rest
     assert got == {k: v for k, v in want.items() if v}
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    st.lists(
+        st.tuples(
+            st.sampled_from(["gemm", "attention", "comm", "memcpy", "memset", "elementwise", "reduce"]),
+            st.integers(0, 1000), st.integers(0, 300), st.sampled_from(["dp", "tp", None]),
+        ),
+        max_size=40,
+    ),
+    st.lists(st.tuples(st.integers(0, 1000), st.integers(0, 300)), max_size=8),
+    st.lists(st.tuples(st.integers(0, 1200), st.integers(0, 700)), min_size=1, max_size=4),
+)
+def test_segments_match_the_interval_arithmetic(kernels, recomputed, windows):
+    """segments.cut (every window at once, in polars) gives, window by window, exactly what the
+    interval-list arithmetic gives on that window alone: the partition, the idle gaps, the
+    recompute and matmul time and the exclusive splits of exposed communication and non-matmul
+    time.  Windows may overlap and be empty."""
+    from tracelens import segments, waterfall
+    from tracelens.schema import NON_COMPUTE_KCLASSES
+
+    f = pl.DataFrame(
+        [{"ts_ns": s, "dur_ns": d, "kclass": c, "group": g if c == "comm" else None, "group_desc": None,
+          "collective": "all_reduce" if c == "comm" else None} for c, s, d, g in kernels],
+        schema={"ts_ns": pl.Int64, "dur_ns": pl.Int64, "kclass": pl.String, "group": pl.String,
+                "group_desc": pl.String, "collective": pl.String},
+    )
+    rec = pl.DataFrame([{"ts_ns": s, "dur_ns": d} for s, d in recomputed], schema={"ts_ns": pl.Int64, "dur_ns": pl.Int64})
+    wins = [(s, s + d) for s, d in windows]
+    cuts = segments.cut(f, rec, wins)
+    compute = ~pl.col("kclass").is_in(list(NON_COMPUTE_KCLASSES))
+    mm = pl.col("kclass").is_in(list(waterfall.MATMUL_CLASSES))
+    C, M, Y, MM = (iv.union_of(f.filter(e)) for e in (compute, pl.col("kclass") == "comm",
+                                                       pl.col("kclass").is_in(["memcpy", "memset"]), mm))
+    R = iv.union_of(rec)
+    label = f.select(segments.comm_label()).to_series().to_list()
+    comm_spans = [(s, s + d, lb) for (s, d, k), lb in zip(f.select("ts_ns", "dur_ns", "kclass").iter_rows(), label) if k == "comm"]
+    nm_spans = [(s, s + d, k) for s, d, k in f.filter(compute & ~mm).select("ts_ns", "dur_ns", "kclass").iter_rows()]
+    for (ws, we), k in zip(wins, cuts):
+        g = partition(C, M, Y, ws, we)
+        assert (k.window, k.idle, k.compute, k.exposed_comm, k.exposed_memcpy, k.comm, k.memcpy) == (
+            g.window, g.idle, g.compute, g.exposed_comm, g.exposed_memcpy, g.comm, g.memcpy)
+        busy = iv.union(iv.union(C, M), Y)
+        assert k.gaps == (iv.subtract([(ws, we)], busy) if we > ws else [])
+        c = iv.clip(C, ws, we)
+        r = iv.intersect(iv.clip(R, ws, we), c)
+        mmw = iv.subtract(iv.clip(MM, ws, we), r)
+        assert (k.recompute, k.matmul) == (iv.length(r), iv.length(mmw))
+        x = iv.subtract(iv.clip(M, ws, we), c)
+        nm = iv.subtract(iv.subtract(c, mmw), r)
+        inside = lambda spans: [sp for sp in spans if sp[0] < we and sp[1] > ws]  # noqa: E731
+        assert k.comm_by_group == waterfall.exclusive(inside(comm_spans), x)
+        assert k.non_matmul == waterfall.exclusive(inside(nm_spans), nm)

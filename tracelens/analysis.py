@@ -26,7 +26,7 @@ from typing import Any
 
 import polars as pl
 
-from tracelens import gpus, waterfall
+from tracelens import gpus, segments, waterfall
 from tracelens import intervals as iv
 from tracelens.load import Trace
 from tracelens.schema import NON_COMPUTE_KCLASSES, SCHEMA_VERSION
@@ -449,19 +449,29 @@ def _analyze_rank(df: pl.DataFrame, fi: int, meta, options: Options) -> RankResu
             windows.append((s, max(e, s)))
     has_gpu = gpu_rows.height > 0
     comp = gpu_rows.filter(~pl.col("kclass").is_in(list(NON_COMPUTE_KCLASSES)))
-    comm = gpu_rows.filter(pl.col("kclass") == "comm")
-    copy = gpu_rows.filter(pl.col("kclass").is_in(["memcpy", "memset"]))
-    C, M, Y = iv.union_of(comp), iv.union_of(comm), iv.union_of(copy)
+    C = iv.union_of(comp)  # the compute time, for each collective's overlap (comm.collective_table)
     counts = dict(gpu_rows.group_by("_step").len().iter_rows()) if has_gpu else {}
     if main_tid is None:  # no steps: the thread that launched most GPU work
         top = gpu_rows.filter(pl.col("launch_known")).group_by("launch_tid").len().sort("len", descending=True)
         main_tid = top.get_column("launch_tid")[0] if top.height else None
     attr = _IdleAttribution(df, gpu_rows, options, main_tid)
-    busy = iv.union(iv.union(C, M), Y)
+    from tracelens import recompute
+
+    recomp = recompute.find(df)
+    launched = None
+    if recomp.height and has_gpu:  # GPU work launched from inside a recomputed forward op
+        launched = (
+            gpu_rows.select("ts_ns", "launch_ns", "launch_tid", "dur_ns").with_row_index("_g")
+            .filter(pl.col("launch_tid").is_not_null()).sort("launch_ns")
+            .join_asof(recomp.select(pl.col("tid").alias("launch_tid"), pl.col("ts_ns").alias("_rs"), "end").sort("_rs"),
+                       left_on="launch_ns", right_on="_rs", by="launch_tid", strategy="backward", check_sortedness=False)
+            .filter(pl.col("_rs").is_not_null() & (pl.col("launch_ns") < pl.col("end")))
+        )
+    cuts = segments.cut(gpu_rows, launched, windows)
     parts = []
-    for i, (ws, we) in enumerate(windows):
-        gpu = partition(C, M, Y, ws, we)
-        parts.append((gpu, attr.split(iv.subtract([(ws, we)], busy) if we > ws else [], i)))
+    for i, k in enumerate(cuts):
+        gpu = GpuTime(k.window, k.idle, k.compute, k.exposed_comm, k.exposed_memcpy, k.comm, k.memcpy)
+        parts.append((gpu, attr.split(k.gaps, i)))
     steps = []
     rows = spans.iter_rows(named=True)
     for i, (row, (ws, we), (gpu, idle)) in enumerate(zip(rows, windows, parts)):
@@ -488,9 +498,6 @@ def _analyze_rank(df: pl.DataFrame, fi: int, meta, options: Options) -> RankResu
     if options.gpu or options.peak_tflops:
         spec, why2 = gpus.override(spec, options.gpu, options.peak_tflops)
         why = why2 or (None if spec else why)
-    from tracelens import recompute
-
-    recomp = recompute.find(df)
     from tracelens import flops as fl
 
     counted = fl.count(df)  # once per rank: FLOPs, MFU, facts and the matmul table all read it
@@ -499,17 +506,6 @@ def _analyze_rank(df: pl.DataFrame, fi: int, meta, options: Options) -> RankResu
 
         counted = kt.tf32_ops(df, counted, gpu_rows)
     step_flops, step_ideal, recompute_flops, source, fwarn = _step_flops(df, counted, spans, options, spec, recomp)
-    if recomp.height and has_gpu:  # GPU work launched from inside a recomputed forward op
-        launched = (
-            gpu_rows.select("ts_ns", "launch_ns", "launch_tid", "dur_ns").with_row_index("_g")
-            .filter(pl.col("launch_tid").is_not_null()).sort("launch_ns")
-            .join_asof(recomp.select(pl.col("tid").alias("launch_tid"), pl.col("ts_ns").alias("_rs"), "end").sort("_rs"),
-                       left_on="launch_ns", right_on="_rs", by="launch_tid", strategy="backward", check_sortedness=False)
-            .filter(pl.col("_rs").is_not_null() & (pl.col("launch_ns") < pl.col("end")))
-        )
-        R = iv.union_of(launched)
-    else:
-        R = []
     if fwarn:
         warnings.append(f"{meta.path}: {fwarn}")
     if has_gpu and spec is None and why:
@@ -526,7 +522,7 @@ def _analyze_rank(df: pl.DataFrame, fi: int, meta, options: Options) -> RankResu
         for i, st in enumerate(steps)
     ]
     if has_gpu:
-        steps = _waterfalls(steps, gpu_rows, C, M, R, step_ideal)
+        steps = _waterfalls(steps, cuts, step_ideal)
     kept = [s for s in steps if not s.warmup] or steps
     total = sum((s.gpu for s in kept), ZERO)
     idle_total = sum((s.idle for s in kept), IdleSplit())
@@ -597,69 +593,27 @@ def _facts(df: pl.DataFrame, counted: pl.DataFrame, gpu_rows: pl.DataFrame, kept
     }
 
 
-def _waterfalls(
-    steps: list[Step], gpu_rows: pl.DataFrame, C: iv.Intervals, M: iv.Intervals, R: iv.Intervals, ideal: dict[int, float]
-) -> list[Step]:
-    """Each step's MFU waterfall (when its MFU is known)."""
-    mm = gpu_rows.filter(pl.col("kclass").is_in(list(waterfall.MATMUL_CLASSES)))
-    MM = iv.union_of(mm)
-    nm_spans = [
-        (s, s + d, c)
-        for s, d, c in gpu_rows.filter(~pl.col("kclass").is_in(list(NON_COMPUTE_KCLASSES) + list(waterfall.MATMUL_CLASSES)))
-        .select("ts_ns", "dur_ns", pl.col("kclass").cast(pl.String))
-        .sort("ts_ns")
-        .iter_rows()
-    ]
-    label = pl.coalesce(
-        pl.col("group_desc").cast(pl.String),
-        pl.lit("pg ") + pl.col("group").cast(pl.String),
-        pl.col("collective").cast(pl.String),
-        pl.lit("communication"),
-    )
-    comm_spans = [
-        (s, s + d, g)
-        for s, d, g in gpu_rows.filter(pl.col("kclass") == "comm").select("ts_ns", "dur_ns", label.alias("g")).sort("ts_ns").iter_rows()
-    ]
-    nm_at, comm_at = _SpanIndex(nm_spans), _SpanIndex(comm_spans)
+def _waterfalls(steps: list[Step], cuts: list[segments.StepCut], ideal: dict[int, float]) -> list[Step]:
+    """Each step's MFU waterfall (when its MFU is known), from its window's segment sums."""
     out = []
     for i, st in enumerate(steps):
         if st.mfu is None or st.gpu.window <= 0:
             out.append(st)
             continue
-        ws, we = st.start_ns, st.end_ns
-        c, m = iv.clip(C, ws, we), iv.clip(M, ws, we)
-        r = iv.intersect(iv.clip(R, ws, we), c)  # recompute: compute time of recomputed forward ops
-        mmw = iv.subtract(iv.clip(MM, ws, we), r)
-        x = iv.subtract(m, c)
-        nm = iv.subtract(iv.subtract(c, mmw), r)
+        k = cuts[i]
         fall = waterfall.build(
             T=st.gpu.window,
             idle=asdict(st.idle),
-            exposed_comm=waterfall.exclusive(comm_at.overlapping(ws, we), x),
+            exposed_comm=k.comm_by_group,
             exposed_memcpy=st.gpu.exposed_memcpy,
-            recompute=iv.length(r),
-            non_matmul=waterfall.exclusive(nm_at.overlapping(ws, we), nm),
-            matmul_ns=iv.length(mmw),
+            recompute=k.recompute,
+            non_matmul=k.non_matmul,
+            matmul_ns=k.matmul,
             ideal_ns=ideal.get(i, 0.0),
             mfu=st.mfu,
         )
         out.append(replace(st, waterfall=fall))
     return out
-
-
-class _SpanIndex:
-    """(start, end, label) spans sorted by start, looked up by the window they overlap."""
-
-    def __init__(self, spans: list[tuple[int, int, str]]):
-        self.spans = spans
-        self.starts = [s for s, _, _ in spans]
-        self.longest = max((e - s for s, e, _ in spans), default=0)
-
-    def overlapping(self, ws: int, we: int) -> list[tuple[int, int, str]]:
-        from bisect import bisect_left
-
-        lo, hi = bisect_left(self.starts, ws - self.longest), bisect_left(self.starts, we)
-        return [sp for sp in self.spans[lo:hi] if sp[1] > ws]
 
 
 def _step_flops(
