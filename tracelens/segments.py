@@ -133,9 +133,17 @@ def cut(gpu_rows: pl.DataFrame, recomputed: pl.DataFrame | None, windows: list[t
         {"step": [i for i, _, _ in live], "ws": [ws for _, ws, _ in live], "we": [we for _, _, we in live]},
         schema={"step": pl.Int64, "ws": pl.Int64, "we": pl.Int64},
     )
-    # windows may overlap (a step whose first kernel comes after the next step's): a segment
-    # then counts in each window that holds it, as the per-window arithmetic would count it
-    seg = seg.join_where(win, pl.col("t") >= pl.col("ws"), pl.col("t") < pl.col("we")).sort("step", "t")
+    bounds = sorted((ws, we) for _, ws, we in live)
+    if all(a[1] <= b[0] for a, b in zip(bounds, bounds[1:])):  # the usual case: windows one after another
+        seg = (
+            seg.join_asof(win.sort("ws"), left_on="t", right_on="ws", strategy="backward")
+            .filter(pl.col("step").is_not_null() & (pl.col("t") < pl.col("we")))
+            .sort("step", "t")
+        )
+    else:
+        # windows may overlap (a step whose first kernel comes after the next step's): a segment
+        # then counts in each window that holds it, as the per-window arithmetic would count it
+        seg = seg.join_where(win, pl.col("t") >= pl.col("ws"), pl.col("t") < pl.col("we")).sort("step", "t")
     C, M, Y, MM, R = (pl.col(k) > 0 for k in counts)
     r = R & C
     L = pl.col("len")

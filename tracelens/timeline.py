@@ -147,7 +147,12 @@ def step_strips(events: pl.DataFrame, ranks, bins: int = 240, max_ranks: int = 6
     n = min(len(v) for v in kept.values())
     idx = max(range(n), key=lambda i: max(v[i].dur_ns for v in kept.values()))
     files = sorted(kept, key=lambda f: next(r.rank for r in ranks if r.file == f))[:max_ranks]
-    gpu = events.filter(pl.col("file").is_in(files)).with_columns(
+    # only the events of the picked step of each rank
+    inside = pl.any_horizontal(
+        (pl.col("file") == f) & (pl.col("ts_ns") < kept[f][idx].end_ns) & (pl.col("ts_ns") + pl.col("dur_ns") > kept[f][idx].start_ns)
+        for f in files
+    )
+    gpu = events.filter(pl.col("kind").is_in(GPU_KINDS) & inside).with_columns(
         pl.when(pl.col("kclass") == "comm").then(pl.lit(1, pl.Int64)).otherwise(pl.lit(0, pl.Int64)).alias("stream"),
         pl.lit(0, pl.Int32).alias("device"),
     )
