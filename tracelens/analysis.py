@@ -468,6 +468,7 @@ def _analyze_rank(df: pl.DataFrame, fi: int, meta, options: Options) -> RankResu
             .filter(pl.col("_rs").is_not_null() & (pl.col("launch_ns") < pl.col("end")))
         )
     cuts = segments.cut(gpu_rows, launched, windows)
+    attr.ends([b for k in cuts for _, b in k.gaps])
     parts = []
     for i, k in enumerate(cuts):
         gpu = GpuTime(k.window, k.idle, k.compute, k.exposed_comm, k.exposed_memcpy, k.comm, k.memcpy)
@@ -534,8 +535,9 @@ def _analyze_rank(df: pl.DataFrame, fi: int, meta, options: Options) -> RankResu
     facts = _facts(df, counted, gpu_rows, kept, spec) if has_gpu else {}
     from tracelens import kernels as kt
 
-    kernel_table = kt.by_name(df, counted, gpu_rows, spec) if has_gpu else []
-    matmuls = kt.matmul_efficiency(df, counted, gpu_rows, spec, top=None) if has_gpu else []
+    linked = kt.kernel_ops(df, counted, gpu_rows.filter(pl.col("kind") == "kernel"), spec) if has_gpu else None
+    kernel_table = kt.by_name(df, counted, gpu_rows, spec, linked=linked) if has_gpu else []
+    matmuls = kt.matmul_efficiency(df, counted, gpu_rows, spec, top=None, linked=linked) if has_gpu else []
     if fall is not None and matmuls:
         fall = waterfall.with_parts(fall, "matmul_below_peak", kt.below_peak_by_shape(matmuls))
     matmuls = matmuls[: kt.MATMULS_TOP]
@@ -718,17 +720,9 @@ class _IdleAttribution:
 
     def __init__(self, df: pl.DataFrame, gpu_rows: pl.DataFrame, options: Options, main_tid: int | None):
         self.main_tid = main_tid
-        firsts = (
-            gpu_rows.with_columns(
-                ((pl.col("kclass") == "comm") & pl.col("collective").cast(pl.String).is_in(["send", "recv"])).alias("_p2p")
-            )
-            .sort("ts_ns", "launch_ns")
-            .group_by("ts_ns", maintain_order=True)
-            .first()
-            .select("ts_ns", "launch_ns", "launch_tid", "launch_known", "_p2p", "_step")
-        )
+        self.gpu_rows = gpu_rows
         self.waited: dict[int, int] = {}  # step -> data-loading idle before that step's kernels
-        self.by_start = {r[0]: r[1:] for r in firsts.iter_rows()}
+        self.by_start: dict[int, tuple] = {}  # filled by ``ends`` for the gap ends only
         host = df.filter(pl.col("tid").is_not_null())
         data = host.filter(pl.col("kind") == "dataloader")
         if options.data_range:
@@ -743,6 +737,22 @@ class _IdleAttribution:
         self.sync_ends: dict[int, list[int]] = {
             tid: g.get_column("end").to_list() for (tid,), g in blocking.partition_by("tid", as_dict=True).items()
         }
+
+    def ends(self, ends: list[int]) -> None:
+        """Look up the activities that end the idle gaps (the first to start at each end)."""
+        if not ends:
+            return
+        firsts = (
+            self.gpu_rows.filter(pl.col("ts_ns").is_in(sorted(set(ends))))
+            .with_columns(
+                ((pl.col("kclass") == "comm") & pl.col("collective").cast(pl.String).is_in(["send", "recv"])).alias("_p2p")
+            )
+            .sort("ts_ns", "launch_ns")
+            .group_by("ts_ns", maintain_order=True)
+            .first()
+            .select("ts_ns", "launch_ns", "launch_tid", "launch_known", "_p2p", "_step")
+        )
+        self.by_start = {r[0]: r[1:] for r in firsts.iter_rows()}
 
     def dl_spans(self, tid: int | None) -> iv.Intervals:
         return self.dl.get(tid, []) if tid is not None else self.dl_any

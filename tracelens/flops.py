@@ -170,30 +170,64 @@ def op_dtype(args: dict) -> str | None:
 
 
 def count(events: pl.DataFrame) -> pl.DataFrame:
-    """(row index, flops, dtype) of the outermost counted ops of every thread."""
+    """(row index, flops, dtype, shapes, gemm_bytes) of the outermost counted ops of every thread:
+    ``shapes`` is the recorded ``Input Dims`` as text, ``gemm_bytes`` the bytes a GEMM must move
+    at least (operands and result once; null for other ops or unreadable shapes)."""
+    from tracelens.collectives import dtype_bytes
+
     ops = (
         events.with_row_index("_row")
         .filter((pl.col("kind") == "cpu_op") & pl.col("name").cast(pl.String).is_in(list(COUNTED)))
         .select("_row", "file", "pid", "tid", "ts_ns", "dur_ns", pl.col("name").cast(pl.String), "args")
-        .sort("file", "pid", "tid", "ts_ns", pl.col("dur_ns"), descending=[False, False, False, False, True])
+        .sort("file", "pid", "tid", "ts_ns", pl.col("dur_ns"), "_row", descending=[False, False, False, False, True, False])
     )
-    rows, flops, dtypes = [], [], []
+    rows, flops, dtypes, shapes, nbytes = [], [], [], [], []
     current: tuple | None = None
     outer_end = -1
-    for r in ops.iter_rows(named=True):
-        key = (r["file"], r["pid"], r["tid"])
-        end = r["ts_ns"] + r["dur_ns"]
-        if key == current and r["ts_ns"] < outer_end and end <= outer_end:
+    for row, f, pid, tid, ts, dur, name, args_s in ops.iter_rows():
+        key = (f, pid, tid)
+        end = ts + dur
+        if key == current and ts < outer_end and end <= outer_end:
             continue  # inside an op already counted (e.g. _convolution under convolution)
         current, outer_end = key, end
         try:
-            args = orjson.loads(r["args"]) if r["args"] else {}
+            args = orjson.loads(args_s) if args_s else {}
         except orjson.JSONDecodeError:
             args = {}
-        rows.append(r["_row"])
-        flops.append(op_flops(r["name"], args))
-        dtypes.append(op_dtype(args))
+        if not isinstance(args, dict):
+            args = {}
+        dtype = op_dtype(args)
+        rows.append(row)
+        flops.append(op_flops(name, args))
+        dtypes.append(dtype)
+        shapes.append(str(args.get("Input Dims", "")))
+        nbytes.append(gemm_bytes(name, args.get("Input Dims"), dtype_bytes(dtype)))
     return pl.DataFrame(
-        {"_row": rows, "flops": flops, "dtype": dtypes},
-        schema={"_row": pl.UInt32, "flops": pl.Float64, "dtype": pl.String},
+        {"_row": rows, "flops": flops, "dtype": dtypes, "shapes": shapes, "gemm_bytes": nbytes},
+        schema={"_row": pl.UInt32, "flops": pl.Float64, "dtype": pl.String, "shapes": pl.String, "gemm_bytes": pl.Int64},
     )
+
+
+def gemm_bytes(name: str, dims: Any, size: int | None) -> int | None:
+    """Bytes a GEMM must move at least: its operands and result once (``size`` bytes each)."""
+    if not isinstance(dims, list) or size is None:
+        return None
+    try:
+        if name in ("aten::mm", "aten::_scaled_mm"):
+            (m, k), (_, n) = dims[0], dims[1]
+            return _int64(size * (m * k + k * n + m * n))
+        if name == "aten::addmm":
+            (m, k), (_, n) = dims[1], dims[2]
+            return _int64(size * (m * k + k * n + m * n))
+        if name in ("aten::bmm", "aten::baddbmm"):
+            a, b = (dims[0], dims[1]) if name == "aten::bmm" else (dims[1], dims[2])
+            bt, m, k = a
+            n = b[2]
+            return _int64(size * bt * (m * k + k * n + m * n))
+    except (TypeError, ValueError, IndexError):
+        return None
+    return None
+
+
+def _int64(v: Any) -> int | None:
+    return v if isinstance(v, int) and 0 <= v < (1 << 63) else None

@@ -5,10 +5,10 @@ from __future__ import annotations
 
 from typing import Any
 
-import orjson
+from math import fsum
+
 import polars as pl
 
-from tracelens.collectives import dtype_bytes
 from tracelens.gpus import GpuSpec
 
 
@@ -17,14 +17,16 @@ MATMULS_TOP = 20  # matmul op shapes kept in the report, per rank (the longest)
 
 
 def by_name(df: pl.DataFrame, counted: pl.DataFrame, gpu_rows: pl.DataFrame, spec: GpuSpec | None,
-            top: int = KERNELS_TOP) -> list[dict[str, Any]]:
+            top: int = KERNELS_TOP, linked: pl.DataFrame | None = None) -> list[dict[str, Any]]:
     """Kernels grouped by name: class, count, total and mean time, and, for kernels launched
     inside ops whose FLOPs are known (an op's FLOPs split among its kernels by duration), the
-    achieved TFLOP/s and the share of the op dtype's peak."""
+    achieved TFLOP/s and the share of the op dtype's peak.  ``linked``: ``kernel_ops`` of the
+    same kernels, when the caller has it already."""
     k = gpu_rows.filter(pl.col("kind") == "kernel")
     if k.height == 0:
         return []
-    linked = _kernel_ops(df, counted, k, spec)
+    if linked is None:
+        linked = kernel_ops(df, counted, k, spec)
     if linked.height:
         k = k.with_row_index("_k").join(linked.select("_k", "kflops", "kideal"), on="_k", how="left")
     else:
@@ -94,7 +96,7 @@ def tf32_ops(df: pl.DataFrame, counted: pl.DataFrame, kernels: pl.DataFrame) -> 
     return counted.with_columns(pl.when(pl.col("_row").is_in(hits.implode())).then(pl.lit("tf32")).otherwise(pl.col("dtype")).alias("dtype"))
 
 
-def _kernel_ops(df: pl.DataFrame, counted: pl.DataFrame, kernels: pl.DataFrame, spec: GpuSpec | None) -> pl.DataFrame:
+def kernel_ops(df: pl.DataFrame, counted: pl.DataFrame, kernels: pl.DataFrame, spec: GpuSpec | None) -> pl.DataFrame:
     """Each kernel launched inside a counted op (``_launched_in``): ``_k`` (its row in ``kernels``),
     ``_row`` (the op's row), and its share of the op's FLOPs and ideal time, split among the op's
     kernels by duration."""
@@ -113,62 +115,37 @@ def _kernel_ops(df: pl.DataFrame, counted: pl.DataFrame, kernels: pl.DataFrame, 
     )
 
 
-def _bytes(name: str, args: dict, dtype: str | None) -> int | None:
-    """Bytes a GEMM must move at least: its operands and result once."""
-    dims = args.get("Input Dims")
-    size = dtype_bytes(dtype)
-    if not isinstance(dims, list) or size is None:
-        return None
-    try:
-        if name in ("aten::mm", "aten::_scaled_mm"):
-            (m, k), (_, n) = dims[0], dims[1]
-            return size * (m * k + k * n + m * n)
-        if name == "aten::addmm":
-            (m, k), (_, n) = dims[1], dims[2]
-            return size * (m * k + k * n + m * n)
-        if name in ("aten::bmm", "aten::baddbmm"):
-            a, b = (dims[0], dims[1]) if name == "aten::bmm" else (dims[1], dims[2])
-            bt, m, k = a
-            n = b[2]
-            return size * bt * (m * k + k * n + m * n)
-    except (TypeError, ValueError, IndexError):
-        return None
-    return None
-
-
 def matmul_efficiency(
-    df: pl.DataFrame, counted: pl.DataFrame, gpu_rows: pl.DataFrame, spec: GpuSpec | None, top: int | None = 20
+    df: pl.DataFrame, counted: pl.DataFrame, gpu_rows: pl.DataFrame, spec: GpuSpec | None, top: int | None = 20,
+    linked: pl.DataFrame | None = None,
 ) -> list[dict[str, Any]]:
     """Per (op, shapes, dtype): calls, FLOPs, kernel time, achieved TFLOP/s, % of the dtype's
     peak, arithmetic intensity against the ridge point (peak / memory bandwidth).  ``counted``
-    is tracelens.flops.count(df)."""
+    is tracelens.flops.count(df); ``linked`` as for ``by_name``."""
     counted = counted.drop_nulls("flops")
     if counted.height == 0:
         return []
-    ops = df.select("name", "args").with_row_index("_row").join(counted, on="_row")
-    k = _kernel_ops(df, counted, gpu_rows.filter(pl.col("kind") == "kernel"), spec).group_by("_row").agg(
-        pl.col("dur_ns").sum().alias("kernel_ns")
-    )
+    if linked is None:
+        linked = kernel_ops(df, counted, gpu_rows.filter(pl.col("kind") == "kernel"), spec)
+    k = linked.group_by("_row").agg(pl.col("dur_ns").sum().alias("kernel_ns"))
+    ops = df.select(pl.col("name").cast(pl.String)).with_row_index("_row").join(counted, on="_row")
     joined = ops.join(k, on="_row", how="inner").filter(pl.col("kernel_ns") > 0)
     if joined.height == 0:
         return []
-    rows: dict[tuple, dict[str, Any]] = {}
-    for name, args_s, f, dtype, kns in joined.select(pl.col("name").cast(pl.String), "args", "flops", "dtype", "kernel_ns").iter_rows():
-        try:
-            args = orjson.loads(args_s) if args_s else {}
-        except orjson.JSONDecodeError:
-            args = {}
-        shapes = str(args.get("Input Dims", ""))
-        r = rows.setdefault((name, shapes, dtype), {"op": name, "shapes": shapes, "dtype": dtype, "calls": 0, "flops": 0.0,
-                                                   "kernel_ns": 0, "bytes": 0, "bytes_known": True})
-        r["calls"] += 1
-        r["flops"] += f
-        r["kernel_ns"] += kns
-        b = _bytes(name, args, dtype)
-        if b is None:
-            r["bytes_known"] = False
-        else:
-            r["bytes"] += b
+    g = (
+        joined.group_by("name", "shapes", "dtype")
+        .agg(
+            pl.len().alias("calls"),
+            pl.col("flops").sort().alias("flops"),  # summed exactly below (math.fsum): same bits every run
+            pl.col("kernel_ns").sum(),
+            pl.col("gemm_bytes").sum().alias("bytes"),
+            pl.col("gemm_bytes").is_not_null().all().alias("bytes_known"),
+        )
+    )
+    rows = {}
+    for name, shapes, dtype, calls, flops, kns, nbytes, known in g.iter_rows():
+        rows[(name, shapes, dtype)] = {"op": name, "shapes": shapes, "dtype": dtype, "calls": calls, "flops": fsum(flops),
+                                       "kernel_ns": int(kns), "bytes": int(nbytes or 0), "bytes_known": known}
     out = []
     for r in rows.values():
         peak = spec.op_peak(r["dtype"]) if spec else None
