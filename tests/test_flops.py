@@ -7,6 +7,8 @@ from collections import Counter
 
 import polars as pl
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from tracelens.flops import CONV, count
 from tracelens.load import load
@@ -125,3 +127,28 @@ def test_fused_moe_without_weights_is_warned():
 
     d = analyze(load([shared_traces() / "amd-tracelens/b200/eager_trace.json.gz"])).to_dict()
     assert any("vllm::moe_forward x36" in w and "lower bounds" in w for w in d["warnings"])
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, 2), st.integers(0, 20), st.integers(0, 8)), max_size=30))
+def test_count_keeps_the_outermost_ops(ops):
+    """count() counts an op unless it lies inside the last op counted on its thread (the
+    sequential rule, walked here op by op in start order, longer first); done in polars with a
+    running maximum of the ends, it must pick exactly the same ops."""
+    from tracelens.schema import conform
+
+    rows = [{"kind": "cpu_op", "name": "aten::mm", "pid": 1, "tid": t, "ts_ns": s, "dur_ns": d, "file": 0,
+             "args": '{"Input Dims": [[2, 3], [3, 4]], "Input type": ["float", "float"]}'} for t, s, d in ops]
+    ev = conform(pl.DataFrame(rows, schema={"kind": pl.String, "name": pl.String, "pid": pl.Int64, "tid": pl.Int64,
+                                            "ts_ns": pl.Int64, "dur_ns": pl.Int64, "file": pl.Int32, "args": pl.String}))
+    got = sorted(count(ev).get_column("_row").to_list())
+    want, last = [], {}
+    order = sorted(range(len(ops)), key=lambda i: (ops[i][0], ops[i][1], -ops[i][2], i))
+    for i in order:
+        t, s, d = ops[i]
+        end = last.get(t)
+        if end is not None and s < end and s + d <= end:
+            continue
+        last[t] = s + d
+        want.append(i)
+    assert got == sorted(want)

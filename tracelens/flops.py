@@ -175,21 +175,20 @@ def count(events: pl.DataFrame) -> pl.DataFrame:
     at least (operands and result once; null for other ops or unreadable shapes)."""
     from tracelens.collectives import dtype_bytes
 
+    # An op inside an op already counted on its thread (_convolution under convolution) is not
+    # counted.  The end of the last counted op is the running maximum of the ends before it:
+    # an op that is skipped ends within it, and an op that is counted ends at or past it.
+    end = pl.col("ts_ns") + pl.col("dur_ns")
+    reach = end.cum_max().shift(1).over("file", "pid", "tid")
     ops = (
         events.with_row_index("_row")
         .filter((pl.col("kind") == "cpu_op") & pl.col("name").cast(pl.String).is_in(list(COUNTED)))
         .select("_row", "file", "pid", "tid", "ts_ns", "dur_ns", pl.col("name").cast(pl.String), "args")
         .sort("file", "pid", "tid", "ts_ns", pl.col("dur_ns"), "_row", descending=[False, False, False, False, True, False])
+        .filter(reach.is_null() | (pl.col("ts_ns") >= reach) | (end > reach))
     )
     rows, flops, dtypes, shapes, nbytes = [], [], [], [], []
-    current: tuple | None = None
-    outer_end = -1
-    for row, f, pid, tid, ts, dur, name, args_s in ops.iter_rows():
-        key = (f, pid, tid)
-        end = ts + dur
-        if key == current and ts < outer_end and end <= outer_end:
-            continue  # inside an op already counted (e.g. _convolution under convolution)
-        current, outer_end = key, end
+    for row, name, args_s in ops.select("_row", "name", "args").iter_rows():
         try:
             args = orjson.loads(args_s) if args_s else {}
         except orjson.JSONDecodeError:
