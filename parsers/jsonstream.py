@@ -106,7 +106,6 @@ class PrefetchReader:
         self.q: queue.Queue[bytes] = queue.Queue(self.AHEAD)
         self.stop = False
         self.done = False
-        self.left = b""
         self.total = 0
         self.thread = threading.Thread(target=self._run, name="tracelens-gunzip", daemon=True)
         self.thread.start()
@@ -127,21 +126,15 @@ class PrefetchReader:
         return self.inner.problem if self.done else None
 
     def read(self, n: int) -> bytes:
+        """The next inflated block (about READ_BYTES, whatever ``n`` is: the stream reader only
+        needs more content, and handing blocks over as they are copies nothing); b"" at the end."""
         if self.done:
             return b""
-        out = [self.left] if self.left else []
-        size = len(self.left)
-        while size < n:
-            data = self.q.get()
-            if not data:
-                self.done = True
-                self.thread.join()
-                break
-            out.append(data)
-            size += len(data)
-        data = b"".join(out)
-        self.left = data[n:]
-        data = data[:n]
+        data = self.q.get()
+        if not data:
+            self.done = True
+            self.thread.join()
+            return b""
         self.total += len(data)
         return data
 
@@ -251,13 +244,13 @@ def _stream(r: ContentReader | PrefetchReader, path: str, decode: Decoder, chunk
             if m is None:
                 search = max(len(buf) - 8, search)
                 break
-            if decode(b"[" + buf[pos : m.start() + 1] + b"]"):
+            if decode(_array(buf, pos, m.start() + 1)):
                 pos = m.end() - 1
                 progressed = True
                 break
             search = m.end()  # the cut fell inside a value: try the next boundary
         if progressed:
-            if pos >= chunk:
+            if pos >= 4 * chunk:  # drop what was decoded now and then (each drop moves the rest)
                 del buf[:pos]
                 pos = 0
             search = pos + chunk
@@ -280,6 +273,12 @@ def _stream(r: ContentReader | PrefetchReader, path: str, decode: Decoder, chunk
     _decode_until_cut(buf, pos, decode)
     problem = r.problem or "truncated or damaged JSON (the traceEvents array does not end cleanly)"
     return StreamResult(top, True, problem, r.total)
+
+
+def _array(buf: bytearray, start: int, end: int) -> bytes:
+    """``buf[start:end]`` in array brackets, copied once."""
+    with memoryview(buf) as v:
+        return b"".join((b"[", v[start:end], b"]"))
 
 
 def _closes(buf: bytearray, pos: int, header: bytes | None) -> list[tuple[int, dict]]:
