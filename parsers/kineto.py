@@ -187,6 +187,7 @@ class _Builder:
         self.pending: list[pl.DataFrame] = []
         self.pending_args: list[tuple[bytes, tuple]] = []  # per pending frame: its args texts joined by NUL, and apart
         self.pending_us: list[bool] = []  # per pending frame: its ts are µs (ns otherwise)
+        self.keep_args = True
         self.pending_rows = 0
         self.events = 0
         self.with_ph = 0
@@ -267,13 +268,6 @@ class _Builder:
         del evs
         cat, name, pid, tid, dur, rargs = zip(*map(_GET_EVENT, kept))
         del kept
-        args = _decode_args(rargs)
-        (ext_id, ext_id_old, correlation, device, stream, coll_name, pg_name, pg_desc, group_size, seq, in_nelems,
-         out_nelems, dtype, nbytes) = zip(*map(_GET_ARGS, args))
-        del args
-        ext = _int_col(ext_id)
-        if ext_id_old.count(None) < n:
-            ext = ext.fill_null(_int_col(ext_id_old))
         cols = {
             "cat": _str_col(cat),
             "name": _str_col(name),
@@ -281,23 +275,12 @@ class _Builder:
             "_tid": _int_col(tid),
             "ts": ts_ns.alias("ts"),
             "dur": _float_col(dur),
-            "ext_id": ext,
-            "correlation": _int_col(correlation),
-            "_device": _int_col(device),
-            "_stream": _int_col(stream),
-            "coll_name": _str_col(coll_name),
-            "pg_name": _str_col(pg_name),
-            "pg_desc": _str_col(pg_desc),
-            "group_size": _int_col(group_size),
-            "seq": _int_col(seq),
-            "in_nelems": _int_col(in_nelems),
-            "out_nelems": _int_col(out_nelems),
-            "dtype": _str_col(dtype),
-            "_bytes": _int_col(nbytes),
+            **_args_columns(rargs),
         }
-        if keep_args:  # checked and split on the second thread (_batch); the Raw values stay for a rare re-join
-            self.pending_args.append((b"\x00".join(rargs), rargs))
+        # the args text: joined here, split into a column on the second thread (_batch)
+        self.pending_args.append((b"\x00".join(rargs), rargs))
         self.pending_us.append(ts_ns.name == "ts_us")
+        self.keep_args = keep_args
         self.pending.append(pl.DataFrame(cols))
         self.pending_rows += n
         if self.pending_rows >= ROWS_PER_BATCH:
@@ -313,7 +296,7 @@ class _Builder:
             self.pending_rows = 0
             if self.pool is None:
                 self.pool = ThreadPoolExecutor(1, thread_name_prefix="tracelens-rows")
-            self.frames.append(self.pool.submit(_batch, pending, args, us))
+            self.frames.append(self.pool.submit(_batch, pending, args, us, self.keep_args))
 
     def finish_rows(self) -> list[pl.DataFrame]:
         """The normalised batches in file order, with their counts added to ``counts``."""
@@ -332,20 +315,24 @@ class _Builder:
         return out
 
 
-def _batch(frames: list[pl.DataFrame], args: list[tuple[bytes, tuple]], us: list[bool]) -> tuple[pl.DataFrame, Counter[str]]:
+def _batch(frames: list[pl.DataFrame], args: list[tuple[bytes, tuple]], us: list[bool], keep_args: bool) -> tuple[pl.DataFrame, Counter[str]]:
     """One batch of raw chunk frames as normalised rows, on the second thread: µs timestamps
-    to ns, the args texts (joined by NUL per frame; none when not kept) split into a column."""
+    to ns, the args (joined by NUL per frame) read into their columns and, when kept, their
+    text split into a column."""
     if any(us) and not all(us):
         frames = [f.with_columns(pl.col("ts") * 1000) if u else f for f, u in zip(frames, us)]
     raw = frames[0] if len(frames) == 1 else pl.concat(frames, how="vertical")
     if all(us):
         raw = raw.with_columns(pl.col("ts") * 1000)
-    if args:
-        col = _split_args(b"\x00".join(j for j, _ in args), raw.height)
+    joined = b"\x00".join(j for j, _ in args)
+    n = raw.height
+    col = None
+    if keep_args:
+        col = _split_args(joined, n)
         if col is None:  # a raw NUL inside a string (invalid JSON the decoder let through)
-            col = _split_args(b"\x00".join(bytes(r).replace(b"\x00", b"\xef\xbf\xbd") for _, rargs in args for r in rargs), raw.height)
+            col = _split_args(b"\x00".join(bytes(r).replace(b"\x00", b"\xef\xbf\xbd") for _, rargs in args for r in rargs), n)
     else:
-        col = pl.Series("args", [None] * raw.height, dtype=pl.String)
+        col = pl.Series("args", [None] * n, dtype=pl.String)
     raw = raw.with_columns(col)
     no_ts = raw.get_column("ts").null_count()
     if no_ts:
@@ -353,6 +340,29 @@ def _batch(frames: list[pl.DataFrame], args: list[tuple[bytes, tuple]], us: list
     df, counts = _rows(raw)
     counts["no_ts"] += no_ts
     return df, counts
+
+
+# args keys -> (column, integer?) of the event table's raw columns, in _GET_ARGS order
+_ARG_FIELDS = {
+    "External id": ("ext_id", True), "external id": ("ext_id_old", True), "correlation": ("correlation", True),
+    "device": ("_device", True), "stream": ("_stream", True), "Collective name": ("coll_name", False),
+    "Process Group Name": ("pg_name", False), "Process Group Description": ("pg_desc", False),
+    "Group size": ("group_size", True), "Seq": ("seq", True), "In msg nelems": ("in_nelems", True),
+    "Out msg nelems": ("out_nelems", True), "dtype": ("dtype", False), "bytes": ("_bytes", True),
+}
+
+
+def _args_columns(rargs: tuple) -> dict[str, pl.Series]:
+    """The args fields the analysis uses, as columns (decoded in one call over all the objects;
+    an object that does not fit gives no fields)."""
+    values = zip(*map(_GET_ARGS, _decode_args(rargs)))
+    n = len(rargs)
+    out = {}
+    for (col, is_int), v in zip(_ARG_FIELDS.values(), values):
+        out[col] = _int_col(v) if is_int else _str_col(v)
+    ext, old = out.pop("ext_id"), out.pop("ext_id_old")
+    out = {"ext_id": ext.fill_null(old) if old.null_count() < n else ext, **out}
+    return out
 
 
 def _split_args(joined: bytes, n: int) -> pl.Series | None:
@@ -599,61 +609,28 @@ def _rows(raw: pl.DataFrame) -> tuple[pl.DataFrame, Counter[str]]:
     c["neg_dur"] += neg
     c["no_dur"] += nodur
     c["old_schema"] += old
-    cat_l = pl.col("cat").str.to_lowercase()
-    colls = raw.get_column("coll_name").drop_nulls().unique().to_list()
-    df = raw.with_columns(
-        cat_l.is_in(_DEVICE_CATS).alias("_is_dev"),
-        cat_l.alias("_cat_l"),
-        pl.col("name").fill_null(""),
-        ((pl.col("dur").fill_null(0.0).clip(lower_bound=0.0) * 1000.0).round()).cast(pl.Int64).alias("dur_ns"),
+    # What an event is (kind, class, collective) depends on its category, name and collective
+    # name only: worked out once per distinct combination (a few hundred), then joined back.
+    combos = raw.select(_COMBO).unique()
+    colls = combos.get_column("coll_name").drop_nulls().unique().to_list()
+    combos = combos.with_columns(
+        _CAT_L.is_in(_DEVICE_CATS).alias("_is_dev"),
+        _CAT_L.alias("_cat_l"),
+        pl.col("name").fill_null("").alias("_name"),
         (
             pl.col("coll_name").replace_strict({x: normalize_collective(x) for x in colls}, default=None, return_dtype=pl.String)
             if colls
             else pl.lit(None, pl.String)
         ).alias("collective"),
-    )
-    kind = (
-        pl.when(pl.col("name").str.contains(_STEP_RE) & ~pl.col("_is_dev"))
-        .then(pl.lit("step"))
-        .when(pl.col("name").str.contains(_DATALOADER_RE) & ~pl.col("_is_dev"))
-        .then(pl.lit("dataloader"))
-        .when(
-            pl.col("_cat_l").is_in(["cpu_op", "operator"])
-            & (pl.col("name") == "record_param_comms")
-            & (pl.col("collective").fill_null("") != "wait")  # c10d::wait's record moves no data
-        )
-        .then(pl.when(pl.col("collective").is_in(list(P2P))).then(pl.lit("p2p")).otherwise(pl.lit("collective")))
-        .when(pl.col("_cat_l").is_in(["cpu_op", "operator"]))
-        .then(pl.lit("cpu_op"))
-        .when(pl.col("_cat_l").is_in(["user_annotation", "gpu_user_annotation"]))
-        .then(pl.lit("annotation"))
-        .when(pl.col("_cat_l") == "python_function")
-        .then(pl.lit("python"))
-        .when(pl.col("_cat_l").is_in(["cuda_runtime", "cuda_driver", "runtime"]) & pl.col("name").str.contains(_SYNC_RE))
-        .then(pl.lit("sync"))
-        .when(pl.col("_cat_l").is_in(["cuda_runtime", "cuda_driver", "runtime"]))
-        .then(pl.lit("runtime"))
-        .when(pl.col("_cat_l") == "cuda_sync")
-        .then(pl.lit("sync"))
-        .when(pl.col("_cat_l") == "kernel")
-        .then(pl.lit("kernel"))
-        .when(pl.col("_cat_l").is_in(["gpu_memcpy", "memcpy"]))
-        .then(pl.lit("memcpy"))
-        .when(pl.col("_cat_l").is_in(["gpu_memset", "memset"]))
-        .then(pl.lit("memset"))
-        .otherwise(pl.lit("other"))
-    )
-    df = df.with_columns(kind.alias("kind"))
+    ).with_columns(_KIND.alias("kind"))
     # Kernel classes, once per distinct kernel name (copies and fills by their category).
-    kernel_names = df.select("kind", "name").filter(pl.col("kind") == "kernel").get_column("name").unique().to_list()
+    kernel_names = combos.filter(pl.col("kind") == "kernel").get_column("_name").unique().to_list()
     classes = {n: classify(n) for n in kernel_names}
     comm_no_coll = [n for n in kernel_names if classes[n] == "comm"]
     from_kernel = {n: collective_from_kernel(n) for n in comm_no_coll}
-    dsize = {d: dtype_bytes(d) for d in df.get_column("dtype").drop_nulls().unique().to_list()}
-    elem = pl.col("dtype").replace_strict(dsize, default=None, return_dtype=pl.Int64) if dsize else pl.lit(None, pl.Int64)
-    df = df.with_columns(
+    combos = combos.with_columns(
         pl.when(pl.col("kind") == "kernel")
-        .then(pl.col("name").replace_strict(classes, default="other", return_dtype=pl.String) if classes else pl.lit("other"))
+        .then(pl.col("_name").replace_strict(classes, default="other", return_dtype=pl.String) if classes else pl.lit("other"))
         .when(pl.col("kind") == "memcpy")
         .then(pl.lit("memcpy"))
         .when(pl.col("kind") == "memset")
@@ -663,11 +640,19 @@ def _rows(raw: pl.DataFrame) -> tuple[pl.DataFrame, Counter[str]]:
         # the collective from the kernel name when the kernel carries no args (older PyTorch)
         (
             pl.when(pl.col("collective").is_null() & (pl.col("kind") == "kernel"))
-            .then(pl.col("name").replace_strict(from_kernel, default=None, return_dtype=pl.String))
+            .then(pl.col("_name").replace_strict(from_kernel, default=None, return_dtype=pl.String))
             .otherwise(pl.col("collective"))
             if from_kernel
             else pl.col("collective")
         ).alias("collective"),
+    ).select(*_COMBO, "_is_dev", "kind", "kclass", "collective")
+    df = raw.join(combos, on=_COMBO, how="left", nulls_equal=True, maintain_order="left").with_columns(
+        pl.col("name").fill_null(""),
+        ((pl.col("dur").fill_null(0.0).clip(lower_bound=0.0) * 1000.0).round()).cast(pl.Int64).alias("dur_ns"),
+    )
+    dsize = {d: dtype_bytes(d) for d in df.get_column("dtype").drop_nulls().unique().to_list()}
+    elem = pl.col("dtype").replace_strict(dsize, default=None, return_dtype=pl.Int64) if dsize else pl.lit(None, pl.Int64)
+    df = df.with_columns(
         # bytes: explicit, else the larger message (nccl-tests' "size") x element size
         pl.coalesce(pl.col("_bytes"), pl.max_horizontal(pl.col("in_nelems"), pl.col("out_nelems")) * elem).alias("bytes"),
         pl.when(pl.col("_is_dev")).then(pl.coalesce(pl.col("_device"), pl.col("_pid"))).otherwise(None).cast(pl.Int32).alias("device"),
@@ -694,6 +679,42 @@ def _rows(raw: pl.DataFrame) -> tuple[pl.DataFrame, Counter[str]]:
     return df.select(conform_exprs(df.columns) + list(_KEEP_TEMP)), c
 
 
+_COMBO = ["cat", "name", "coll_name"]
+_CAT_L = pl.col("cat").str.to_lowercase()
+_CPU_OP_CATS = ["cpu_op", "operator"]
+_RUNTIME_CATS = ["cuda_runtime", "cuda_driver", "runtime"]
+# the kind of an event, on a frame with _cat_l, _name, _is_dev and collective
+_KIND = (
+    pl.when(pl.col("_name").str.contains(_STEP_RE) & ~pl.col("_is_dev"))
+    .then(pl.lit("step"))
+    .when(pl.col("_name").str.contains(_DATALOADER_RE) & ~pl.col("_is_dev"))
+    .then(pl.lit("dataloader"))
+    .when(
+        pl.col("_cat_l").is_in(_CPU_OP_CATS)
+        & (pl.col("_name") == "record_param_comms")
+        & (pl.col("collective").fill_null("") != "wait")  # c10d::wait's record moves no data
+    )
+    .then(pl.when(pl.col("collective").is_in(list(P2P))).then(pl.lit("p2p")).otherwise(pl.lit("collective")))
+    .when(pl.col("_cat_l").is_in(_CPU_OP_CATS))
+    .then(pl.lit("cpu_op"))
+    .when(pl.col("_cat_l").is_in(["user_annotation", "gpu_user_annotation"]))
+    .then(pl.lit("annotation"))
+    .when(pl.col("_cat_l") == "python_function")
+    .then(pl.lit("python"))
+    .when(pl.col("_cat_l").is_in(_RUNTIME_CATS) & pl.col("_name").str.contains(_SYNC_RE))
+    .then(pl.lit("sync"))
+    .when(pl.col("_cat_l").is_in(_RUNTIME_CATS))
+    .then(pl.lit("runtime"))
+    .when(pl.col("_cat_l") == "cuda_sync")
+    .then(pl.lit("sync"))
+    .when(pl.col("_cat_l") == "kernel")
+    .then(pl.lit("kernel"))
+    .when(pl.col("_cat_l").is_in(["gpu_memcpy", "memcpy"]))
+    .then(pl.lit("memcpy"))
+    .when(pl.col("_cat_l").is_in(["gpu_memset", "memset"]))
+    .then(pl.lit("memset"))
+    .otherwise(pl.lit("other"))
+)
 _BACKEND_ANN = r"^(gloo|nccl|rccl|mpi|ucc|xccl):"
 
 
