@@ -3,14 +3,16 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 
 import polars as pl
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tests.conftest import ROOT, real_trace_files
+from tests.conftest import ROOT, real_trace_files, shared_traces
 from tracelens import intervals as iv
 from tracelens.analysis import Options, analyze, parse_steps, partition
 from tracelens.load import load
@@ -478,3 +480,24 @@ def test_segments_match_the_interval_arithmetic(kernels, recomputed, windows):
         inside = lambda spans: [sp for sp in spans if sp[0] < we and sp[1] > ws]  # noqa: E731
         assert k.comm_by_group == waterfall.exclusive(inside(comm_spans), x)
         assert k.non_matmul == waterfall.exclusive(inside(nm_spans), nm)
+
+
+@pytest.mark.parametrize("trace", [
+    "sample_traces/job_2ranks",
+    "amd-tracelens/mi300/resnet_act_checkpoint.json.gz",
+    "hta/trace_diff/control/control.json.gz",
+])
+def test_same_trace_same_report_bytes(tmp_path, trace):
+    """A CI gate compares reports: the same trace must give the same bytes, however many threads
+    polars runs (its parallel float sums and joins may order work differently; tracelens sums
+    floats exactly and sorts ties)."""
+    path = trace if trace.startswith("sample_traces") else str(shared_traces() / trace)
+    outs = []
+    for threads in ("1", "3"):
+        out = tmp_path / f"r{threads}.json"
+        env = dict(os.environ, POLARS_MAX_THREADS=threads)
+        r = subprocess.run([sys.executable, "-m", "tracelens", "report", path, "-o", str(out), "--no-cache", "--gpu", "A100"],
+                           capture_output=True, text=True, cwd=ROOT, env=env)
+        assert r.returncode == 0, r.stderr
+        outs.append(out.read_bytes())
+    assert outs[0] == outs[1]
