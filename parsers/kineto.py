@@ -229,7 +229,7 @@ class _Builder:
     def add(self, evs: list[_Event], chunk: bytes | None, keep_args: bool) -> None:
         """Turn one chunk of decoded events into raw columns.  Only what needs the GIL happens
         here (picking the events, pulling their fields into columns); everything polars can do
-        on its own threads waits for the batch normalisation (``_rows``) on the second thread."""
+        on its own threads waits for the batch normalisation (``_batch``) on the second thread."""
         if not evs:
             return
         n_all = len(evs)
@@ -315,33 +315,6 @@ class _Builder:
         return out
 
 
-def _batch(frames: list[pl.DataFrame], args: list[tuple[bytes, tuple]], us: list[bool], keep_args: bool) -> tuple[pl.DataFrame, Counter[str]]:
-    """One batch of raw chunk frames as normalised rows, on the second thread: µs timestamps
-    to ns, the args (joined by NUL per frame) read into their columns and, when kept, their
-    text split into a column."""
-    if any(us) and not all(us):
-        frames = [f.with_columns(pl.col("ts") * 1000) if u else f for f, u in zip(frames, us)]
-    raw = frames[0] if len(frames) == 1 else pl.concat(frames, how="vertical")
-    if all(us):
-        raw = raw.with_columns(pl.col("ts") * 1000)
-    joined = b"\x00".join(j for j, _ in args)
-    n = raw.height
-    col = None
-    if keep_args:
-        col = _split_args(joined, n)
-        if col is None:  # a raw NUL inside a string (invalid JSON the decoder let through)
-            col = _split_args(b"\x00".join(bytes(r).replace(b"\x00", b"\xef\xbf\xbd") for _, rargs in args for r in rargs), n)
-    else:
-        col = pl.Series("args", [None] * n, dtype=pl.String)
-    raw = raw.with_columns(col)
-    no_ts = raw.get_column("ts").null_count()
-    if no_ts:
-        raw = raw.filter(pl.col("ts").is_not_null())
-    df, counts = _rows(raw)
-    counts["no_ts"] += no_ts
-    return df, counts
-
-
 # args keys -> (column, integer?) of the event table's raw columns, in _GET_ARGS order
 _ARG_FIELDS = {
     "External id": ("ext_id", True), "external id": ("ext_id_old", True), "correlation": ("correlation", True),
@@ -365,12 +338,13 @@ def _args_columns(rargs: tuple) -> dict[str, pl.Series]:
     return out
 
 
-def _split_args(joined: bytes, n: int) -> pl.Series | None:
-    try:
-        text = joined.decode("utf-8")
-    except UnicodeDecodeError:
-        text = joined.decode("utf-8", "replace")
-    col = pl.Series("args", [text], dtype=pl.String).str.split("\x00").explode()
+def _split_args(parts: list[bytes], n: int) -> pl.Series | None:
+    """The args texts of a batch (each part: one chunk's, joined by NUL) as one column of ``n``
+    strings; UTF-8 checked and split by polars (off the GIL).  None when the count is off."""
+    text = pl.Series("args", parts, dtype=pl.Binary).cast(pl.String, strict=False)
+    if text.null_count():  # invalid UTF-8 somewhere: replaced, as Python's decoder does it
+        text = pl.Series("args", [p.decode("utf-8", "replace") for p in parts], dtype=pl.String)
+    col = text.str.split("\x00").explode()
     return col if col.len() == n else None
 
 
@@ -597,21 +571,38 @@ _DEVICE_CATS = ["kernel", "gpu_memcpy", "memcpy", "gpu_memset", "memset", "gpu_u
 _KEEP_TEMP = ("_pid", "_tid", "_is_dev")  # needed by the whole-file steps, dropped by conform
 
 
-def _rows(raw: pl.DataFrame) -> tuple[pl.DataFrame, Counter[str]]:
-    """Row-local normalisation of one batch into the event schema (plus _KEEP_TEMP), with the
-    counts of what it clamped or dropped."""
-    c: Counter[str] = Counter()
-    neg, nodur, old = raw.select(
-        (pl.col("dur") < 0).sum().alias("a"),
-        pl.col("dur").is_null().sum().alias("b"),
-        pl.col("cat").is_in(["Operator", "Kernel", "Runtime"]).sum().alias("c"),
-    ).row(0)
-    c["neg_dur"] += neg
-    c["no_dur"] += nodur
-    c["old_schema"] += old
-    # What an event is (kind, class, collective) depends on its category, name and collective
-    # name only: worked out once per distinct combination (a few hundred), then joined back.
-    combos = raw.select(_COMBO).unique()
+def _batch(frames: list[pl.DataFrame], args: list[tuple[bytes, tuple]], us: list[bool], keep_args: bool) -> tuple[pl.DataFrame, Counter[str]]:
+    """One batch of raw chunk frames normalised into the event schema (plus _KEEP_TEMP), with the
+    counts of what was clamped or dropped; runs on the second thread.  µs timestamps become ns,
+    the args texts (joined by NUL per frame) a column, and every event gets its kind, class and
+    collective.  Two rounds of polars queries (each ``collect_all`` releases the GIL once: the
+    decoding thread holds it most of the time, so every round trip waits)."""
+    lfs = [f.lazy().with_columns(pl.col("ts") * 1000) if u else f.lazy() for f, u in zip(frames, us)]
+    raw = lfs[0] if len(lfs) == 1 else pl.concat(lfs, how="vertical")
+    n = sum(f.height for f in frames)
+    queries = [
+        raw.select(
+            (pl.col("dur") < 0).sum().alias("neg_dur"),
+            pl.col("dur").is_null().sum().alias("no_dur"),
+            pl.col("cat").is_in(["Operator", "Kernel", "Runtime"]).sum().alias("old_schema"),
+            pl.col("ts").null_count().alias("no_ts"),
+        ),
+        # what an event is (kind, class, collective) depends on its category, name and
+        # collective name only: worked out once per distinct combination, then joined back
+        raw.select(_COMBO).unique(),
+        raw.select(pl.col("dtype").drop_nulls().unique()),
+    ]
+    if keep_args:
+        parts = pl.Series("args", [j for j, _ in args], dtype=pl.Binary)
+        queries.append(pl.LazyFrame([parts]).select(pl.col("args").cast(pl.String, strict=False).str.split("\x00")).explode("args"))
+    stats, combos, dtypes, *text = pl.collect_all(queries)
+    c: Counter[str] = Counter(stats.row(0, named=True))
+    if keep_args:
+        col = text[0].get_column("args")
+        if col.len() != n or col.null_count():  # invalid UTF-8, or a raw NUL inside a string
+            col = _split_args([b"\x00".join(bytes(r).replace(b"\x00", b"\xef\xbf\xbd") for r in rargs) for _, rargs in args], n)
+    else:
+        col = pl.Series("args", [None] * n, dtype=pl.String)
     colls = combos.get_column("coll_name").drop_nulls().unique().to_list()
     combos = combos.with_columns(
         _CAT_L.is_in(_DEVICE_CATS).alias("_is_dev"),
@@ -628,7 +619,7 @@ def _rows(raw: pl.DataFrame) -> tuple[pl.DataFrame, Counter[str]]:
     classes = {n: classify(n) for n in kernel_names}
     comm_no_coll = [n for n in kernel_names if classes[n] == "comm"]
     from_kernel = {n: collective_from_kernel(n) for n in comm_no_coll}
-    combos = combos.with_columns(
+    combos = combos.lazy().with_columns(
         pl.when(pl.col("kind") == "kernel")
         .then(pl.col("_name").replace_strict(classes, default="other", return_dtype=pl.String) if classes else pl.lit("other"))
         .when(pl.col("kind") == "memcpy")
@@ -646,37 +637,44 @@ def _rows(raw: pl.DataFrame) -> tuple[pl.DataFrame, Counter[str]]:
             else pl.col("collective")
         ).alias("collective"),
     ).select(*_COMBO, "_is_dev", "kind", "kclass", "collective")
-    df = raw.join(combos, on=_COMBO, how="left", nulls_equal=True, maintain_order="left").with_columns(
-        pl.col("name").fill_null(""),
-        ((pl.col("dur").fill_null(0.0).clip(lower_bound=0.0) * 1000.0).round()).cast(pl.Int64).alias("dur_ns"),
-    )
-    dsize = {d: dtype_bytes(d) for d in df.get_column("dtype").drop_nulls().unique().to_list()}
+    dsize = {d: dtype_bytes(d) for d in dtypes.get_column("dtype").to_list()}
     elem = pl.col("dtype").replace_strict(dsize, default=None, return_dtype=pl.Int64) if dsize else pl.lit(None, pl.Int64)
-    df = df.with_columns(
-        # bytes: explicit, else the larger message (nccl-tests' "size") x element size
-        pl.coalesce(pl.col("_bytes"), pl.max_horizontal(pl.col("in_nelems"), pl.col("out_nelems")) * elem).alias("bytes"),
-        pl.when(pl.col("_is_dev")).then(pl.coalesce(pl.col("_device"), pl.col("_pid"))).otherwise(None).cast(pl.Int32).alias("device"),
-        pl.when(pl.col("_is_dev")).then(pl.coalesce(pl.col("_stream"), pl.col("_tid"))).otherwise(None).alias("stream"),
-        pl.when(pl.col("_is_dev")).then(None).otherwise(pl.col("_pid")).alias("pid"),
-        pl.when(pl.col("_is_dev")).then(None).otherwise(pl.col("_tid")).alias("tid"),
-        pl.col("ts").alias("ts_ns"),
-        pl.col("ext_id").alias("external_id"),
-        pl.col("pg_name").alias("group"),
-        pl.col("pg_desc").alias("group_desc"),
-        pl.lit("kineto").alias("source"),
-        pl.lit(0, dtype=pl.Int32).alias("file"),
-        pl.lit(-1, dtype=pl.Int32).alias("rank"),
+    lf = pl.concat([raw, col.to_frame().lazy()], how="horizontal")
+    if c["no_ts"]:
+        lf = lf.filter(pl.col("ts").is_not_null())
+    lf = (
+        lf.join(combos, on=_COMBO, how="left", nulls_equal=True, maintain_order="left")
+        .with_columns(
+            pl.col("name").fill_null(""),
+            ((pl.col("dur").fill_null(0.0).clip(lower_bound=0.0) * 1000.0).round()).cast(pl.Int64).alias("dur_ns"),
+            # bytes: explicit, else the larger message (nccl-tests' "size") x element size
+            pl.coalesce(pl.col("_bytes"), pl.max_horizontal(pl.col("in_nelems"), pl.col("out_nelems")) * elem).alias("bytes"),
+            pl.when(pl.col("_is_dev")).then(pl.coalesce(pl.col("_device"), pl.col("_pid"))).otherwise(None).cast(pl.Int32).alias("device"),
+            pl.when(pl.col("_is_dev")).then(pl.coalesce(pl.col("_stream"), pl.col("_tid"))).otherwise(None).alias("stream"),
+            pl.when(pl.col("_is_dev")).then(None).otherwise(pl.col("_pid")).alias("pid"),
+            pl.when(pl.col("_is_dev")).then(None).otherwise(pl.col("_tid")).alias("tid"),
+            pl.col("ts").alias("ts_ns"),
+            pl.col("ext_id").alias("external_id"),
+            pl.col("pg_name").alias("group"),
+            pl.col("pg_desc").alias("group_desc"),
+            pl.lit("kineto").alias("source"),
+            pl.lit(0, dtype=pl.Int32).alias("file"),
+            pl.lit(-1, dtype=pl.Int32).alias("rank"),
+        )
+        # a runtime call's args (External id, correlation, cbid) are all columns already
+        .with_columns(pl.when(pl.col("kind") == "runtime").then(None).otherwise(pl.col("args")).alias("args"))
+        .with_columns(
+            (pl.col("kind").is_in(["cpu_op", "runtime", "python"]) & pl.col("tid").is_null()).alias("_no_tid"),
+            (pl.col("kind").is_in(["kernel", "memcpy", "memset"]) & pl.col("device").is_null()).alias("_no_dev"),
+        )
     )
-    # a runtime call's args (External id, correlation, cbid) are all columns already
-    df = df.with_columns(pl.when(pl.col("kind") == "runtime").then(None).otherwise(pl.col("args")).alias("args"))
-    no_tid = pl.col("kind").is_in(["cpu_op", "runtime", "python"]) & pl.col("tid").is_null()
-    no_dev = pl.col("kind").is_in(["kernel", "memcpy", "memset"]) & pl.col("device").is_null()
-    n_no_tid, n_no_dev = df.select(no_tid.sum().alias("a"), no_dev.sum().alias("b")).row(0)
-    c["no_tid"] += n_no_tid
-    c["no_dev"] += n_no_dev
-    if n_no_tid or n_no_dev:
-        df = df.filter(~(no_tid | no_dev))
-    return df.select(conform_exprs(df.columns) + list(_KEEP_TEMP)), c
+    columns = lf.collect_schema().names()
+    out, bad = pl.collect_all([
+        lf.filter(~(pl.col("_no_tid") | pl.col("_no_dev"))).select(conform_exprs(columns) + list(_KEEP_TEMP)),
+        lf.select(pl.col("_no_tid").sum().alias("no_tid"), pl.col("_no_dev").sum().alias("no_dev")),
+    ])
+    c.update(bad.row(0, named=True))
+    return out, c
 
 
 _COMBO = ["cat", "name", "coll_name"]
