@@ -341,8 +341,9 @@ def _args_columns(rargs: tuple) -> dict[str, pl.Series]:
 def _split_args(parts: list[bytes], n: int) -> pl.Series | None:
     """The args texts of a batch (each part: one chunk's, joined by NUL) as one column of ``n``
     strings; UTF-8 checked and split by polars (off the GIL).  None when the count is off."""
-    text = pl.Series("args", parts, dtype=pl.Binary).cast(pl.String, strict=False)
-    if text.null_count():  # invalid UTF-8 somewhere: replaced, as Python's decoder does it
+    try:
+        text = pl.Series("args", parts, dtype=pl.Binary).cast(pl.String)
+    except pl.exceptions.PolarsError:  # invalid UTF-8 somewhere: replaced, as Python's decoder does it
         text = pl.Series("args", [p.decode("utf-8", "replace") for p in parts], dtype=pl.String)
     col = text.str.split("\x00").explode()
     return col if col.len() == n else None
@@ -594,8 +595,14 @@ def _batch(frames: list[pl.DataFrame], args: list[tuple[bytes, tuple]], us: list
     ]
     if keep_args:
         parts = pl.Series("args", [j for j, _ in args], dtype=pl.Binary)
-        queries.append(pl.LazyFrame([parts]).select(pl.col("args").cast(pl.String, strict=False).str.split("\x00")).explode("args"))
-    stats, combos, dtypes, *text = pl.collect_all(queries)
+        queries.append(pl.LazyFrame([parts]).select(pl.col("args").cast(pl.String).str.split("\x00")).explode("args"))
+    try:
+        stats, combos, dtypes, *text = pl.collect_all(queries)
+    except pl.exceptions.PolarsError:  # invalid UTF-8 in the args: split below, after Python's decoder
+        if not keep_args:
+            raise
+        stats, combos, dtypes = pl.collect_all(queries[:3])
+        text = [pl.DataFrame({"args": pl.Series([], dtype=pl.String)})]
     c: Counter[str] = Counter(stats.row(0, named=True))
     if keep_args:
         col = text[0].get_column("args")

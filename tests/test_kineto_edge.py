@@ -193,3 +193,19 @@ def test_decimal_us_to_ns(text, ns):
 )
 def test_kernel_classes(name, cls):
     assert classify(name) == cls
+
+
+def test_args_with_invalid_utf8(tmp_path):
+    # A string cut mid-character (bytes no JSON writer should emit, but traces carry them): the
+    # events load, the bad byte reads as U+FFFD in the args text, the fields still read.
+    good = X("cpu_op", "aten::mm", 1.0, 1.0, **{"External id": 1, "note": "ok"})
+    bad = X("cpu_op", "aten::add", 3.0, 1.0, **{"External id": 2, "note": "BADBYTE"})
+    raw = json.dumps({"traceEvents": [good, bad]}).encode().replace(b"BADBYTE", b"caf\xc3")
+    p = tmp_path / "t.json"
+    p.write_bytes(raw)
+    df, meta = parse(p)
+    df = df.sort("ts_ns")
+    assert df.get_column("external_id").to_list() == [1, 2] and not meta.truncated
+    args = df.get_column("args").to_list()
+    assert json.loads(args[0])["note"] == "ok"
+    assert json.loads(args[1])["note"] == "caf\ufffd"
