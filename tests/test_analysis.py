@@ -477,9 +477,8 @@ def test_segments_match_the_interval_arithmetic(kernels, recomputed, windows):
         assert (k.recompute, k.matmul) == (iv.length(r), iv.length(mmw))
         x = iv.subtract(iv.clip(M, ws, we), c)
         nm = iv.subtract(iv.subtract(c, mmw), r)
-        inside = lambda spans: [sp for sp in spans if sp[0] < we and sp[1] > ws]  # noqa: E731
-        assert k.comm_by_group == waterfall.exclusive(inside(comm_spans), x)
-        assert k.non_matmul == waterfall.exclusive(inside(nm_spans), nm)
+        assert k.comm_by_group == waterfall.exclusive([sp for sp in comm_spans if sp[0] < we and sp[1] > ws], x)
+        assert k.non_matmul == waterfall.exclusive([sp for sp in nm_spans if sp[0] < we and sp[1] > ws], nm)
 
 
 @pytest.mark.parametrize("trace", [

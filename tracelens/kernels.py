@@ -3,14 +3,12 @@ share of the dtype's peak, and whether it is memory- or compute-bound on the GPU
 
 from __future__ import annotations
 
-from typing import Any
-
 from math import fsum
+from typing import Any
 
 import polars as pl
 
 from tracelens.gpus import GpuSpec
-
 
 KERNELS_TOP = 30  # kernels by name kept in the report, per rank (the longest)
 MATMULS_TOP = 20  # matmul op shapes kept in the report, per rank (the longest)
