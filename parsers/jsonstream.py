@@ -10,9 +10,7 @@ are parsed from the bytes before the array and the bytes after its end.
 
 from __future__ import annotations
 
-import queue
 import re
-import threading
 import zlib
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -94,60 +92,6 @@ class ContentReader:
         return data
 
 
-class PrefetchReader:
-    """A gzip ContentReader run one step ahead on a second thread: zlib releases the GIL while it
-    inflates, so decompression overlaps with the decoding of the chunks already read."""
-
-    AHEAD = 4  # blocks of READ_BYTES decompressed ahead of the consumer
-
-    def __init__(self, inner: ContentReader):
-        self.inner = inner
-        self.fh = inner.fh
-        self.q: queue.Queue[bytes] = queue.Queue(self.AHEAD)
-        self.stop = False
-        self.done = False
-        self.total = 0
-        self.thread = threading.Thread(target=self._run, name="tracelens-gunzip", daemon=True)
-        self.thread.start()
-
-    def _run(self) -> None:
-        try:
-            while not self.stop:
-                data = self.inner.read(READ_BYTES)
-                self.q.put(data)
-                if not data:
-                    return
-        except BaseException as e:  # a read error: the consumer sees the end, with the problem
-            self.inner.problem = self.inner.problem or f"cannot read file ({e})"
-            self.q.put(b"")
-
-    @property
-    def problem(self) -> str | None:
-        return self.inner.problem if self.done else None
-
-    def read(self, n: int) -> bytes:
-        """The next inflated block (about READ_BYTES, whatever ``n`` is: the stream reader only
-        needs more content, and handing blocks over as they are copies nothing); b"" at the end."""
-        if self.done:
-            return b""
-        data = self.q.get()
-        if not data:
-            self.done = True
-            self.thread.join()
-            return b""
-        self.total += len(data)
-        return data
-
-    def close(self) -> None:
-        self.stop = True
-        while self.thread.is_alive():  # unblock a put, let the thread see stop
-            try:
-                self.q.get(timeout=0.05)
-            except queue.Empty:
-                pass
-        self.inner.close()
-
-
 @dataclass
 class StreamResult:
     top: dict[str, Any]  # the top-level keys other than traceEvents
@@ -161,8 +105,6 @@ def stream_events(path: Path, decode: Decoder, chunk_bytes: int, progress: Calla
     far into the file (on disk) the reader is after each chunk."""
     spath = str(path)
     r = ContentReader(path)
-    if r.gz:
-        r = PrefetchReader(r)
     if progress is not None:
         inner = decode
 
@@ -185,7 +127,7 @@ def _first_char(buf: bytearray) -> int:
     return i
 
 
-def _stream(r: ContentReader | PrefetchReader, path: str, decode: Decoder, chunk: int) -> StreamResult:
+def _stream(r: ContentReader, path: str, decode: Decoder, chunk: int) -> StreamResult:
     buf = bytearray()
     header: bytes | None = None
     # 1. Find the start of the events array.
@@ -250,7 +192,7 @@ def _stream(r: ContentReader | PrefetchReader, path: str, decode: Decoder, chunk
                 break
             search = m.end()  # the cut fell inside a value: try the next boundary
         if progressed:
-            if pos >= 4 * chunk:  # drop what was decoded now and then (each drop moves the rest)
+            if pos >= 2 * chunk:  # drop what was decoded now and then (each drop moves the rest)
                 del buf[:pos]
                 pos = 0
             search = pos + chunk

@@ -39,6 +39,7 @@ from tracelens.schema import TraceMeta, conform, conform_exprs, empty_frame
 PARSER_VERSION = "1.5"
 CHUNK_BYTES = 1 << 20
 ROWS_PER_BATCH = 8192
+BACKLOG = 1  # batches queued for the second thread before the decoding thread waits
 
 Num = int | float | str | None
 
@@ -185,7 +186,7 @@ class _Builder:
         self.counts: Counter[str] = Counter()
         self.exact_ts = False
         self.pending: list[pl.DataFrame] = []
-        self.pending_args: list[tuple[bytes, tuple]] = []  # per pending frame: its args texts joined by NUL, and apart
+        self.pending_args: list[bytes] = []  # per pending frame: its args texts joined by NUL
         self.pending_us: list[bool] = []  # per pending frame: its ts are µs (ns otherwise)
         self.keep_args = True
         self.pending_rows = 0
@@ -240,7 +241,7 @@ class _Builder:
         if "M" in phs:
             for e in evs:
                 if e.ph == "M":
-                    self.meta_events.append((e.name, e.pid, e.tid, e.args))
+                    self.meta_events.append((e.name, e.pid, e.tid, bytes(e.args)))  # a copy: a Raw pins its chunk
         raw_ts = self.exact_ts  # how this chunk was decoded
         drop = _DROP_CATS if not self.keep_python else _DROP_CATS_PY
         keep = [p == "X" and c not in drop for p, c in zip(phs, cats)]
@@ -278,7 +279,7 @@ class _Builder:
             **_args_columns(rargs),
         }
         # the args text: joined here, split into a column on the second thread (_batch)
-        self.pending_args.append((b"\x00".join(rargs), rargs))
+        self.pending_args.append(b"\x00".join(rargs))  # no Raw kept: each would pin its whole chunk
         self.pending_us.append(ts_ns.name == "ts_us")
         self.keep_args = keep_args
         self.pending.append(pl.DataFrame(cols))
@@ -297,6 +298,10 @@ class _Builder:
             if self.pool is None:
                 self.pool = ThreadPoolExecutor(1, thread_name_prefix="tracelens-rows")
             self.frames.append(self.pool.submit(_batch, pending, args, us, self.keep_args))
+            # back-pressure: at most BACKLOG batches wait for the second thread (each holds its raw columns)
+            waiting = [f for f in self.frames if not f.done()]
+            for f in waiting[: max(len(waiting) - BACKLOG, 0)]:
+                f.result()
 
     def finish_rows(self) -> list[pl.DataFrame]:
         """The normalised batches in file order, with their counts added to ``counts``."""
@@ -519,6 +524,7 @@ def _finish(builder: _Builder, meta: TraceMeta, top: dict) -> pl.DataFrame:
         ("no_tid", "host events without a usable thread id were dropped"),
         ("no_dev", "GPU events without a usable device id were dropped"),
         ("no_ts", "complete events without a usable timestamp were dropped"),
+        ("args_unsplit", "events whose args text could not be told apart were given no args text"),
     ):
         if c[key]:
             meta.warnings.append(f"{c[key]} {msg}")
@@ -572,7 +578,7 @@ _DEVICE_CATS = ["kernel", "gpu_memcpy", "memcpy", "gpu_memset", "memset", "gpu_u
 _KEEP_TEMP = ("_pid", "_tid", "_is_dev")  # needed by the whole-file steps, dropped by conform
 
 
-def _batch(frames: list[pl.DataFrame], args: list[tuple[bytes, tuple]], us: list[bool], keep_args: bool) -> tuple[pl.DataFrame, Counter[str]]:
+def _batch(frames: list[pl.DataFrame], args: list[bytes], us: list[bool], keep_args: bool) -> tuple[pl.DataFrame, Counter[str]]:
     """One batch of raw chunk frames normalised into the event schema (plus _KEEP_TEMP), with the
     counts of what was clamped or dropped; runs on the second thread.  µs timestamps become ns,
     the args texts (joined by NUL per frame) a column, and every event gets its kind, class and
@@ -594,7 +600,7 @@ def _batch(frames: list[pl.DataFrame], args: list[tuple[bytes, tuple]], us: list
         raw.select(pl.col("dtype").drop_nulls().unique()),
     ]
     if keep_args:
-        parts = pl.Series("args", [j for j, _ in args], dtype=pl.Binary)
+        parts = pl.Series("args", args, dtype=pl.Binary)
         queries.append(pl.LazyFrame([parts]).select(pl.col("args").cast(pl.String).str.split("\x00")).explode("args"))
     try:
         stats, combos, dtypes, *text = pl.collect_all(queries)
@@ -606,8 +612,11 @@ def _batch(frames: list[pl.DataFrame], args: list[tuple[bytes, tuple]], us: list
     c: Counter[str] = Counter(stats.row(0, named=True))
     if keep_args:
         col = text[0].get_column("args")
-        if col.len() != n or col.null_count():  # invalid UTF-8, or a raw NUL inside a string
-            col = _split_args([b"\x00".join(bytes(r).replace(b"\x00", b"\xef\xbf\xbd") for r in rargs) for _, rargs in args], n)
+        if col.len() != n or col.null_count():  # invalid UTF-8 (replaced), or a raw NUL in a string
+            col = _split_args(args, n)
+        if col is None:  # the decoder rejects raw control characters in strings: not seen, but never guessed
+            c["args_unsplit"] += n
+            col = pl.Series("args", [None] * n, dtype=pl.String)
     else:
         col = pl.Series("args", [None] * n, dtype=pl.String)
     colls = combos.get_column("coll_name").drop_nulls().unique().to_list()
