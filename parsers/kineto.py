@@ -685,12 +685,13 @@ def _batch(frames: list[pl.DataFrame], args: list[bytes], us: list[bool], keep_a
         )
     )
     columns = lf.collect_schema().names()
-    out, bad = pl.collect_all([
-        lf.filter(~(pl.col("_no_tid") | pl.col("_no_dev"))).select(conform_exprs(columns) + list(_KEEP_TEMP)),
-        lf.select(pl.col("_no_tid").sum().alias("no_tid"), pl.col("_no_dev").sum().alias("no_dev")),
-    ])
-    c.update(bad.row(0, named=True))
-    return out, c
+    out = lf.select(conform_exprs(columns) + list(_KEEP_TEMP) + ["_no_tid", "_no_dev"]).collect()
+    no_tid, no_dev = out.get_column("_no_tid").sum(), out.get_column("_no_dev").sum()
+    c["no_tid"] += no_tid
+    c["no_dev"] += no_dev
+    if no_tid or no_dev:
+        out = out.filter(~(pl.col("_no_tid") | pl.col("_no_dev")))
+    return out.drop("_no_tid", "_no_dev"), c
 
 
 _COMBO = ["cat", "name", "coll_name"]
