@@ -7,9 +7,11 @@ GPU-only and CPU-only, µs-float and ns-resolution timestamps, ids above int64.
 How it stays fast and small: ``parsers.jsonstream`` hands over the ``traceEvents`` array in
 chunks of whole events, decompressing as it goes.  Each chunk is decoded by msgspec into small
 typed structs holding only the fields the analysis needs (unknown keys are skipped by the
-decoder, in C; the raw ``args`` text is kept as a string column), turned into columns without a
-Python loop over the events, normalised in batches of rows (kinds, kernel classes, collectives,
-ns times) and dropped before the next chunk.  Only the steps that need the whole file (flows,
+decoder, in C; the raw ``args`` text is kept as a string column), picked and turned into columns
+in a few passes that stay in C (list building, ``compress``, ``attrgetter``; no polars call per
+chunk) and dropped before the next chunk.  Batches of chunks are normalised (kinds, kernel
+classes, collectives, ns times, the args text) on a second thread in two rounds of polars
+queries, while the next chunks decode.  Only the steps that need the whole file (flows,
 collective records onto kernels, sequence numbers) run at the end.
 """
 
@@ -177,8 +179,9 @@ def decimal_us_to_ns(text: pl.Series) -> pl.Series:
 class _Builder:
     """Collects column chunks and the odd events (metadata, flows) of one file."""
 
-    def __init__(self, keep_python: bool):
+    def __init__(self, keep_python: bool, keep_args: bool = True):
         self.keep_python = keep_python
+        self.keep_args = keep_args
         self.frames: list[Future] = []  # normalised batches, (frame, counts) when done
         self.pool: ThreadPoolExecutor | None = None
         self.flows: list[pl.DataFrame] = []  # ac2g flow ends: _ph, _flow_id, _pid, _tid, ts_ns
@@ -188,7 +191,6 @@ class _Builder:
         self.pending: list[pl.DataFrame] = []
         self.pending_args: list[bytes] = []  # per pending frame: its args texts joined by NUL
         self.pending_us: list[bool] = []  # per pending frame: its ts are µs (ns otherwise)
-        self.keep_args = True
         self.pending_rows = 0
         self.events = 0
         self.with_ph = 0
@@ -227,7 +229,7 @@ class _Builder:
             .otherwise((f * 1000.0).round().cast(pl.Int64, strict=False))
         ).to_series()
 
-    def add(self, evs: list[_Event], chunk: bytes | None, keep_args: bool) -> None:
+    def add(self, evs: list[_Event], chunk: bytes | None) -> None:
         """Turn one chunk of decoded events into raw columns.  Only what needs the GIL happens
         here (picking the events, pulling their fields into columns); everything polars can do
         on its own threads waits for the batch normalisation (``_batch``) on the second thread."""
@@ -278,10 +280,9 @@ class _Builder:
             "dur": _float_col(dur),
             **_args_columns(rargs),
         }
-        # the args text: joined here, split into a column on the second thread (_batch)
-        self.pending_args.append(b"\x00".join(rargs))  # no Raw kept: each would pin its whole chunk
+        if self.keep_args:  # the args text: joined here, split into a column on the second thread (_batch)
+            self.pending_args.append(b"\x00".join(rargs))  # no Raw kept: each would pin its whole chunk
         self.pending_us.append(ts_ns.name == "ts_us")
-        self.keep_args = keep_args
         self.pending.append(pl.DataFrame(cols))
         self.pending_rows += n
         if self.pending_rows >= ROWS_PER_BATCH:
@@ -386,19 +387,19 @@ def _decode_args(rargs: tuple[msgspec.Raw, ...]) -> list[_Args]:
         return out
 
 
-def _decode_chunk(chunk: bytes, builder: _Builder, keep_args: bool) -> bool:
+def _decode_chunk(chunk: bytes, builder: _Builder) -> bool:
     """Decode a JSON array of events into the builder; False if it is not valid JSON."""
     try:
         evs = (_DEC_EVENTS_EXACT if builder.exact_ts else _DEC_EVENTS).decode(chunk)
     except msgspec.ValidationError:
-        return _decode_lenient(chunk, builder, keep_args)
+        return _decode_lenient(chunk, builder)
     except msgspec.DecodeError:
         return False
-    builder.add(evs, chunk, keep_args)
+    builder.add(evs, chunk)
     return True
 
 
-def _decode_lenient(chunk: bytes, builder: _Builder, keep_args: bool) -> bool:
+def _decode_lenient(chunk: bytes, builder: _Builder) -> bool:
     """Slow path for a chunk with oddly typed fields: keep every event that converts."""
     try:
         items = orjson.loads(chunk)
@@ -420,7 +421,7 @@ def _decode_lenient(chunk: bytes, builder: _Builder, keep_args: bool) -> bool:
             ev.ts = msgspec.Raw(orjson.dumps(ts if isinstance(ts, (int, float)) else None))
         ev.args = msgspec.Raw(orjson.dumps(a)) if isinstance(a, dict) else msgspec.Raw(b"{}")
         evs.append(ev)
-    builder.add(evs, None, keep_args)
+    builder.add(evs, None)
     return True
 
 
@@ -453,8 +454,8 @@ def _parse(path: Path, keep_python: bool, keep_args: bool, progress: Callable[[i
         size = path.stat().st_size
     except OSError as e:
         raise ParseError(spath, f"cannot read file ({e.strerror or e})") from None
-    builder = _Builder(keep_python)
-    res = stream_events(path, lambda chunk: _decode_chunk(chunk, builder, keep_args), CHUNK_BYTES, progress)
+    builder = _Builder(keep_python, keep_args)
+    res = stream_events(path, lambda chunk: _decode_chunk(chunk, builder), CHUNK_BYTES, progress)
     if builder.with_ph == 0:
         if res.truncated:
             raise ParseError(spath, f"truncated trace: {res.problem} before the first whole event")
@@ -584,9 +585,15 @@ def _batch(frames: list[pl.DataFrame], args: list[bytes], us: list[bool], keep_a
     the args texts (joined by NUL per frame) a column, and every event gets its kind, class and
     collective.  Two rounds of polars queries (each ``collect_all`` releases the GIL once: the
     decoding thread holds it most of the time, so every round trip waits)."""
-    lfs = [f.lazy().with_columns(pl.col("ts") * 1000) if u else f.lazy() for f, u in zip(frames, us)]
-    raw = lfs[0] if len(lfs) == 1 else pl.concat(lfs, how="vertical")
-    n = sum(f.height for f in frames)
+    # one in-memory frame that every query below scans (a lazy concat would be redone per query)
+    if any(us) and not all(us):
+        frames = [f.with_columns(pl.col("ts") * 1000) if u else f for f, u in zip(frames, us)]
+    df = frames[0] if len(frames) == 1 else pl.concat(frames, how="vertical", rechunk=False)
+    del frames
+    if all(us):
+        df = df.with_columns(pl.col("ts") * 1000)
+    n = df.height
+    raw = df.lazy()
     queries = [
         raw.select(
             (pl.col("dur") < 0).sum().alias("neg_dur"),
