@@ -13,8 +13,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tests.conftest import ROOT, real_trace_files, shared_traces
+from tests.reference import exclusive, partition
 from tracelens import intervals as iv
-from tracelens.analysis import Options, analyze, parse_steps, partition
+from tracelens.analysis import Options, analyze, parse_steps
 from tracelens.load import load
 
 
@@ -391,12 +392,10 @@ def test_report_has_the_design_contract_keys(tmp_path):
     st.booleans(),
 )
 def test_exclusive_split_sums_to_the_covered_time(raw, win, disjoint):
-    """waterfall.exclusive splits the part of `within` under any span among the labels: the shares
+    """reference.exclusive splits the part of `within` under any span among the labels: the shares
     add up to |within ∩ ∪spans|, and they are exactly what a slow, obvious split gives: one
     elementary segment at a time (between consecutive span ends), its length inside `within`
     walked piece by piece, shared by the active spans, the remainder to the label with most spans."""
-    from tracelens.waterfall import exclusive
-
     spans = [(s, s + d, lb) for s, d, lb in raw]
     if disjoint:  # lay the spans end to end
         t, spans = 0, []
@@ -477,8 +476,8 @@ def test_segments_match_the_interval_arithmetic(kernels, recomputed, windows):
         assert (k.recompute, k.matmul) == (iv.length(r), iv.length(mmw))
         x = iv.subtract(iv.clip(M, ws, we), c)
         nm = iv.subtract(iv.subtract(c, mmw), r)
-        assert k.comm_by_group == waterfall.exclusive([sp for sp in comm_spans if sp[0] < we and sp[1] > ws], x)
-        assert k.non_matmul == waterfall.exclusive([sp for sp in nm_spans if sp[0] < we and sp[1] > ws], nm)
+        assert k.comm_by_group == exclusive([sp for sp in comm_spans if sp[0] < we and sp[1] > ws], x)
+        assert k.non_matmul == exclusive([sp for sp in nm_spans if sp[0] < we and sp[1] > ws], nm)
 
 
 @pytest.mark.parametrize("trace", [

@@ -797,27 +797,6 @@ class _IdleAttribution:
         return IdleSplit(**out)
 
 
-def partition(C: iv.Intervals, M: iv.Intervals, Y: iv.Intervals, start: int, end: int) -> GpuTime:
-    """The exact GPU-time partition of the window [start, end)."""
-    c = iv.clip(C, start, end)
-    m = iv.clip(M, start, end)
-    y = iv.clip(Y, start, end)
-    window = max(end - start, 0)
-    x = iv.subtract(m, c)  # exposed communication
-    z = iv.subtract(iv.subtract(y, c), m)  # exposed copies: Y \ (C ∪ M)
-    # C, X and Z are disjoint and their union is the busy time, so idle is what is left
-    compute, exposed_comm, exposed_memcpy = iv.length(c), iv.length(x), iv.length(z)
-    return GpuTime(
-        window=window,
-        idle=window - compute - exposed_comm - exposed_memcpy,
-        compute=compute,
-        exposed_comm=exposed_comm,
-        exposed_memcpy=exposed_memcpy,
-        comm=iv.length(m),
-        memcpy=iv.length(y),
-    )
-
-
 def parse_steps(text: str) -> tuple[int, int]:
     """'3:7' -> (3, 7); '5' -> (5, 5); ':7' and '3:' are open-ended."""
     m = re.fullmatch(r"\s*(\d*)\s*(?::\s*(\d*))?\s*", text)

@@ -14,10 +14,10 @@ step is then a sum of segment lengths under a condition:
 - the exclusive splits of exposed communication by group and of non-matmul time by class:
   the time between two consecutive ends of the split's activities is shared equally by the
   activities running in it, in integers (the remainder to the label with most activities,
-  then the greatest label), exactly as ``waterfall.exclusive`` does it on interval lists.
+  then the greatest label).
 
-``tracelens.intervals`` holds the same arithmetic on interval lists, which the tests use as
-the reference; this is the same thing done once for the whole rank instead of once per step.
+The property tests hold this to the same arithmetic on interval lists, one window at a time
+(``tests/reference.py``): this is that, done once for the whole rank instead of per step.
 """
 
 from __future__ import annotations

@@ -11,12 +11,9 @@ and those lengths partition T; so the fractions sum to exactly 1 (up to float ro
 
 from __future__ import annotations
 
-from bisect import bisect_right
 from collections import Counter
 from dataclasses import asdict, dataclass, field
 from typing import Any
-
-from tracelens import intervals as iv
 
 MATMUL_CLASSES = ("gemm", "conv", "attention")
 
@@ -33,71 +30,6 @@ class Bar:
         d = asdict(self)
         d["parts"] = list(self.parts)
         return d
-
-
-def exclusive(spans: list[tuple[int, int, str]], within: iv.Intervals) -> dict[str, int]:
-    """Split the length of ``within`` under the spans among their labels: each elementary segment
-    (between consecutive span ends) is shared equally by the spans active in it, in exact
-    integers (a remainder goes to the label with most spans, then the greatest label).  Labels
-    whose share is 0 are left out.  One sort and one sweep; the length of ``within`` inside a
-    segment comes from its running total (two bisections), however many pieces it has."""
-    if not within or not spans:
-        return {}
-    lo, hi = within[0][0], within[-1][1]
-    pts = []
-    add = pts.append
-    for s, e, label in spans:
-        if s < lo:
-            s = lo
-        if e > hi:
-            e = hi
-        if s < e:
-            add((s, 1, label))
-            add((e, -1, label))
-    if not pts:
-        return {}
-    pts.sort()
-    starts = [a for a, _ in within]
-    before = [0]  # before[i]: the length of within[:i]
-    for a, b in within:
-        before.append(before[-1] + b - a)
-
-    def measure(t: int) -> int:  # the length of within before t
-        i = bisect_right(starts, t) - 1
-        if i < 0:
-            return 0
-        a, b = within[i]
-        return before[i] + (t - a if t < b else b - a)
-
-    out: dict[str, int] = {}
-    active: dict[str, int] = {}
-    n = 0
-    prev_t, prev_m = None, 0
-    for t, d, label in pts:
-        if t != prev_t:
-            m = measure(t)
-            if n and m > prev_m:
-                length = m - prev_m
-                if len(active) == 1:
-                    for lb in active:
-                        out[lb] = out.get(lb, 0) + length
-                else:
-                    rest = length
-                    for lb, c in active.items():
-                        share = length * c // n
-                        out[lb] = out.get(lb, 0) + share
-                        rest -= share
-                    if rest:
-                        top = max(active, key=lambda lb: (active[lb], lb))
-                        out[top] += rest
-            prev_t, prev_m = t, m
-        c = active.get(label, 0) + d
-        if c:
-            active[label] = c
-        else:
-            del active[label]
-        n += d
-    return {k: v for k, v in out.items() if v}
 
 
 def _parts(values: dict[str, int], T: int) -> tuple[dict[str, Any], ...]:
