@@ -326,7 +326,7 @@ def analyze(trace: Trace, options: Options | None = None) -> Analysis:
     computes: dict[int, iv.Intervals] = {}
     warnings: list[str] = []
     for fi, meta in enumerate(trace.metas):
-        mine = ev.filter(pl.col("file") == fi)
+        mine = ev if len(trace.metas) == 1 else ev.filter(pl.col("file") == fi)  # (a filter copies every column)
         result, computes[fi] = _analyze_rank(mine, fi, meta, options)
         ranks.append(result)
     spans = comm.comm_kernels(ev)
@@ -395,7 +395,8 @@ def _analyze_rank(df: pl.DataFrame, fi: int, meta, options: Options) -> RankResu
         gpu_rows = gpu_rows.filter(pl.col("device") == meta.device_id)
     # launch time of each GPU activity: its runtime call (same correlation), else its own start
     launches = (
-        df.filter(pl.col("kind").is_in(["runtime", "sync"]) & pl.col("correlation").is_not_null())
+        df.select("kind", "correlation", "ts_ns", "tid")
+        .filter(pl.col("kind").is_in(["runtime", "sync"]) & pl.col("correlation").is_not_null())
         .sort("ts_ns")
         .group_by("correlation")
         .agg(pl.col("ts_ns").first().alias("launch_ns"), pl.col("tid").first().alias("launch_tid"))
@@ -590,8 +591,8 @@ def _facts(df: pl.DataFrame, counted: pl.DataFrame, gpu_rows: pl.DataFrame, kept
         "fp32_matmul_flops_share": (by_dtype.get("fp32", 0.0) / total_flops) if total_flops else None,
         "has_tensor_cores": bool(spec and max(spec.peak_tflops.get("bf16", 0), spec.peak_tflops.get("fp16", 0)) > 2 * spec.peak_tflops.get("fp32", 0)),
         "optimizer_kernel_ns": int(k.filter(pl.col("kclass") == "optimizer").get_column("dur_ns").sum()),
-        "sync_calls": int(df.filter((pl.col("kind") == "sync") & pl.col("tid").is_not_null()).height),
-        "item_calls": int(df.filter(names.is_in(["aten::item", "aten::_local_scalar_dense"])).height),
+        "sync_calls": int(df.select(((pl.col("kind") == "sync") & pl.col("tid").is_not_null()).sum()).item()),
+        "item_calls": int(df.select(names.is_in(["aten::item", "aten::_local_scalar_dense"]).sum()).item()),
     }
 
 
@@ -723,7 +724,7 @@ class _IdleAttribution:
         self.gpu_rows = gpu_rows
         self.waited: dict[int, int] = {}  # step -> data-loading idle before that step's kernels
         self.by_start: dict[int, tuple] = {}  # filled by ``ends`` for the gap ends only
-        host = df.filter(pl.col("tid").is_not_null())
+        host = df.select("tid", "kind", "name", "ts_ns", "dur_ns").filter(pl.col("tid").is_not_null())
         data = host.filter(pl.col("kind") == "dataloader")
         if options.data_range:
             data = pl.concat([data, host.filter(pl.col("name").cast(pl.String).str.contains(options.data_range))])

@@ -70,12 +70,13 @@ def comm_kernels(events: pl.DataFrame) -> pl.DataFrame:
     or collective is "" so that keys with it still join."""
     gpu = (pl.col("kclass") == "comm") & pl.col("seq").is_not_null()
     host = pl.col("kind").is_in(["collective", "p2p"]) & pl.col("seq").is_not_null()
-    with_gpu = events.filter(gpu).get_column("file").unique().implode()
-    return events.filter(gpu | (host & ~pl.col("file").is_in(with_gpu))).select(
+    with_gpu = events.select(pl.col("file").filter(gpu).unique()).get_column("file").implode()
+    # lazily, so that only the selected columns are filtered (a DataFrame filter copies every one)
+    return events.lazy().filter(gpu | (host & ~pl.col("file").is_in(with_gpu))).select(
         "file", "rank", "ts_ns", "dur_ns", pl.col("group").cast(pl.String).fill_null(""),
         pl.col("group_desc").cast(pl.String), "seq", pl.col("collective").cast(pl.String).fill_null(""),
         "bytes", "group_size",
-    )
+    ).collect()
 
 
 def align_clocks(events: pl.DataFrame, spans: pl.DataFrame, n_files: int) -> ClockAlignment:
