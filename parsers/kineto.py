@@ -360,15 +360,10 @@ def _as_ns(ts: pl.Series) -> pl.Series:
 
 
 def _args_text(rargs: list) -> pl.Series:
-    """The raw args objects as one String column, split in Rust from one joined buffer
+    """Raw JSON values (msgspec.Raw) as one String column, split in Rust from one joined buffer
     (a NUL byte never appears unescaped inside JSON)."""
-    joined = b"\x00".join(rargs)
-    try:
-        text = joined.decode("utf-8")
-    except UnicodeDecodeError:
-        text = joined.decode("utf-8", "replace")
-    out = pl.Series([text], dtype=pl.String).str.split("\x00").explode().alias("args")
-    if out.len() != len(rargs):  # a raw NUL inside a string (invalid JSON the decoder let through)
+    out = _split_args([b"\x00".join(rargs)], len(rargs))
+    if out is None:  # a raw NUL inside a string (invalid JSON the decoder let through)
         out = pl.Series("args", [bytes(r).decode("utf-8", "replace") for r in rargs], dtype=pl.String)
     return out
 

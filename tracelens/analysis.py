@@ -536,9 +536,12 @@ def _analyze_rank(df: pl.DataFrame, fi: int, meta, options: Options) -> RankResu
     facts = _facts(df, counted, gpu_rows, kept, spec) if has_gpu else {}
     from tracelens import kernels as kt
 
-    linked = kt.kernel_ops(df, counted, gpu_rows.filter(pl.col("kind") == "kernel"), spec) if has_gpu else None
-    kernel_table = kt.by_name(df, counted, gpu_rows, spec, linked=linked) if has_gpu else []
-    matmuls = kt.matmul_efficiency(df, counted, gpu_rows, spec, top=None, linked=linked) if has_gpu else []
+    kernel_table, matmuls = [], []
+    if has_gpu:
+        kernels = gpu_rows.filter(pl.col("kind") == "kernel")
+        linked = kt.kernel_ops(df, counted, kernels, spec)
+        kernel_table = kt.by_name(kernels, linked)
+        matmuls = kt.matmul_efficiency(df, counted, linked, spec, top=None)
     if fall is not None and matmuls:
         fall = waterfall.with_parts(fall, "matmul_below_peak", kt.below_peak_by_shape(matmuls))
     matmuls = matmuls[: kt.MATMULS_TOP]

@@ -14,17 +14,14 @@ KERNELS_TOP = 30  # kernels by name kept in the report, per rank (the longest)
 MATMULS_TOP = 20  # matmul op shapes kept in the report, per rank (the longest)
 
 
-def by_name(df: pl.DataFrame, counted: pl.DataFrame, gpu_rows: pl.DataFrame, spec: GpuSpec | None,
-            top: int = KERNELS_TOP, linked: pl.DataFrame | None = None) -> list[dict[str, Any]]:
+def by_name(kernels: pl.DataFrame, linked: pl.DataFrame, top: int = KERNELS_TOP) -> list[dict[str, Any]]:
     """Kernels grouped by name: class, count, total and mean time, and, for kernels launched
     inside ops whose FLOPs are known (an op's FLOPs split among its kernels by duration), the
-    achieved TFLOP/s and the share of the op dtype's peak.  ``linked``: ``kernel_ops`` of the
-    same kernels, when the caller has it already."""
-    k = gpu_rows.filter(pl.col("kind") == "kernel")
+    achieved TFLOP/s and the share of the op dtype's peak.  ``kernels``: the rank's kernel rows;
+    ``linked``: ``kernel_ops`` of them."""
+    k = kernels
     if k.height == 0:
         return []
-    if linked is None:
-        linked = kernel_ops(df, counted, k, spec)
     if linked.height:
         k = k.with_row_index("_k").join(linked.select("_k", "kflops", "kideal"), on="_k", how="left")
     else:
@@ -114,17 +111,14 @@ def kernel_ops(df: pl.DataFrame, counted: pl.DataFrame, kernels: pl.DataFrame, s
 
 
 def matmul_efficiency(
-    df: pl.DataFrame, counted: pl.DataFrame, gpu_rows: pl.DataFrame, spec: GpuSpec | None, top: int | None = 20,
-    linked: pl.DataFrame | None = None,
+    df: pl.DataFrame, counted: pl.DataFrame, linked: pl.DataFrame, spec: GpuSpec | None, top: int | None = 20,
 ) -> list[dict[str, Any]]:
     """Per (op, shapes, dtype): calls, FLOPs, kernel time, achieved TFLOP/s, % of the dtype's
     peak, arithmetic intensity against the ridge point (peak / memory bandwidth).  ``counted``
-    is tracelens.flops.count(df); ``linked`` as for ``by_name``."""
+    is tracelens.flops.count(df); ``linked`` is ``kernel_ops`` of the rank's kernels."""
     counted = counted.drop_nulls("flops")
     if counted.height == 0:
         return []
-    if linked is None:
-        linked = kernel_ops(df, counted, gpu_rows.filter(pl.col("kind") == "kernel"), spec)
     k = linked.group_by("_row").agg(pl.col("dur_ns").sum().alias("kernel_ns"))
     ops = df.select(pl.col("name").cast(pl.String)).with_row_index("_row").join(counted, on="_row")
     joined = ops.join(k, on="_row", how="inner").filter(pl.col("kernel_ns") > 0)
