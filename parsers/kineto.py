@@ -144,7 +144,12 @@ def _int_col(values: list) -> pl.Series:
     try:
         return pl.Series(values, dtype=pl.Int64)
     except (TypeError, OverflowError, pl.exceptions.PolarsError):
+        pass
+    if bool in set(map(type, values)):  # True == 1 as a dict key: no memo
         return pl.Series([_as_int(v) for v in values], dtype=pl.Int64)
+    # ids as text repeat ("25738", "stream 7" in the 2021 schema): convert each distinct value once
+    memo = {v: _as_int(v) for v in set(values)}
+    return pl.Series(list(map(memo.__getitem__, values)), dtype=pl.Int64)
 
 
 def _str_col(values: list) -> pl.Series:
@@ -605,11 +610,11 @@ def _batch(frames: list[pl.DataFrame], args: list[bytes], us: list[bool], keep_a
         parts = pl.Series("args", args, dtype=pl.Binary)
         queries.append(pl.LazyFrame([parts]).select(pl.col("args").cast(pl.String).str.split("\x00")).explode("args"))
     try:
-        stats, combos, dtypes, *text = pl.collect_all(queries)
+        stats, combos, dtypes, *text = pl.collect_all(queries, engine="in-memory")
     except pl.exceptions.PolarsError:  # invalid UTF-8 in the args: split below, after Python's decoder
         if not keep_args:
             raise
-        stats, combos, dtypes = pl.collect_all(queries[:3])
+        stats, combos, dtypes = pl.collect_all(queries[:3], engine="in-memory")
         text = [pl.DataFrame({"args": pl.Series([], dtype=pl.String)})]
     c: Counter[str] = Counter(stats.row(0, named=True))
     if keep_args:
@@ -687,7 +692,7 @@ def _batch(frames: list[pl.DataFrame], args: list[bytes], us: list[bool], keep_a
         )
     )
     columns = lf.collect_schema().names()
-    out = lf.select(conform_exprs(columns) + list(_KEEP_TEMP) + ["_no_tid", "_no_dev"]).collect()
+    out = lf.select(conform_exprs(columns) + list(_KEEP_TEMP) + ["_no_tid", "_no_dev"]).collect(engine="in-memory")
     no_tid, no_dev = out.get_column("_no_tid").sum(), out.get_column("_no_dev").sum()
     c["no_tid"] += no_tid
     c["no_dev"] += no_dev

@@ -756,7 +756,8 @@ class _IdleAttribution:
             .first()
             .select("ts_ns", "launch_ns", "launch_tid", "launch_known", "_p2p", "_step")
         )
-        self.by_start = {r[0]: r[1:] for r in firsts.iter_rows()}
+        cols = [firsts.get_column(c).to_list() for c in firsts.columns]
+        self.by_start = dict(zip(cols[0], zip(*cols[1:])))
 
     def dl_spans(self, tid: int | None) -> iv.Intervals:
         return self.dl.get(tid, []) if tid is not None else self.dl_any

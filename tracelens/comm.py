@@ -76,7 +76,7 @@ def comm_kernels(events: pl.DataFrame) -> pl.DataFrame:
         "file", "rank", "ts_ns", "dur_ns", pl.col("group").cast(pl.String).fill_null(""),
         pl.col("group_desc").cast(pl.String), "seq", pl.col("collective").cast(pl.String).fill_null(""),
         "bytes", "group_size",
-    ).collect()
+    ).collect(engine="in-memory")
 
 
 def align_clocks(events: pl.DataFrame, spans: pl.DataFrame, n_files: int) -> ClockAlignment:

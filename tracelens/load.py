@@ -7,9 +7,7 @@ from __future__ import annotations
 import os
 import re
 from collections.abc import Callable, Iterable
-from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import dataclass, field
-from multiprocessing import get_context
 from pathlib import Path
 
 import polars as pl
@@ -184,6 +182,9 @@ def load(
                 record(i, None, e)
             before += sizes[i]
     else:
+        from concurrent.futures import ProcessPoolExecutor, as_completed  # only here: ~3 ms to import
+        from multiprocessing import get_context
+
         with ProcessPoolExecutor(max_workers=jobs, mp_context=get_context("spawn")) as pool:
             futs = {pool.submit(_parse_job, w): i for i, w in enumerate(work)}
             try:

@@ -118,7 +118,7 @@ class Timeline:
             .agg(pl.col("ov").sum().alias("busy"), pl.col("kclass").first())
         )
         out: dict[int, dict[int, Cell]] = {t: {} for t in tracks}
-        for track, cell, busy, kclass in q.collect().iter_rows():
+        for track, cell, busy, kclass in q.collect(engine="in-memory").iter_rows():
             out[track][cell] = Cell(min(1.0, busy / dt), kclass)
         return out
 
