@@ -7,8 +7,8 @@ write the JSON report), run through the command line's ``main``.  As after a reg
 tracelens' modules are byte-compiled first (``compileall``; HTA's were when pip installed it):
 without that, a machine with PYTHONDONTWRITEBYTECODE set compiles them from source on every run.  HTA 0.5.0: ``TraceAnalysis`` load, then
 ``get_temporal_breakdown``, ``get_idle_time_breakdown`` and ``get_comm_comp_overlap`` (the HTA
-analyses that cover what the report holds).  Each run is a fresh process; the best of
---repeat runs is kept.  Without arguments: the largest traces in ../shared/traces and the
+analyses that cover what the report holds).  Each run is a fresh process; the two sides run
+alternately (--repeat runs each) and the best and the median of each are reported.  Without arguments: the largest traces in ../shared/traces and the
 two-rank sample job.
 """
 
@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -71,9 +72,21 @@ def run(python: str, code: str, path: Path, env: dict) -> float | None:
     return float(r.stdout.strip().splitlines()[-1])
 
 
-def best(python: str, code: str, path: Path, env: dict, repeat: int) -> float | None:
-    times = [t for t in (run(python, code, path, env) for _ in range(repeat)) if t is not None]
-    return min(times) if times else None
+def interleaved(python_a: str, code_a: str, python_b: str | None, code_b: str, path: Path, env: dict,
+                repeat: int) -> tuple[list[float], list[float]]:
+    """``repeat`` fresh-process runs of each side, alternating A, B, A, B, ... so that both
+    sides see the same machine (load from elsewhere moves timings on a shared machine)."""
+    a: list[float] = []
+    b: list[float] = []
+    for _ in range(repeat):
+        t = run(python_a, code_a, path, env)
+        if t is not None:
+            a.append(t)
+        if python_b is not None:
+            t = run(python_b, code_b, path, env)
+            if t is not None:
+                b.append(t)
+    return a, b
 
 
 def main() -> int:
@@ -91,14 +104,21 @@ def main() -> int:
         compileall.compile_dir(str(ROOT / pkg), quiet=1)
     have_hta = Path(args.hta_python).exists()
     rows = []
-    print("| input | tracelens: parse + analyze + JSON | HTA: load + breakdowns | speed-up |\n|---|---|---|---|")
+    print("| input | tracelens: parse + analyze + JSON (best / median) | HTA: load + breakdowns (best / median) "
+          "| speed-up (best / median) |\n|---|---|---|---|")
     for p in traces:
-        ours = best(sys.executable, OURS, p, env, args.repeat)
-        hta = best(args.hta_python, HTA, p, env, args.repeat) if have_hta else None
-        rows.append({"input": p.name, "tracelens_s": ours, "hta_s": hta})
-        ratio = f"{hta / ours:.1f}x" if ours and hta else "-"
-        fmt = lambda t: f"{t:.2f} s" if t is not None else "failed"  # noqa: E731
-        print(f"| {p.name} | {fmt(ours)} | {fmt(hta)} | {ratio} |", flush=True)
+        ours, hta = interleaved(sys.executable, OURS, args.hta_python if have_hta else None, HTA, p, env, args.repeat)
+        row = {"input": p.name, "tracelens_s": min(ours, default=None), "hta_s": min(hta, default=None),
+               "tracelens_median_s": statistics.median(ours) if ours else None,
+               "hta_median_s": statistics.median(hta) if hta else None, "runs": args.repeat}
+        rows.append(row)
+        fmt = lambda a, b: f"{a:.3f} / {b:.3f} s" if a is not None else "failed"  # noqa: E731
+        ratio = (
+            f"{row['hta_s'] / row['tracelens_s']:.2f}x / {row['hta_median_s'] / row['tracelens_median_s']:.2f}x"
+            if ours and hta else "-"
+        )
+        print(f"| {p.name} | {fmt(row['tracelens_s'], row['tracelens_median_s'])} | "
+              f"{fmt(row['hta_s'], row['hta_median_s'])} | {ratio} |", flush=True)
     if args.json:
         args.json.write_text(json.dumps(rows, indent=2))
     return 0

@@ -141,10 +141,11 @@ def _as_int(v: Any) -> int | None:
 
 
 def _int_col(values: list) -> pl.Series:
-    try:
-        return pl.Series(values, dtype=pl.Int64)
-    except (TypeError, OverflowError, pl.exceptions.PolarsError):
-        pass
+    if not (values and str in (type(values[0]), type(values[-1]))):  # ids as text fail a whole pass
+        try:
+            return pl.Series(values, dtype=pl.Int64)
+        except (TypeError, OverflowError, pl.exceptions.PolarsError):
+            pass
     if bool in set(map(type, values)):  # True == 1 as a dict key: no memo
         return pl.Series([_as_int(v) for v in values], dtype=pl.Int64)
     # ids as text repeat ("25738", "stream 7" in the 2021 schema): convert each distinct value once
@@ -343,10 +344,24 @@ def _args_columns(rargs: tuple) -> dict[str, pl.Series]:
     n = len(rargs)
     out = {}
     for (col, is_int), v in zip(_ARG_FIELDS.values(), values):
-        out[col] = _int_col(v) if is_int else _str_col(v)
+        if v.count(None) == n:  # a field no event of the chunk has (most of them, most of the time)
+            out[col] = _null_col(pl.Int64 if is_int else pl.String, n)
+        else:
+            out[col] = _int_col(v) if is_int else _str_col(v)
     ext, old = out.pop("ext_id"), out.pop("ext_id_old")
     out = {"ext_id": ext.fill_null(old) if old.null_count() < n else ext, **out}
     return out
+
+
+_NULLS: dict[pl.DataType, pl.Series] = {}
+
+
+def _null_col(dtype: pl.DataType, n: int) -> pl.Series:
+    """``n`` nulls: a slice (no copy) of a long all-null column made once per dtype."""
+    col = _NULLS.get(dtype)
+    if col is None or col.len() < n:
+        col = _NULLS[dtype] = pl.repeat(None, max(n, 1 << 16), dtype=dtype, eager=True)
+    return col.slice(0, n)
 
 
 def _split_args(parts: list[bytes], n: int) -> pl.Series | None:
