@@ -548,7 +548,7 @@ def _finish(builder: _Builder, meta: TraceMeta, top: dict) -> pl.DataFrame:
     if not frames:
         meta.warnings.append("the trace holds no timed events")
         return empty_frame()
-    df = pl.concat(frames, how="vertical", rechunk=False)
+    df = pl.concat(frames, how="vertical", rechunk=True)
     del frames
     df = _promote_backend_annotations(df)
     df = _single_group(df, meta)
