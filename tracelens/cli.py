@@ -7,6 +7,7 @@ commands never import Textual.
 from __future__ import annotations
 
 import argparse
+import gc
 import os
 import sys
 
@@ -79,6 +80,12 @@ def main(argv: list[str] | None = None) -> int:
     if args.command is None:
         parser.print_help()
         return EXIT_USAGE
+    gc_was_on = gc.isenabled()
+    if args.command in ("info", "report"):
+        # a batch run that ends in a second: the cycle collector would only rescan the objects
+        # of the imports and the analysis (~110 collections, ~9 ms on a 35 MB trace); memory
+        # is freed by reference counting as usual
+        gc.disable()
     try:
         if args.command == "info":
             return _cmd_info(args)
@@ -99,6 +106,9 @@ def main(argv: list[str] | None = None) -> int:
             return EXIT_BAD_INPUT
         print(f"tracelens: internal error: {type(e).__name__}: {e} (set TRACELENS_DEBUG=1 for the traceback)", file=sys.stderr)
         return EXIT_INTERNAL
+    finally:
+        if gc_was_on:
+            gc.enable()
     return EXIT_USAGE
 
 
