@@ -146,7 +146,7 @@ def _int_col(values: list) -> pl.Series:
             return pl.Series(values, dtype=pl.Int64)
         except (TypeError, OverflowError, pl.exceptions.PolarsError):
             pass
-    if bool in set(map(type, values)):  # True == 1 as a dict key: no memo
+    if float in set(map(type, values)):  # equal dict keys that convert differently: 1e19 == 10**19
         return pl.Series([_as_int(v) for v in values], dtype=pl.Int64)
     # ids as text repeat ("25738", "stream 7" in the 2021 schema): convert each distinct value once
     memo = {v: _as_int(v) for v in set(values)}

@@ -7,8 +7,10 @@ import json
 
 import polars as pl
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
-from parsers.kineto import decimal_us_to_ns, parse
+from parsers.kineto import _as_int, _int_col, decimal_us_to_ns, parse
 from tracelens.kclass import classify
 from tracelens.schema import validate
 
@@ -209,3 +211,22 @@ def test_args_with_invalid_utf8(tmp_path):
     args = df.get_column("args").to_list()
     assert json.loads(args[0])["note"] == "ok"
     assert json.loads(args[1])["note"] == "caf\ufffd"
+
+
+_ID = st.one_of(  # what msgspec hands over for an id field (it rejects booleans there)
+    st.none(),
+    st.integers(min_value=-(1 << 70), max_value=1 << 70),
+    st.sampled_from([10**19, 1e19, 1.0, 2.5, -7.0, float(1 << 63)]),  # equal to some ints as dict keys
+    st.floats(allow_nan=False, allow_infinity=False),
+    st.sampled_from(["25738", "stream 7", "Spans", "-3", " 12 ", ""]),
+    st.text(max_size=6),
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(_ID, max_size=40))
+def test_id_columns_convert_value_by_value(values):
+    """An id column (pid, tid, stream, External id, ...) holds each value's own conversion,
+    whatever else the column holds: the fast paths (one Int64 pass; one conversion per distinct
+    value when ids come as text) must agree with converting every value on its own."""
+    assert _int_col(values).to_list() == [_as_int(v) for v in values]
