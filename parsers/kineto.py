@@ -638,9 +638,9 @@ def _batch(frames: list[pl.DataFrame], args: list[bytes], us: list[bool], keep_a
             col = _split_args(args, n)
         if col is None:  # the decoder rejects raw control characters in strings: not seen, but never guessed
             c["args_unsplit"] += n
-            col = pl.Series("args", [None] * n, dtype=pl.String)
+            col = _null_col(pl.String, n).alias("args")
     else:
-        col = pl.Series("args", [None] * n, dtype=pl.String)
+        col = _null_col(pl.String, n).alias("args")
     colls = combos.get_column("coll_name").drop_nulls().unique().to_list()
     combos = combos.with_columns(
         _CAT_L.is_in(_DEVICE_CATS).alias("_is_dev"),
