@@ -57,7 +57,7 @@ PARSE = r"""
 sys.path.insert(0, sys.argv[2])
 import polars, msgspec, orjson
 from tracelens.load import parse_file
-import parsers.kineto
+import tracelens.parsers.kineto
 if warm:  # the runtime's one-off costs (polars' thread pools and arenas) are not the file's
     parse_file(warm, use_cache=False)
 base = rss(); t0 = time.perf_counter()

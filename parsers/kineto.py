@@ -4,7 +4,7 @@ Both schemas are read: the current one (``cpu_op``, ``kernel``, ``cuda_runtime``
 id``) and the 2021 one (``Operator``, ``Kernel``, ``Runtime``, ``external id``), CUDA and ROCm,
 GPU-only and CPU-only, µs-float and ns-resolution timestamps, ids above int64.
 
-How it stays fast and small: ``parsers.jsonstream`` hands over the ``traceEvents`` array in
+How it stays fast and small: ``tracelens.parsers.jsonstream`` hands over the ``traceEvents`` array in
 chunks of whole events, decompressing as it goes.  Each chunk is decoded by msgspec into small
 typed structs holding only the fields the analysis needs (unknown keys are skipped by the
 decoder, in C; the raw ``args`` text is kept as a string column), picked and turned into columns
@@ -32,7 +32,7 @@ import msgspec
 import orjson
 import polars as pl
 
-from parsers.jsonstream import stream_events
+from tracelens.parsers.jsonstream import stream_events
 from tracelens.collectives import P2P, dtype_bytes, normalize_collective
 from tracelens.errors import ParseError
 from tracelens.kclass import classify, collective_from_kernel
@@ -481,7 +481,7 @@ def _parse(path: Path, keep_python: bool, keep_args: bool, progress: Callable[[i
         path=spath,
         format="kineto",
         source="kineto",
-        parser="parsers.kineto",
+        parser="tracelens.parsers.kineto",
         parser_version=PARSER_VERSION,
         size_bytes=size,
         uncompressed_bytes=res.content_bytes,

@@ -1,31 +1,41 @@
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-SHARED_TRACES = ROOT.parent / "shared" / "traces"
+# the real traces the suite runs on live in the repository (tests/data/traces/SOURCES.md)
+TRACES = ROOT / "tests" / "data" / "traces"
 SAMPLE_TRACES = ROOT / "sample_traces"
 
 
-def shared_traces() -> Path:
-    """The real traces beside the checkout (CI has them too: a missing folder fails in CI)."""
-    if not SHARED_TRACES.is_dir():
-        if os.environ.get("CI"):
-            raise RuntimeError(f"{SHARED_TRACES} is missing")
-        pytest.skip("../shared/traces is not beside this checkout")
-    return SHARED_TRACES
+def real_traces() -> Path:
+    """The folder of real traces; a checkout without it is broken, not a reason to skip."""
+    assert (TRACES / "SOURCES.md").is_file(), f"{TRACES} is missing: the real test traces belong to the repository"
+    return TRACES
 
 
 def real_trace_files(*folders: str) -> list[Path]:
-    if not SHARED_TRACES.is_dir():
-        return []
+    """Every .json / .json.gz file under the given folders of the real traces; each folder must hold some."""
     out = []
     for folder in folders:
-        out.extend(sorted(p for p in (SHARED_TRACES / folder).rglob("*") if p.is_file() and p.name.endswith((".json", ".json.gz"))))
+        found = sorted(p for p in (real_traces() / folder).rglob("*") if p.is_file() and p.name.endswith((".json", ".json.gz")))
+        assert found, f"no real traces under {TRACES / folder}"
+        out.extend(found)
     return out
+
+
+def holds_trace_events(path: Path) -> bool:
+    """Independently of the parser: does the file's JSON carry trace events (objects with "ph")?"""
+    import gzip
+
+    import orjson
+
+    raw = path.read_bytes()
+    doc = orjson.loads(gzip.decompress(raw) if raw[:2] == b"\x1f\x8b" else raw)
+    events = doc.get("traceEvents") if isinstance(doc, dict) else doc
+    return isinstance(events, list) and any(isinstance(e, dict) and "ph" in e for e in events)
 
 
 @pytest.fixture(autouse=True)

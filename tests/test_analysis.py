@@ -12,7 +12,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tests.conftest import ROOT, real_trace_files, shared_traces
+from tests.conftest import ROOT, real_trace_files, real_traces
 from tests.reference import exclusive, partition
 from tracelens import intervals as iv
 from tracelens.analysis import Options, analyze, parse_steps
@@ -184,9 +184,9 @@ def _tb_expected_dataloader(run: int) -> dict[int, int]:
     """The TensorBoard plugin's own expected per-step "DataLoader" time (µs) for the two
     ResNet-50 runs, from kineto-tbplugin/test/result_check_file.txt (its first and sixth
     lines are the step breakdowns of num_workers_0 and num_workers_4)."""
-    from tests.conftest import shared_traces
+    from tests.conftest import real_traces
 
-    lines = (shared_traces() / "kineto-tbplugin/test/result_check_file.txt").read_text().splitlines()
+    lines = (real_traces() / "kineto-tbplugin/test/result_check_file.txt").read_text().splitlines()
     d = json.loads(lines[run])["steps"]
     names = [c.get("name") for c in d["columns"]]
     col = names.index("DataLoader")
@@ -199,9 +199,9 @@ def test_data_loading_against_the_tensorboard_plugin():
     first kernel is that step's; ours is credited the same way (the step whose kernel waited).
     The first profiled step has no earlier window to hold its wait, so it is left out.
     Tolerance 3% of TB's value: we clip to the launching thread's DataLoader spans, TB to any."""
-    from tests.conftest import shared_traces
+    from tests.conftest import real_traces
 
-    base = shared_traces() / "kineto-tbplugin/samples"
+    base = real_traces() / "kineto-tbplugin/samples"
     for run, folder in ((0, "resnet50_num_workers_0"), (5, "resnet50_num_workers_4")):
         tb = _tb_expected_dataloader(run)
         a = analyze(load([base / folder], use_cache=False))
@@ -489,7 +489,7 @@ def test_same_trace_same_report_bytes(tmp_path, trace):
     """A CI gate compares reports: the same trace must give the same bytes, however many threads
     polars runs (its parallel float sums and joins may order work differently; tracelens sums
     floats exactly and sorts ties)."""
-    path = trace if trace.startswith("sample_traces") else str(shared_traces() / trace)
+    path = trace if trace.startswith("sample_traces") else str(real_traces() / trace)
     outs = []
     for threads in ("1", "3"):
         out = tmp_path / f"r{threads}.json"

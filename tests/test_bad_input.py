@@ -11,7 +11,7 @@ import sys
 
 import pytest
 
-from tests.conftest import ROOT, shared_traces
+from tests.conftest import ROOT, real_traces
 
 EV = {"ph": "X", "cat": "cpu_op", "name": "aten::add", "pid": 1, "tid": 1, "ts": 1.0, "dur": 2.0, "args": {"External id": 1}}
 
@@ -86,7 +86,7 @@ def test_truncated_json_keeps_whole_events(tmp_path):
 
 
 def test_truncated_gzip_keeps_whole_events(tmp_path):
-    path = shared_traces() / "hta/trace_filter/sampled_rank-0.json.gz"
+    path = real_traces() / "hta/trace_filter/sampled_rank-0.json.gz"
     raw = path.read_bytes()
     f = tmp_path / "cut.json.gz"
     f.write_bytes(raw[: len(raw) // 2])

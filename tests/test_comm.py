@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import random
 
-from tests.conftest import shared_traces
+from tests.conftest import real_traces
 from tracelens.analysis import analyze
 from tracelens.collectives import bus_factor
 from tracelens.comm import _binom_sf
@@ -73,7 +73,7 @@ def test_binomial_tail():
 
 
 def test_two_sampled_ranks_of_a_real_job():
-    a = analyze(load([shared_traces() / "hta/trace_filter"], use_cache=False))
+    a = analyze(load([real_traces() / "hta/trace_filter"], use_cache=False))
     d = a.to_dict()
     assert [r["rank"] for r in d["ranks"]] == [0, 1]
     assert d["job"]["clock_alignment"] == "collective ends"

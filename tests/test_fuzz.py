@@ -10,8 +10,8 @@ from pathlib import Path
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from parsers.kineto import parse
-from tests.conftest import SHARED_TRACES
+from tracelens.parsers.kineto import parse
+from tests.conftest import real_traces
 from tracelens.errors import ParseError
 from tracelens.schema import validate
 
@@ -26,12 +26,7 @@ _seed_cache: dict[str, bytes] = {}
 def _seed(i: int) -> bytes:
     name = SMALL_REAL[i % len(SMALL_REAL)]
     if name not in _seed_cache:
-        p = SHARED_TRACES / name
-        if p.exists():
-            _seed_cache[name] = gzip.decompress(p.read_bytes())
-        else:  # without the shared traces, a small synthetic one
-            ev = [{"ph": "X", "cat": "kernel", "name": "k", "pid": 0, "tid": 7, "ts": i, "dur": 1, "args": {"correlation": i}} for i in range(20)]
-            _seed_cache[name] = json.dumps({"traceEvents": ev}, indent=1).encode()
+        _seed_cache[name] = gzip.decompress((real_traces() / name).read_bytes())
     return _seed_cache[name]
 
 
@@ -104,7 +99,7 @@ def test_mutated_real_traces(seed, mutations):
 def test_nsys_gpu_table_reader_on_arbitrary_bytes(data, with_magic):
     """An nsys export that is not SQLite, or SQLite with garbage pages: a list or a ParseError,
     never another exception (a real export's bytes, mutated, are covered by the same path)."""
-    from parsers.nsys import target_gpus
+    from tracelens.parsers.nsys import target_gpus
 
     with tempfile.TemporaryDirectory() as d:
         p = Path(d) / "x.sqlite"

@@ -23,7 +23,7 @@ from pathlib import Path
 import polars as pl
 import pytest
 
-from tests.conftest import SHARED_TRACES
+from tests.conftest import real_traces
 from tracelens import intervals as iv
 from tracelens.load import load
 
@@ -65,9 +65,7 @@ def hta_definitions(events: pl.DataFrame) -> dict:
 
 @pytest.mark.parametrize("rel", CASES)
 def test_against_hta(rel):
-    path = SHARED_TRACES / rel
-    if not path.exists():
-        pytest.skip("../shared/traces is not beside this checkout")
+    path = real_traces() / rel
     hta = REF[rel]
     ours = hta_definitions(load([path], use_cache=False).events)
     if ours["whole_us"]:
@@ -113,8 +111,7 @@ def sweep_length(rows: list[tuple[int, int]]) -> int:
 def test_enough_exact_matches():
     exact = 0
     for rel in CASES:
-        path = SHARED_TRACES / rel
-        if path.exists() and hta_definitions(load([path], use_cache=False).events)["whole_us"]:
+        path = real_traces() / rel
+        if hta_definitions(load([path], use_cache=False).events)["whole_us"]:
             exact += 1
-    if SHARED_TRACES.exists():
-        assert exact >= 8
+    assert exact >= 8

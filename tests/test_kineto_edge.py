@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from parsers.kineto import _as_int, _int_col, decimal_us_to_ns, parse
+from tracelens.parsers.kineto import _as_int, _int_col, decimal_us_to_ns, parse
 from tracelens.kclass import classify
 from tracelens.schema import validate
 
@@ -146,7 +146,7 @@ def test_info_log_after_events_is_not_mistaken_for_the_end(tmp_path):
 
 
 def test_many_chunks_give_the_same_table(tmp_path, monkeypatch):
-    import parsers.kineto as k
+    import tracelens.parsers.kineto as k
 
     events = [X("cpu_op", f"op}}, {{{i}", i, 1, **{"nested": [{"a": "}, {"}, {"b": i}]}) for i in range(400)]
     p = write(tmp_path, {"traceEvents": events})

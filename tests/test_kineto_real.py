@@ -10,8 +10,8 @@ import orjson
 import polars as pl
 import pytest
 
-from parsers.kineto import parse
-from tests.conftest import real_trace_files, shared_traces
+from tracelens.parsers.kineto import parse
+from tests.conftest import real_trace_files, real_traces
 from tracelens.errors import ParseError
 from tracelens.schema import validate
 
@@ -50,8 +50,8 @@ def _scan(path) -> dict | None:
     }
 
 
-def test_the_shared_traces_are_there():
-    shared_traces()
+def test_the_real_traces_are_there():
+    real_traces()
     assert len(FILES) >= 30
 
 
@@ -86,7 +86,7 @@ def test_real_trace(path):
 
 
 def test_ns_resolution_timestamps_are_exact():
-    path = shared_traces() / "hta/ns_resolution_trace/rank-0.Apr_03_18_51_38.1102.pt.trace.json.gz"
+    path = real_traces() / "hta/ns_resolution_trace/rank-0.Apr_03_18_51_38.1102.pt.trace.json.gz"
     text = _content(path).decode()
     # every "ts" written in the file, converted from its decimal text by integer arithmetic
     written = set()
@@ -101,7 +101,7 @@ def test_ns_resolution_timestamps_are_exact():
 def test_comm_kernels_carry_their_collective():
     """Older PyTorch puts the collective's args only on record_param_comms; they must reach the
     NCCL kernel it launched (through correlation -> launch -> the record on that thread)."""
-    df, meta = parse(shared_traces() / "hta/nccl_parser_config/nccl_data.json.gz")
+    df, meta = parse(real_traces() / "hta/nccl_parser_config/nccl_data.json.gz")
     comm = df.filter(pl.col("kclass") == "comm")
     assert comm.height > 0
     assert comm.get_column("collective").null_count() == 0
@@ -113,7 +113,7 @@ def test_comm_kernels_carry_their_collective():
 
 
 def test_b200_allgather_args_on_kernel():
-    df, meta = parse(shared_traces() / "amd-tracelens/b200/eager_trace.json.gz")
+    df, meta = parse(real_traces() / "amd-tracelens/b200/eager_trace.json.gz")
     comm = df.filter(pl.col("kclass") == "comm")
     assert comm.height > 0
     # NCCL's AllGather (args on the kernel) and PyTorch's symmetric-memory multimem all-reduce
@@ -123,7 +123,7 @@ def test_b200_allgather_args_on_kernel():
 
 
 def test_rocm_generic_rccl_kernel_is_comm():
-    df, meta = parse(shared_traces() / "amd-tracelens/mi300/resnet_act_checkpoint.json.gz")
+    df, meta = parse(real_traces() / "amd-tracelens/mi300/resnet_act_checkpoint.json.gz")
     assert meta.platform == "rocm"
     comm = df.filter(pl.col("kclass") == "comm")
     assert comm.height > 0
@@ -139,7 +139,7 @@ def test_rocm_generic_rccl_kernel_is_comm():
 
 
 def test_old_2021_schema():
-    df, meta = parse(shared_traces() / "kineto-tbplugin/samples/resnet50_num_workers_0/worker0.1623143089861.pt.trace.json.gz")
+    df, meta = parse(real_traces() / "kineto-tbplugin/samples/resnet50_num_workers_0/worker0.1623143089861.pt.trace.json.gz")
     assert meta.trace_schema == "2021"
     k = df.filter(pl.col("kind") == "kernel")
     assert k.get_column("external_id").null_count() == 0  # from lower-case "external id"
@@ -149,14 +149,14 @@ def test_old_2021_schema():
 
 
 def test_ids_above_int64():
-    df, _ = parse(shared_traces() / "hta/large_integer_trace/rank-70.Mar_25_20_48_12.2861.pt.trace.json.gz")
+    df, _ = parse(real_traces() / "hta/large_integer_trace/rank-70.Mar_25_20_48_12.2861.pt.trace.json.gz")
     assert df.height == 2
     args = orjson.loads(df.filter(pl.col("kind") == "collective").get_column("args")[0])
     assert args["Comms Id"] == 10159970886766084423  # kept verbatim in args
 
 
 def test_python_functions_are_dropped_unless_asked():
-    path = shared_traces() / "amd-tracelens/h100/gaunernst_bert-small-uncased__1016001.json.gz"
+    path = real_traces() / "amd-tracelens/h100/gaunernst_bert-small-uncased__1016001.json.gz"
     df, _ = parse(path)
     assert df.filter(pl.col("kind") == "python").height == 0
     df2, _ = parse(path, keep_python=True)

@@ -10,8 +10,8 @@ import sys
 import polars as pl
 import pytest
 
-import parsers.kineto
-from tests.conftest import ROOT, shared_traces
+from tracelens.parsers import kineto as kineto_parser
+from tests.conftest import ROOT, real_traces
 from tracelens.load import load, rank_from_name
 from tracelens.schema import EVENT_SCHEMA, KINDS, SchemaError, conform, validate
 
@@ -54,7 +54,7 @@ def test_duplicate_ranks_are_kept(tmp_path):
 
 
 def test_parallel_equals_sequential():
-    d = shared_traces() / "hta/trace_filter"
+    d = real_traces() / "hta/trace_filter"
     seq = load([d], use_cache=False, jobs=1)
     par = load([d], use_cache=False, jobs=2)
     assert par.events.equals(seq.events)
@@ -62,7 +62,7 @@ def test_parallel_equals_sequential():
 
 
 def test_cache_roundtrip_and_hits(tmp_path, monkeypatch, _isolated_cache):
-    src = shared_traces() / "hta/trace_filter/sampled_rank-0.json.gz"
+    src = real_traces() / "hta/trace_filter/sampled_rank-0.json.gz"
     f = tmp_path / "r0.json.gz"
     shutil.copy(src, f)
     first = load([f])
@@ -72,7 +72,7 @@ def test_cache_roundtrip_and_hits(tmp_path, monkeypatch, _isolated_cache):
     def boom(*a, **k):
         raise AssertionError("parsed again instead of using the cache")
 
-    monkeypatch.setattr(parsers.kineto, "parse", boom)
+    monkeypatch.setattr(kineto_parser, "parse", boom)
     second = load([f])
     assert second.events.equals(first.events)
     assert second.metas[0].to_dict() == first.metas[0].to_dict()
@@ -103,7 +103,7 @@ def run(*args):
 
 
 def test_cli_info_text_and_json():
-    d = shared_traces() / "hta/trace_filter"
+    d = real_traces() / "hta/trace_filter"
     r = run("info", d)
     assert r.returncode == 0, r.stderr
     assert "rank        1/128 (from distributedInfo)" in r.stdout and "ProfilerStep#551" not in r.stderr
@@ -134,7 +134,7 @@ def test_help_imports_nothing_heavy():
 def test_headless_never_imports_textual(tmp_path):
     """info, report (text and JSON) and every headless module leave Textual (and rich) unloaded;
     the same check sees it loaded once the UI package is imported (so it can fail)."""
-    job = str(shared_traces() / "hta/trace_filter")
+    job = str(real_traces() / "hta/trace_filter")
     code = (
         "import sys, importlib\n"
         "from tracelens.cli import main\n"
@@ -142,7 +142,7 @@ def test_headless_never_imports_textual(tmp_path):
         f"main(['report', {job!r}, '-o', {str(tmp_path / 'r.json')!r}])\n"
         f"main(['report', {job!r}, '-o', {str(tmp_path / 'r.txt')!r}])\n"
         "for m in ('tracelens.analysis', 'tracelens.report', 'tracelens.views', 'tracelens.timeline', 'tracelens.suggest',\n"
-        "          'tracelens.waterfall', 'tracelens.kernels', 'tracelens.comm', 'parsers.kineto'):\n"
+        "          'tracelens.waterfall', 'tracelens.kernels', 'tracelens.comm', 'tracelens.parsers.kineto'):\n"
         "    importlib.import_module(m)\n"
         "print('textual' in sys.modules, 'rich' in sys.modules, file=sys.stderr)\n"
         "import tracelens.tui.app\n"
@@ -154,7 +154,7 @@ def test_headless_never_imports_textual(tmp_path):
 
 def test_info_on_nsys_exports_identifies_their_gpus():
     """`tracelens info` on Nsight Systems exports: their GPUs from TARGET_INFO_GPU, matched to peaks."""
-    nsys = shared_traces() / "nsys"
+    nsys = real_traces() / "nsys"
     r = run("info", "--json", nsys / "nvfuser_test_matmul_h200_nsys2024.6.2.sqlite", nsys / "generated_nsys2022.4.2.1_cpu_nvtx_osrt_demo.sqlite")
     assert r.returncode == 0, r.stderr
     out = json.loads(r.stdout)

@@ -7,7 +7,7 @@ import json
 import polars as pl
 import pytest
 
-from tests.conftest import shared_traces
+from tests.conftest import real_traces
 from tracelens import gpus
 from tracelens.analysis import Options, analyze
 from tracelens.flops import count
@@ -102,7 +102,7 @@ def test_v100_has_no_bf16_and_uses_fp16():
 def test_real_h100_gemms_are_physically_plausible():
     """Per aten::mm/addmm on the public H100 Qwen prefill trace: FLOPs over the op's kernel
     time never exceed the BF16 peak, and the large GEMMs land near the 60-69% MFU.md 2.5 reports."""
-    ev = load([shared_traces() / "amd-tracelens/h100/Qwen_Qwen1.5-0.5B-Chat__1016005.json.gz"], use_cache=False).events
+    ev = load([real_traces() / "amd-tracelens/h100/Qwen_Qwen1.5-0.5B-Chat__1016005.json.gz"], use_cache=False).events
     counted = count(ev)
     ops = ev.select("name", "external_id").with_row_index("_row").join(counted, on="_row").drop_nulls("flops")
     kernels = (
@@ -187,7 +187,7 @@ def test_recompute_on_the_mi300x_checkpointed_resnet():
     trace-derived model FLOPs of steps 16-17 (without them) are 0.213 TFLOP."""
     from tracelens import recompute
 
-    path = shared_traces() / "amd-tracelens/mi300/resnet_act_checkpoint.json.gz"
+    path = real_traces() / "amd-tracelens/mi300/resnet_act_checkpoint.json.gz"
     ev = load([path], use_cache=False).events
     rec = recompute.find(ev)
     names = ev.with_row_index("_row").join(rec.select("_row"), on="_row").get_column("name").cast(pl.String)
@@ -245,7 +245,7 @@ def test_recompute_with_torch_checkpoint(tmp_path):
 def test_matmul_efficiency_never_exceeds_the_peak(rel, peak):
     """No matmul op shape nor kernel name of the public H100 and B200 traces runs above the
     dense peak of its dtype; the B200 trace's small GEMMs (M=888) reach about 18%."""
-    r = analyze(load([shared_traces() / rel], use_cache=False)).to_dict()["ranks"][0]
+    r = analyze(load([real_traces() / rel], use_cache=False)).to_dict()["ranks"][0]
     assert r["mfu"]["peak_flops"] == pytest.approx(peak)
     effs = [m["of_peak"] for m in r["matmul_efficiency"]] + [k["of_peak"] for k in r["kernels"] if k["of_peak"] is not None]
     assert effs and max(effs) <= 1.0
@@ -255,11 +255,11 @@ def test_matmul_efficiency_never_exceeds_the_peak(rel, peak):
 def test_gpu_identified_from_nsys_target_info():
     """nsys exports describe their GPUs in TARGET_INFO_GPU: the H200 (132 SMs) and the A100-SXM4-40GB
     (108 SMs) of the shared exports map to full parts; the 2022 CPU-only export has no GPU table."""
-    from parsers.nsys import target_gpus
-    from tests.conftest import shared_traces
+    from tracelens.parsers.nsys import target_gpus
+    from tests.conftest import real_traces
     from tracelens import gpus
 
-    nsys = shared_traces() / "nsys"
+    nsys = real_traces() / "nsys"
     h200 = target_gpus(nsys / "nvfuser_test_matmul_h200_nsys2024.6.2.sqlite")
     assert [(g["id"], g["name"], g["numSms"]) for g in h200] == [(0, "NVIDIA H200", 132)]
     assert h200[0]["memoryBandwidth"] == 4916736000000

@@ -7,7 +7,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from tests.conftest import shared_traces
+from tests.conftest import real_traces
 from tracelens.analysis import GpuTime, IdleSplit, analyze
 from tracelens.load import load
 from tracelens.suggest import RULES, suggest
@@ -94,7 +94,7 @@ def test_fp32_rule_needs_tensor_cores():
 
 
 def test_dataloader_rule_on_the_resnet_pair():
-    base = shared_traces() / "kineto-tbplugin/samples"
+    base = real_traces() / "kineto-tbplugin/samples"
     slow = analyze(load([base / "resnet50_num_workers_0"], use_cache=False)).to_dict()["suggestions"]
     fast = analyze(load([base / "resnet50_num_workers_4"], use_cache=False)).to_dict()["suggestions"]
     assert "input_bound_high" in {s["id"] for s in slow}

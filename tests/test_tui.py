@@ -20,9 +20,9 @@ from pathlib import Path
 import orjson
 import pytest
 
-from tests.conftest import ROOT, SAMPLE_TRACES, shared_traces
+from tests.conftest import ROOT, SAMPLE_TRACES, real_traces
 
-textual = pytest.importorskip("textual")
+import textual  # a test dependency: missing, the suite fails instead of skipping
 
 from tracelens.analysis import analyze  # noqa: E402
 from tracelens.load import load  # noqa: E402
@@ -107,7 +107,7 @@ def test_loads_in_a_worker_and_shows_the_report_numbers():
 
 
 def test_drill_down_rank_to_steps_to_timeline_and_back():
-    d = shared_traces() / "hta/trace_filter"
+    d = real_traces() / "hta/trace_filter"
 
     async def go():
         app = make_app([str(d)])
@@ -358,7 +358,7 @@ def test_loading_reports_progress_in_bytes():
     from tracelens.tui.app import Progress
 
     seen = []
-    path = shared_traces() / "hta/trace_filter"
+    path = real_traces() / "hta/trace_filter"
     total = sum(p.stat().st_size for p in path.iterdir())
 
     async def go():
@@ -378,7 +378,7 @@ def test_loading_reports_progress_in_bytes():
 def test_every_view_renders_on_odd_jobs(job):
     """CPU-only, GPU-only (no host events), Triton, ROCm with recompute, a DataLoader job: every view
     opens and draws without an error."""
-    path = shared_traces() / job
+    path = real_traces() / job
 
     async def go():
         app = make_app([str(path)])

@@ -115,7 +115,7 @@ def main(argv: list[str] | None = None) -> int:
 def _cmd_info(args: argparse.Namespace) -> int:
     from pathlib import Path
 
-    from parsers import SQLITE_MAGIC
+    from tracelens.parsers import SQLITE_MAGIC
     from tracelens.info import nsys_summary, render_nsys_text, render_text, summarize
     from tracelens.load import load
 

@@ -91,12 +91,12 @@ def parse_file(path: str | Path, *, use_cache: bool = True, keep_python: bool = 
                progress: Callable[[int], None] | None = None) -> tuple[pl.DataFrame, TraceMeta]:
     """Parse one file through the cache (sniffing its format); ``progress(bytes)``: how far into
     the file (on disk) the parser is."""
-    from parsers import sniff
+    from tracelens.parsers import sniff
 
     path = Path(path)
     fmt = sniff(path)
     if fmt == "kineto":
-        from parsers import kineto as parser
+        from tracelens.parsers import kineto as parser
     else:
         raise ParseError(str(path), f"{fmt} files are not supported yet (PyTorch profiler JSON only)")
     from tracelens import cache
