@@ -2,8 +2,6 @@
 PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
-SAMPLE := sample_traces/job_2ranks
-SAMPLE_GPU := sample_traces/h100_bert_small
 
 .PHONY: demo test venv test-venv bench clean
 
@@ -21,14 +19,9 @@ venv: $(VENV)/.installed
 test-venv: $(VENV)/.test-installed
 
 # the terminal UI where a terminal is attached, else the text reports
+# (tracelens demo: the TUI where a terminal is attached, else the text report and an HTML page)
 demo: $(VENV)/.installed
-	@if [ -t 0 ] && [ -t 1 ]; then \
-		$(VENV)/bin/tracelens open $(SAMPLE); \
-	else \
-		$(VENV)/bin/tracelens info $(SAMPLE) && \
-		$(VENV)/bin/tracelens report $(SAMPLE) && \
-		$(VENV)/bin/tracelens report $(SAMPLE_GPU); \
-	fi
+	$(VENV)/bin/tracelens demo
 
 test: $(VENV)/.test-installed
 	$(PY) -m pytest -q

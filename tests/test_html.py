@@ -224,7 +224,7 @@ def test_compare_runs_with_different_rank_counts(tmp_path):
     base_json = tmp_path / "base.json"
     assert cli("report", H100, "-o", base_json).returncode == 0
     out = tmp_path / "diff.html"
-    r = cli("report", JOB, "--compare", base_json, "-o", out)
+    r = cli("report", JOB, "--config", "none", "--compare", base_json, "-o", out)  # without its tracelens.toml: no GPU
     assert r.returncode == 0, r.stderr
     html = out.read_text()
     assert "What changed against the baseline" in html and "compare-waterfall" in html
@@ -247,7 +247,7 @@ def test_gates(tmp_path):
     assert cli("report", H100, "--fail-over-step-ms", "1", "-o", out).returncode == 1
     assert cli("report", H100, "--fail-over-step-ms", "1000", "-o", out).returncode == 0
     # an unknown MFU cannot pass a gate that asks for it
-    r = cli("report", JOB, "--fail-under-mfu", "0.1", "-o", out)
+    r = cli("report", JOB, "--config", "none", "--fail-under-mfu", "0.1", "-o", out)  # no GPU without its settings
     assert r.returncode == 1 and "MFU is unknown" in r.stderr.strip().splitlines()[-1]
     # a percentage given as 35 is a usage error, not a silent pass
     assert cli("report", H100, "--fail-under-mfu", "35").returncode == 2

@@ -50,6 +50,8 @@ class Options:
     seq_len: int | None = None  # --seq-len, --layers, --hidden: add PaLM's attention term 12·L·h·S per token
     layers: int | None = None
     hidden: int | None = None
+    # where each option given came from: ("gpu", "--gpu") or ("gpu", "runs/job42/tracelens.toml")
+    given: tuple[tuple[str, str], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -141,6 +143,7 @@ class RankResult:
     peak_flops: float | None = None  # reference dense peak (FLOP/s) of this rank's GPU
     peaks: dict[str, float] = field(default_factory=dict)  # dtype -> FLOP/s
     gpu_model: str | None = None  # the peak table's entry
+    gpu_source: str | None = None  # "trace", or where the GPU / peak was given ("--gpu", a tracelens.toml)
     flops: float | None = None  # model FLOPs over the steps kept
     flops_source: str | None = None  # "shapes" | "user"
     mfu: float | None = None
@@ -301,7 +304,7 @@ def _rank_dict(r: RankResult) -> dict[str, Any]:
         "gpu_time_ns": _gpu_dict(r.gpu),
         "idle_ns": asdict(r.idle) if r.idle is not None else None,
         "mfu": {"value": r.mfu, "model_flops": r.flops, "flops_source": r.flops_source, "peak_flops": r.peak_flops,
-                "gpu_model": r.gpu_model, "hfu": r.hfu, "recompute_flops": r.recompute_flops},
+                "gpu_model": r.gpu_model, "gpu_source": r.gpu_source, "hfu": r.hfu, "recompute_flops": r.recompute_flops},
         "waterfall": r.waterfall.to_list() if r.waterfall else [],
         "kernels": list(r.kernels),
         "matmul_efficiency": list(r.matmuls),
@@ -497,9 +500,13 @@ def _analyze_rank(df: pl.DataFrame, fi: int, meta, options: Options) -> RankResu
         )
     # MFU: model FLOPs (from shapes, or the user's per-step number) over peak x window
     spec, why = gpus.identify(meta.device_properties, meta.device_name) if has_gpu else (None, None)
+    gpu_source = "trace" if spec else None
     if options.gpu or options.peak_tflops:
-        spec, why2 = gpus.override(spec, options.gpu, options.peak_tflops)
+        given = dict(options.given)
+        spec, why2 = gpus.override(spec, options.gpu, options.peak_tflops, given.get("gpu", "--gpu"))
         why = why2 or (None if spec else why)
+        gpu_source = (given.get("peak_tflops") if options.peak_tflops else given.get("gpu")) or "options"
+        gpu_source = gpu_source if spec else None
     from tracelens import flops as fl
 
     counted = fl.count(df)  # once per rank: FLOPs, MFU, facts and the matmul table all read it
@@ -562,6 +569,7 @@ def _analyze_rank(df: pl.DataFrame, fi: int, meta, options: Options) -> RankResu
         peak_flops=peak,
         peaks={k: spec.peak(k) for k in spec.peak_tflops} if spec else {},
         gpu_model=spec.name if spec else None,
+        gpu_source=gpu_source,
         peak_bandwidth=spec.mem_tbps * 1e12 * spec.scale if (spec and spec.mem_tbps) else None,
         flops=flops,
         flops_source=source if step_flops is not None else None,

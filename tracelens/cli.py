@@ -15,7 +15,7 @@ from tracelens import __version__
 from tracelens.errors import EXIT_BAD_INPUT, EXIT_OK, EXIT_USAGE
 
 EXIT_INTERNAL = 4
-COMMANDS = ("info", "report", "open")
+COMMANDS = ("info", "report", "open", "demo")
 
 
 def _common(p: argparse.ArgumentParser, nargs: str = "+") -> None:
@@ -38,6 +38,8 @@ def _analysis_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--seq-len", type=int, metavar="S", help="with --layers and --hidden: add the attention term 12·L·h·S·T")
     p.add_argument("--layers", type=int, metavar="L")
     p.add_argument("--hidden", type=int, metavar="H")
+    p.add_argument("--config", metavar="FILE",
+                   help="job settings (gpu, FLOPs, ...) in TOML; default: tracelens.toml beside the traces; 'none' ignores it")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -64,6 +66,10 @@ def build_parser() -> argparse.ArgumentParser:
     p_open = sub.add_parser("open", help="the terminal UI: the MFU waterfall, suggestions and every drill-down (default when a terminal is attached)")
     _common(p_open)
     _analysis_options(p_open)
+    p_demo = sub.add_parser("demo", help="the bundled sample job: the terminal UI, or (no terminal) its text report and an HTML page")
+    p_demo.add_argument("-o", "--output", metavar="FILE.html", default="tracelens-demo.html",
+                        help="where the HTML report goes without a terminal (default: ./tracelens-demo.html)")
+    p_demo.add_argument("--no-tui", action="store_true", help="the text report and the HTML page even with a terminal attached")
     return parser
 
 
@@ -93,9 +99,19 @@ def main(argv: list[str] | None = None) -> int:
             return _cmd_report(args)
         if args.command == "open":
             return _cmd_open(args)
+        if args.command == "demo":
+            from tracelens.demo import run
+
+            return run(args.output, tui=not args.no_tui and sys.stdin.isatty() and sys.stdout.isatty())
     except KeyboardInterrupt:
         print("tracelens: interrupted", file=sys.stderr)
         return 130
+    except BrokenPipeError:  # `tracelens report ... | head`: the reader left; stop quietly, like other tools
+        try:
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        except OSError:
+            pass
+        return 141
     except Exception as e:  # one line, never a traceback (TRACELENS_DEBUG=1 shows it)
         from tracelens.errors import TraceInputError
 
@@ -165,6 +181,8 @@ def _cmd_report(args: argparse.Namespace) -> int:
     if problem:
         print(f"tracelens: error: {problem}", file=sys.stderr)
         return EXIT_USAGE
+    if not args.load:
+        _apply_job_settings(args)
     try:
         steps = _check_options(args)
     except (ValueError, re.error) as e:
@@ -232,7 +250,18 @@ def _options(args: argparse.Namespace, steps: tuple[int, int] | None):
         steps=steps, step_range=args.step_range, data_range=args.data_range, include_warmup=args.include_warmup,
         gpu=args.gpu, peak_tflops=args.peak_tflops, model_flops_per_step=args.model_flops_per_step,
         params=args.params, tokens_per_step=args.tokens_per_step, seq_len=args.seq_len, layers=args.layers, hidden=args.hidden,
+        given=getattr(args, "given", ()),
     )
+
+
+def _apply_job_settings(args: argparse.Namespace) -> None:
+    """Fill the options the command line left unset from the job's settings file (``--config``,
+    else ``tracelens.toml`` beside the traces), and note where each given option came from."""
+    from tracelens import jobconfig
+
+    values, args.given = jobconfig.resolve(args.paths, {k: getattr(args, k, None) for k in jobconfig.KEYS}, args.config)
+    for key, value in values.items():
+        setattr(args, key, value)
 
 
 def _check_options(args: argparse.Namespace) -> tuple[int, int] | None:
@@ -252,6 +281,7 @@ def _cmd_open(args: argparse.Namespace) -> int:
     """The terminal UI.  A saved JSON report opens without its traces (no timeline)."""
     import re
 
+    _apply_job_settings(args)  # unused when PATH is a saved report
     try:
         steps = _check_options(args)
     except (ValueError, re.error) as e:

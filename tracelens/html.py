@@ -125,7 +125,8 @@ def _summary(d: dict[str, Any]) -> str:
     g = d["job"]["gpu_time_ns"]
     cards = []
     if h["mfu"] is not None:
-        cards.append(("MFU", f"{100 * h['mfu']:.2f}%", f"of {h['gpu_model']} dense peak ({h['peak_flops'] / 1e12:,.0f} TFLOP/s)"))
+        note = f"; {h['gpu_note']}" if h["gpu_note"] else ""
+        cards.append(("MFU", f"{100 * h['mfu']:.2f}%", f"of {h['gpu_model']} dense peak ({h['peak_flops'] / 1e12:,.0f} TFLOP/s{note})"))
     else:
         cards.append(("MFU", "unknown", h["why_unknown"]))
     if h["hfu"] is not None:

@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from tracelens.units import fmt_ns
+from tracelens import views
 from tracelens.views import fmt_speedup
 
 
@@ -30,9 +31,10 @@ def render_text(d: dict[str, Any]) -> str:
     if job["mfu"] is not None:
         r0 = d["ranks"][0]["mfu"]
         hfu = f", HFU {100 * r0['hfu']:.1f}% (with recompute)" if r0.get("hfu") and r0.get("recompute_flops") else ""
+        note = views.gpu_given_note(r0.get("gpu_source"))
         lines.append(
-            f"MFU: {100 * job['mfu']:.2f}% of {r0['gpu_model']} dense peak ({r0['peak_flops'] / 1e12:.0f} TFLOP/s), "
-            f"model FLOPs from {r0['flops_source']}{hfu}"
+            f"MFU: {100 * job['mfu']:.2f}% of {r0['gpu_model']} dense peak ({r0['peak_flops'] / 1e12:.0f} TFLOP/s"
+            f"{'; ' + note if note else ''}), model FLOPs from {r0['flops_source']}{hfu}"
         )
     elif any(m["value"] is not None for _, m in mfus):
         lines.append("MFU: " + ", ".join(f"rank {rk} {100 * m['value']:.1f}%" for rk, m in mfus if m["value"] is not None))
@@ -55,7 +57,7 @@ def render_text(d: dict[str, Any]) -> str:
         mean = sum(s["dur_ns"] for s in kept) // len(kept) if kept else None
         g = r["gpu_time_ns"]
         w = r["window_ns"]
-        name = (r["device"]["name"] or "unknown GPU")[:24]
+        name = views.device_label(r)[:24]
         lines.append(
             f"{r['rank']:>4}  {name:<24} {len(r['steps']):>5} {fmt_ns(mean):>10} "
             + (f"{100 * r['mfu']['value']:5.1f}% " if r["mfu"]["value"] is not None else f"{'-':>6} ")

@@ -137,7 +137,7 @@ def rank_rows(report: dict[str, Any]) -> list[dict[str, Any]]:
         g, w = r["gpu_time_ns"], r["window_ns"]
         rows.append({
             "rank": r["rank"],
-            "device": r["device"].get("name") or "unknown GPU",
+            "device": device_label(r),
             "steps": len(r["steps"]),
             "step_ns": sum(s["dur_ns"] for s in kept) // len(kept) if kept else None,
             "mfu": r["mfu"]["value"],
@@ -256,6 +256,29 @@ def step_stats(report: dict[str, Any]) -> dict[str, Any]:
             "min": times[0], "max": times[-1]}
 
 
+def gpu_given_note(source: str | None) -> str:
+    """Where the GPU behind the MFU came from, when not from the trace ("" when it was): every
+    front end shows it next to the MFU, so a peak the user supplied is never passed off as read."""
+    if source in (None, "trace"):
+        return ""
+    if source.startswith("--"):
+        return f"GPU given by {source}"
+    if source == "options":
+        return "GPU given by the caller"
+    return f"GPU given in {source}"
+
+
+def device_label(r: dict[str, Any]) -> str:
+    """A rank's device: its name in the trace, else the GPU the user gave (marked so), else unknown."""
+    name = r["device"].get("name")
+    if name:
+        return name
+    m = r["mfu"]
+    if m.get("gpu_model") and m.get("gpu_source") not in (None, "trace"):
+        return f"{m['gpu_model']} (given)"
+    return "unknown GPU"
+
+
 def headline(report: dict[str, Any]) -> dict[str, Any]:
     """The one-line answer: job MFU (or why it is unknown), the GPU model, the number of ranks."""
     ranks = report["ranks"]
@@ -269,7 +292,8 @@ def headline(report: dict[str, Any]) -> dict[str, Any]:
         "mfu": mfu,
         "why_unknown": why,
         "gpu_model": r0["mfu"]["gpu_model"] if r0 else None,
-        "device": r0["device"].get("name") if r0 else None,
+        "gpu_note": gpu_given_note(r0["mfu"].get("gpu_source")) if r0 else "",
+        "device": device_label(r0) if r0 else None,
         "peak_flops": r0["mfu"]["peak_flops"] if r0 else None,
         "flops_source": r0["mfu"]["flops_source"] if r0 else None,
         "hfu": r0["mfu"]["hfu"] if r0 and r0["mfu"]["recompute_flops"] else None,

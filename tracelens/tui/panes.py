@@ -53,7 +53,8 @@ class OverviewPane(VerticalScroll):
         t = Text()
         if h["mfu"] is not None:
             t.append(f"MFU {100 * h['mfu']:.2f}%", style="bold #33d17a")
-            t.append(f"  of {h['gpu_model']} dense peak ({h['peak_flops'] / 1e12:,.0f} TFLOP/s), model FLOPs from {h['flops_source']}")
+            note = f"; {h['gpu_note']}" if h["gpu_note"] else ""
+            t.append(f"  of {h['gpu_model']} dense peak ({h['peak_flops'] / 1e12:,.0f} TFLOP/s{note}), model FLOPs from {h['flops_source']}")
             if h["hfu"] is not None:
                 t.append(f", HFU {100 * h['hfu']:.2f}%")
         else:

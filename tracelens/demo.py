@@ -1,0 +1,71 @@
+"""``tracelens demo``: the bundled sample job, the way a user first meets the tool.
+
+The sample is two ranks of a real 128-rank recommender training job on A100s (HTA's test
+data, see ``sample_traces/job_2ranks/SOURCES.md``), with the GPU named in the job's
+``tracelens.toml``.  With a terminal it opens the UI; without one it prints the text report
+and writes the HTML page of the same analysis, saying where.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+from tracelens.errors import EXIT_OK, TraceInputError
+
+JOB = "job_2ranks"
+
+
+def sample_job() -> Path:
+    """The bundled job: inside the installed package, or in the checkout's sample_traces/."""
+    here = Path(__file__).resolve().parent
+    for base in (here / "sample_traces", here.parent / "sample_traces"):
+        if (base / JOB).is_dir():
+            return base / JOB
+    raise TraceInputError(str(here / "sample_traces" / JOB), "the bundled sample job is missing from this installation")
+
+
+def _shown(p: Path) -> str:
+    """A path as the user would type it: relative to the working directory when below it."""
+    try:
+        rel = os.path.relpath(p)
+    except ValueError:  # another drive
+        return str(p)
+    return str(p) if rel.startswith("..") else rel
+
+
+def options(job: str):
+    """The analysis options of the sample job: its tracelens.toml (the GPU), marked as given there."""
+    from tracelens import jobconfig
+    from tracelens.analysis import Options
+
+    values, given = jobconfig.resolve([job], {})
+    return Options(**values, given=given)
+
+
+def run(html_out: str, tui: bool) -> int:
+    job = _shown(sample_job())
+    if tui:
+        from tracelens.errors import EXIT_BAD_INPUT
+        from tracelens.tui import make_app
+
+        app = make_app([job], options=options(job))
+        app.run()
+        if app.error:
+            print(f"tracelens: error: {app.error}", file=sys.stderr)
+            return EXIT_BAD_INPUT
+        return EXIT_OK
+    from tracelens.analysis import analyze
+    from tracelens.atomic import write_bytes
+    from tracelens.load import load
+    from tracelens.report import render
+
+    d = analyze(load([job]), options(job)).to_dict()
+    sys.stdout.buffer.write(render(d, "text"))
+    write_bytes(html_out, render(d, "html"))
+    for w in d["warnings"]:
+        print(f"tracelens: warning: {w}", file=sys.stderr)
+    print(f"\nThe same report as one HTML page: {os.path.abspath(html_out)} (open it in a browser; it works offline)")
+    print(f"This was `tracelens report {job}`; with a terminal, `tracelens {job}` opens the terminal UI.")
+    return EXIT_OK
