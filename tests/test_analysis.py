@@ -54,6 +54,7 @@ def test_partition_by_hand(tmp_path):
         K("sm90_xmma_gemm_b", 20, 20, stream=8, corr=2),
         K("ncclDevKernel_AllReduce_Sum_f32_RING_LL", 35, 25, stream=9, corr=3),
         {**X("gpu_memcpy", "Memcpy DtoH (Device -> Pinned)", 55, 15, pid=0, tid=7, device=0, stream=7, correlation=4)},
+        X("cpu_op", "aten::add_", 70, 30),  # host work to the step's end (else [70, 100) is the untraced tail)
     ]
     a = analyze(load([write(tmp_path, ev)], use_cache=False))
     r = a.ranks[0]
@@ -77,6 +78,7 @@ def test_kernels_belong_to_the_step_that_launched_them(tmp_path):
         X("cuda_runtime", "cudaLaunchKernel", 60, 1, correlation=2),
         K("k1_elementwise_kernel", 60, 20, corr=1),
         K("k2_elementwise_kernel", 85, 10, corr=2),
+        X("cpu_op", "aten::add_", 95, 5),  # host work to the last step's end (else [95, 100) is its untraced tail)
     ]
     a = analyze(load([write(tmp_path, ev)], use_cache=False), Options(include_warmup=True))
     s1, s2 = a.ranks[0].steps
@@ -226,11 +228,12 @@ def test_idle_split_by_hand(tmp_path):
     #   [20, 50): k2 launched at 45 -> latency [45, 50) = 5; host part [20, 45): DataLoader 20, rest 5 -> host launch
     #   [60, 100): k3 launched at 70 -> latency [70, 100) = 30; host [60, 70) after the sync returned at 65 -> sync 10
     #   [110, 150): k4 launched at 150 -> host [110, 150) = 40, no sync, no DataLoader -> host launch 40
-    #   [160, 200): nothing follows (end of the last step) -> other 40
+    #   [160, 200): nothing follows (end of the last step), the host is busy in aten::add_ -> other 40
     ev = [
         X("user_annotation", "ProfilerStep#1", 0, 200),
         X("user_annotation", "enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__", 20, 20),
         X("cuda_runtime", "cudaStreamSynchronize", 60, 5),
+        X("cpu_op", "aten::add_", 160, 40),  # the host works on to the step's end (else [160, 200) is the untraced tail)
     ]
     for i, (ts, launch) in enumerate([(10, 5), (50, 45), (100, 70), (150, 150)], start=1):
         ev.append(X("cuda_runtime", "cudaLaunchKernel", launch, 0.5, correlation=i))

@@ -26,10 +26,36 @@ def tiny(path, rank=None, n=3):
 
 @pytest.mark.parametrize(
     "name,rank",
-    [("rank-3.json", 3), ("rank3.json.gz", 3), ("trace_rank_12.pt.trace.json", 12), ("worker_5.json", 5), ("trace.json", None)],
+    [("rank-3.json", 3), ("rank3.json.gz", 3), ("trace_rank_12.pt.trace.json", 12), ("worker_5.json", 5), ("trace.json", None),
+     # explicit rank patterns, anywhere in the name, in any case
+     ("RANK_7.json", 7), ("bs_32_rank0.json.gz", 0), ("sampled_rank-1.json.gz", 1),
+     ("rank-34.Jul_15_10_52_41.1074.pt.trace.json.gz", 34),
+     ("rank5.1623143089861.pt.trace.json", 5),
+     # "_N" only where the rest of the stem is a profiler's own name for a trace
+     ("trace_3.json", 3), ("kineto_trace_2.json.gz", 2), ("profile_11.pt.trace.json.gz", 11),
+     ("worker_4.1623143089861.pt.trace.json", 4),
+     # not ranks: a setting in the name, a pid (torch's <host>_<pid>.<ms>.pt.trace.json, Kineto's libkineto_activities_<pid>),
+     # a local rank, a count of ranks, a word that ends in "rank", a model name with a number
+     ("resnet50_num_workers_4.json.gz", None), ("gpu-node07_41230.1623143089861.pt.trace.json", None),
+     ("myhost_4123.pt.trace.json", None), ("libkineto_activities_812.json", None), ("local_rank_1.json", None),
+     ("localrank3.json", None), ("ranks_8.json", None), ("nranks8.json", None), ("frank2.json", None), ("bert_2.json", None),
+     ("step_based_trace_2543932.json.gz", None), ("Qwen_Qwen1.5-0.5B-Chat__1016005.json.gz", None)],
 )
 def test_rank_from_name(tmp_path, name, rank):
     assert rank_from_name(tmp_path / name) == rank
+
+
+def test_a_number_that_is_the_files_pid_is_not_a_rank(tmp_path):
+    # trace_251.json could be rank 251 or a process id (dynolog/Kineto on-demand traces append the
+    # pid to the name; containers give small pids): when the file's own events run in pid 251,
+    # it is the pid.  An explicit rank pattern is believed whatever the pid.
+    assert rank_from_name(tmp_path / "trace_251.json", pids={251}) is None
+    assert rank_from_name(tmp_path / "trace_251.json", pids={7}) == 251
+    assert rank_from_name(tmp_path / "rank_251.json", pids={251}) == 251
+    doc = {"traceEvents": [{"ph": "X", "cat": "cpu_op", "name": "aten::add", "pid": 251, "tid": 251, "ts": 1, "dur": 1}]}
+    (tmp_path / "trace_251.json").write_text(json.dumps(doc))
+    (t,) = load([tmp_path / "trace_251.json"], use_cache=False).metas
+    assert (t.rank, t.rank_source) == (0, "order")
 
 
 def test_rank_sources(tmp_path):
@@ -163,3 +189,69 @@ def test_info_on_nsys_exports_identifies_their_gpus():
     assert g["name"] == "NVIDIA H200" and g["gpu_model"] == "NVIDIA H200 SXM" and g["peak_flops"]["bf16"] == 989.4e12
     text = run("info", nsys / "pipit_saxpy-mpi-cuda_nsys2022.2.1_perlmutter0.sqlite").stdout
     assert "NVIDIA A100-SXM4-40GB, 108 SMs" in text and "-> NVIDIA A100 40GB: 312 TFLOP/s dense" in text
+
+
+def _separate(t) -> list[str]:
+    return [w for w in t.warnings if "separate runs" in w]
+
+
+def test_two_single_gpu_runs_in_one_folder_are_not_a_job(tmp_path):
+    # The TensorBoard plugin's two ResNet-50 runs (num_workers 0 and 4): one V100 each, no
+    # distributedInfo, recorded on 2021-06-08 and 2021-06-09, 19.4 h apart.  Before: loaded as a
+    # 2-rank job with no word about it.
+    base = real_traces() / "kineto-tbplugin/samples"
+    t = load([base / "resnet50_num_workers_0", base / "resnet50_num_workers_4"], use_cache=False)
+    assert [m.rank for m in t.metas] == [0, 1]
+    (w,) = _separate(t)
+    assert "no file has distributedInfo" in w and "19.4 h apart" in w and "2021-06-08" in w and "2021-06-09" in w
+    assert "different GPUs" not in w  # both are Tesla V100-DGXS-32GB
+    assert t.separate_runs
+
+
+def test_separate_runs_on_different_gpus_recorded_months_apart():
+    # The H100 BERT inference trace (2025-07-18) and the MI210 GPU-only trace (2025-10): neither
+    # has distributedInfo; different GPU models and times.
+    a = real_traces() / "amd-tracelens/h100/gaunernst_bert-small-uncased__1016001.json.gz"
+    b = real_traces() / "amd-tracelens/mi210/gpu_only_trace/gpu_only_trace.json.gz"
+    (w,) = _separate(load([a, b], use_cache=False))
+    assert "different GPUs (NVIDIA H100 80GB HBM3, AMD Instinct MI210)" in w and "apart" in w
+
+
+def test_ranks_of_one_job_are_not_called_separate_runs(tmp_path):
+    # distributedInfo in the files: a job, whatever the rest
+    assert not _separate(load([real_traces() / "hta/trace_filter"], use_cache=False))
+    # no distributedInfo, one GPU model, recorded at the same time (epoch µs, overlapping): a job
+    # traced without distributedInfo (on-demand tracing), not separate runs
+    t0 = 1_700_000_000_000_000  # µs since the epoch, 2023-11-14
+    for r in (0, 1):
+        doc = {"deviceProperties": [{"id": r, "name": "NVIDIA H100 80GB HBM3"}], "traceEvents": [
+            {"ph": "X", "cat": "cpu_op", "name": "aten::mm", "pid": 10 + r, "tid": 10 + r, "ts": t0 + 3 * r, "dur": 50},
+            {"ph": "X", "cat": "kernel", "name": "gemm", "pid": r, "tid": 7, "ts": t0 + 10 + r, "dur": 20,
+             "args": {"device": r, "stream": 7}}]}
+        (tmp_path / f"rank-{r}.json").write_text(json.dumps(doc))
+    t = load([tmp_path], use_cache=False)
+    assert not _separate(t) and not t.separate_runs
+
+
+def test_same_time_but_different_gpus_is_evidence_too(tmp_path):
+    # Without distributedInfo, an H100 trace and an A100 trace recorded at the same moment: the
+    # warning names the GPUs and nothing about the times (they overlap).
+    t0 = 1_700_000_000_000_000
+    for i, gpu in enumerate(("NVIDIA H100 80GB HBM3", "NVIDIA A100-SXM4-80GB")):
+        doc = {"deviceProperties": [{"id": 0, "name": gpu}], "traceEvents": [
+            {"ph": "X", "cat": "kernel", "name": "gemm", "pid": 0, "tid": 7, "ts": t0 + i, "dur": 20,
+             "args": {"device": 0, "stream": 7}}]}
+        (tmp_path / f"run{i}.json").write_text(json.dumps(doc))
+    (w,) = _separate(load([tmp_path], use_cache=False))
+    assert "different GPUs (NVIDIA H100 80GB HBM3, NVIDIA A100-SXM4-80GB)" in w and "apart" not in w
+
+
+def test_separate_runs_reach_the_report():
+    base = real_traces() / "kineto-tbplugin/samples"
+    from tracelens.analysis import analyze
+
+    d = analyze(load([base / "resnet50_num_workers_0", base / "resnet50_num_workers_4"], use_cache=False)).to_dict()
+    assert d["job"]["separate_runs"] is True
+    assert any("separate runs" in w for w in d["warnings"])
+    one = analyze(load([base / "resnet50_num_workers_0"], use_cache=False)).to_dict()
+    assert one["job"]["separate_runs"] is False

@@ -17,7 +17,8 @@ from tracelens.load import load
 def trace(tmp_path, name="NVIDIA H100 80GB HBM3", sms=132, shapes=True):
     # One step, CPU [0, 1000) µs; aten::mm [4096, 8192] x [8192, 4096] launches one GEMM kernel
     # running [100, 600) µs.  FLOPs = 2 * 4096 * 4096 * 8192 = 274877906944.
-    # GPU window = [100, 1000) µs = 900 µs (the last step ends at its CPU end).
+    # GPU window = [100, 1000) µs = 900 µs (the last step ends at its CPU end: the host works until then
+    # in aten::add_; without it, [600, 1000) would be the untraced tail, out of the window: test_windows).
     args = {"External id": 1}
     if shapes:
         args |= {"Input Dims": [[4096, 8192], [8192, 4096]], "Input type": ["c10::BFloat16", "c10::BFloat16"]}
@@ -28,6 +29,7 @@ def trace(tmp_path, name="NVIDIA H100 80GB HBM3", sms=132, shapes=True):
          "args": {"External id": 1, "correlation": 9}},
         {"ph": "X", "cat": "kernel", "name": "sm90_xmma_gemm_bf16bf16", "pid": 0, "tid": 7, "ts": 100, "dur": 500,
          "args": {"External id": 1, "correlation": 9, "device": 0, "stream": 7}},
+        {"ph": "X", "cat": "cpu_op", "name": "aten::add_", "pid": 1, "tid": 1, "ts": 600, "dur": 400},
     ]
     p = tmp_path / "rank-0.json"
     p.write_text(json.dumps({"deviceProperties": [{"id": 0, "name": name, "numSms": sms}], "traceEvents": ev}))

@@ -10,8 +10,11 @@ Definitions (DESIGN.md 4.1-4.2, MFU.md 9.2-9.3):
   step in which it was *launched* (its runtime call's time; its own start when the launch is
   not in the trace).  A step's GPU window runs from its first kernel's start to the next step's
   first kernel's start; the last step ends at the later of its CPU span's end and its last
-  kernel's end.  The first step is flagged as warm-up and left out of the rank's totals when
-  there are other steps.
+  kernel's end, but the trace's last ProfilerStep (closed by the profiler's stop) ends where its
+  traced GPU and host work ends: the rest of its CPU span is its untraced tail, reported apart
+  and outside the window.  Without steps the window is the first to the last GPU activity.
+  The first step is flagged as warm-up and left out of the rank's totals when there are other
+  steps.
 * In a window W, with C the union of compute kernels, M of communication kernels and Y of
   copies and fills: idle I = W \\ (C ∪ M ∪ Y), exposed communication X = M \\ C, exposed memcpy
   Z = Y \\ (C ∪ M).  |I| + |C| + |X| + |Z| = |W| exactly.
@@ -32,6 +35,7 @@ from tracelens.load import Trace
 from tracelens.schema import NON_COMPUTE_KCLASSES, SCHEMA_VERSION
 from tracelens.suggest import suggest
 from tracelens.timeline import step_strips
+from tracelens.units import fmt_ns
 
 _STEP_NUM = re.compile(r"#(\d+)$")
 
@@ -121,6 +125,7 @@ class Step:
     flops: float | None = None  # model FLOPs of the step (shapes or the user's number)
     mfu: float | None = None
     waterfall: Any = None  # tracelens.waterfall.Waterfall, when the MFU is known
+    untraced_tail_ns: int = 0  # the last ProfilerStep's CPU span past all traced work (outside the window)
 
     @property
     def dur_ns(self) -> int:
@@ -154,6 +159,8 @@ class RankResult:
     facts: dict[str, Any] = field(default_factory=dict)  # for the suggestion rules
     kernels: tuple[dict[str, Any], ...] = ()  # by name: class, count, time
     matmuls: tuple[dict[str, Any], ...] = ()  # per op shape: TFLOP/s, % of peak, roofline bound
+    window_basis: str = "steps"  # "steps" | "ranges" (--step-range) | "gpu_activity" (no steps) | "host" (no GPU activity)
+    untraced_tail_ns: int = 0  # over the steps kept: CPU time after all traced work, left out of the window
 
 
 @dataclass(frozen=True)
@@ -165,6 +172,7 @@ class Analysis:
     stragglers: tuple = ()  # tracelens.comm.Straggler
     clock_method: str = "none"
     timeline: dict[str, Any] | None = None  # tracelens.timeline.step_strips: one step per rank, binned
+    separate_runs: bool = False  # the files look like separate runs, not one job (tracelens.load; a warning says why)
 
     def job_waterfall(self) -> list[dict[str, Any]]:
         if not self.ranks or any(r.waterfall is None for r in self.ranks):
@@ -208,6 +216,7 @@ class Analysis:
                     for st in self.stragglers
                 ],
                 "clock_alignment": self.clock_method,
+                "separate_runs": self.separate_runs,
             },
             "ranks": [_rank_dict(r) for r in self.ranks],
             "communication": _comm_dict(self.collectives),
@@ -281,6 +290,8 @@ def _rank_dict(r: RankResult) -> dict[str, Any]:
         "device": {**r.device, "peak_flops": r.peaks or None, "peak_bandwidth": r.peak_bandwidth},
         "window": {"start_ns": r.window_start_ns, "end_ns": r.window_end_ns},
         "window_ns": r.gpu.window if r.gpu else r.window_end_ns - r.window_start_ns,
+        "window_basis": r.window_basis,
+        "untraced_tail_ns": r.untraced_tail_ns,
         "clock_offset_ns": r.clock_offset_ns,
         "steps": [
             {
@@ -290,6 +301,7 @@ def _rank_dict(r: RankResult) -> dict[str, Any]:
                 "dur_ns": s.dur_ns,
                 "cpu_start_ns": s.cpu_start_ns,
                 "cpu_dur_ns": s.cpu_end_ns - s.cpu_start_ns,
+                "untraced_tail_ns": s.untraced_tail_ns,
                 "warmup": s.warmup,
                 "kernels": s.kernels,
                 "gpu_time_ns": _gpu_dict(s.gpu) if r.gpu is not None else None,
@@ -359,6 +371,7 @@ def analyze(trace: Trace, options: Options | None = None) -> Analysis:
         stragglers=tuple(slow),
         clock_method=align.method,
         timeline=step_strips(ev, ranks),
+        separate_runs=trace.separate_runs is not None,
     )
 
 
@@ -382,6 +395,7 @@ def _step_spans(df: pl.DataFrame, options: Options) -> tuple[pl.DataFrame, int |
         pl.col("ts_ns").alias("start"),
         (pl.col("ts_ns") + pl.col("dur_ns")).alias("end"),
     ).sort("start")
+    out = out.with_columns((pl.col("start") == pl.col("start").max()).alias("last"))  # the trace's last step
     if options.steps is not None:
         a, b = options.steps
         out = out.filter(pl.col("step").is_between(a, b))
@@ -411,9 +425,9 @@ def _analyze_rank(df: pl.DataFrame, fi: int, meta, options: Options) -> RankResu
     spans, main_tid = _step_spans(df, options)
     host_end = df.select((pl.col("ts_ns") + pl.col("dur_ns")).max()).item()
     host_start = df.select(pl.col("ts_ns").min()).item()
+    tails = [0] * max(spans.height, 1)  # per step: its CPU span after all traced work (the last ProfilerStep's only)
+    basis = "ranges" if options.step_range else "steps"
     if spans.height == 0:
-        if options.step_range or options.steps:
-            warnings.append(f"{meta.path}: no steps match the selection; the whole trace is one step")
         k0 = gpu_rows.select(pl.col("ts_ns").min()).item()
         k1 = gpu_rows.select((pl.col("ts_ns") + pl.col("dur_ns")).max()).item()
         spans = pl.DataFrame(
@@ -421,7 +435,21 @@ def _analyze_rank(df: pl.DataFrame, fi: int, meta, options: Options) -> RankResu
             schema={"name": pl.String, "step": pl.Int64, "start": pl.Int64, "end": pl.Int64},
         )
         gpu_rows = gpu_rows.with_columns(pl.lit(0, pl.Int64).alias("_step"))
-        windows = [(min(x for x in (k0, host_start) if x is not None), max(x for x in (k1, host_end) if x is not None))]
+        lead = "no steps match the selection" if (options.step_range or options.steps) else "no ProfilerStep spans"
+        if k0 is not None:
+            # no steps: the window is the GPU's activity, from its first start to its last end (the
+            # host's lead-in before the first kernel and its tail after the last are not GPU idle)
+            windows, basis = [(k0, k1)], "gpu_activity"
+            hs, he = df.lazy().filter(pl.col("tid").is_not_null()).select(
+                pl.col("ts_ns").min().alias("s"), (pl.col("ts_ns") + pl.col("dur_ns")).max().alias("e")).collect().row(0)
+            out = [f"{fmt_ns(k0 - hs)} of host events before the first GPU activity"] if hs is not None and hs < k0 else []
+            out += [f"{fmt_ns(he - k1)} after the last"] if he is not None and he > k1 else []
+            warnings.append(f"{meta.path}: {lead}: the whole trace is one step, windowed from its first to its last GPU "
+                            f"activity ({fmt_ns(k1 - k0)})" + (f"; {' and '.join(out)} are outside the window" if out else ""))
+        else:
+            windows, basis = [(host_start, host_end)], "host"
+            if options.step_range or options.steps:
+                warnings.append(f"{meta.path}: {lead}; the whole trace is one step")
     else:
         # each activity to the last step that started at or before its launch
         starts = spans.get_column("start").to_list()
@@ -443,13 +471,36 @@ def _analyze_rank(df: pl.DataFrame, fi: int, meta, options: Options) -> RankResu
         )
         last_k = dict(gpu_rows.group_by("_step").agg((pl.col("ts_ns") + pl.col("dur_ns")).max()).iter_rows())
         n = spans.height
+        # the trace's last ProfilerStep is closed by the profiler's stop: its CPU span after all
+        # traced GPU and host work is its untraced tail, kept out of the window (not for --step-range
+        # ranges, which the user's code closes, nor for CPU-only traces, which have no GPU window)
+        cut = bool(spans.get_column("last")[-1]) and not options.step_range and gpu_rows.height > 0
+        tail_end = spans.get_column("end")[-1]
+        if cut and n > 1 and (n - 1) not in first_k and (_traced_host_end(df, tail_end) or 0) <= starts[-1]:
+            # a last step with nothing traced in it at all (opened just before the stop) is no step:
+            # it is dropped and its span joins the untraced tail of the step before it
+            warnings.append(f"{meta.path}: the last step ({spans.get_column('name')[-1]}, "
+                            f"{fmt_ns(tail_end - starts[-1])}) holds no traced work (the profiler's stop): not counted as a step")
+            spans, n, tails = spans.head(n - 1), n - 1, tails[:-1]
         windows = []
         for i in range(n):
             s = first_k.get(i, starts[i])
             if i + 1 < n:
                 e = first_k.get(i + 1, starts[i + 1])
             else:
-                e = max(spans.get_column("end")[i], last_k.get(i, spans.get_column("end")[i]))
+                cpu_end = spans.get_column("end")[i]
+                e = max(cpu_end, last_k.get(i, cpu_end))
+                if cut:
+                    gpu_end = gpu_rows.select((pl.col("ts_ns") + pl.col("dur_ns")).max()).item()
+                    traced = max(x for x in (gpu_end, _traced_host_end(df, tail_end)) if x is not None)
+                    if traced < cpu_end:
+                        e = max(traced, s)
+                    tails[i] = max(tail_end - e, 0)
+                    if 20 * tails[i] >= tail_end - s:  # 5% of the step or more: say so
+                        warnings.append(
+                            f"{meta.path}: the last step ({spans.get_column('name')[i]}) runs {fmt_ns(tails[i])} past its "
+                            "last GPU activity and its last traced host event with nothing recorded (the profiler's stop): "
+                            "that untraced tail is left out of the step's window, its idle time and the waterfall")
             windows.append((s, max(e, s)))
     has_gpu = gpu_rows.height > 0
     comp = gpu_rows.filter(~pl.col("kclass").is_in(list(NON_COMPUTE_KCLASSES)))
@@ -496,6 +547,7 @@ def _analyze_rank(df: pl.DataFrame, fi: int, meta, options: Options) -> RankResu
                 gpu=gpu,
                 idle=idle,
                 data=DataLoading(dl_host, waited, frac, input_bound_class(frac)),
+                untraced_tail_ns=tails[i],
             )
         )
     # MFU: model FLOPs (from shapes, or the user's per-step number) over peak x window
@@ -580,7 +632,26 @@ def _analyze_rank(df: pl.DataFrame, fi: int, meta, options: Options) -> RankResu
         facts=facts,
         kernels=tuple(kernel_table),
         matmuls=tuple(matmuls),
+        window_basis=basis,
+        untraced_tail_ns=sum(s.untraced_tail_ns for s in kept),
     ), C
+
+
+def _traced_host_end(df: pl.DataFrame, before: int) -> int | None:
+    """Where the last traced host work before ``before`` ends (capped there): any host event but
+    the ProfilerStep spans, on a thread that runs framework code (ops, annotations, steps,
+    DataLoader spans, Python functions); a thread that only calls the runtime (a watchdog polling
+    cudaEventQuery) does no host work of the job's."""
+    host = df.lazy().select("pid", "tid", "kind", "ts_ns", "dur_ns").filter(pl.col("tid").is_not_null())
+    framework = pl.col("kind").is_in(["cpu_op", "annotation", "python", "dataloader", "step"])
+    work = host.filter(framework).select("pid", "tid").unique()
+    return (
+        host.filter((pl.col("kind") != "step") & (pl.col("ts_ns") < before))
+        .join(work, on=["pid", "tid"], how="semi")
+        .select(pl.min_horizontal(pl.col("ts_ns") + pl.col("dur_ns"), pl.lit(before)).max())
+        .collect()
+        .item()
+    )
 
 
 def _facts(df: pl.DataFrame, counted: pl.DataFrame, gpu_rows: pl.DataFrame, kept: list[Step], spec) -> dict[str, Any]:

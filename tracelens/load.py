@@ -17,10 +17,18 @@ from tracelens.schema import EVENT_SCHEMA, TraceMeta, empty_frame
 
 TRACE_SUFFIXES = (".json", ".json.gz")
 PARALLEL_MIN_BYTES = 8 << 20  # on disk (gzip): about 100 MB of JSON
-_RANK_PATTERNS = (
-    re.compile(r"rank[-_]?(\d+)", re.IGNORECASE),
-    re.compile(r"_(\d{1,5})\.(?:pt\.trace\.)?json", re.IGNORECASE),  # a long number is a pid or a time
+# A rank is read from a file name only from an explicit pattern: "rank-3", "rank3", "rank_3"
+# (not "local_rank_3", "ranks_8", "frank2"), or "<name>_3" where <name> is what profilers and
+# their users call a trace file ("trace_3.json", "kineto_trace_3.json", "worker_3.<ms>.pt.trace.json");
+# "resnet50_num_workers_4.json" is not rank 4, and torch's "<host>_<pid>.<ms>.pt.trace.json" and
+# Kineto's "libkineto_activities_<pid>.json" hold a process id.
+_RANK_IN_NAME = re.compile(r"(?<![a-z])(?<!local_)(?<!local-)rank[-_]?(\d+)(?!\d)", re.IGNORECASE)
+_PROFILER_STEM_N = re.compile(
+    r"(?:(?:pytorch|torch|kineto|chrome|gpu|pt|profiler)[-_])?(?:trace|traces|profile|profiler|prof|kineto|worker)[-_](\d{1,5})",
+    re.IGNORECASE,
 )
+_STEM_SUFFIXES = re.compile(r"(?:\.\d+)?(?:\.pt\.trace)?\.json(?:\.gz)?$", re.IGNORECASE)  # torch's ".<ms>.pt.trace.json"
+_SAME_RUN_GAP_NS = 60 * 10**9  # ranks of one job are traced together: spans further apart than this are separate runs
 
 
 @dataclass
@@ -30,6 +38,7 @@ class Trace:
     events: pl.DataFrame
     metas: list[TraceMeta]
     warnings: list[str] = field(default_factory=list)
+    separate_runs: str | None = None  # why the files look like separate runs rather than one job (also a warning)
 
     @property
     def all_warnings(self) -> list[str]:
@@ -79,12 +88,23 @@ def discover(paths: Iterable[str | Path]) -> tuple[list[Path], set[Path]]:
     return unique, from_dirs
 
 
-def rank_from_name(path: Path) -> int | None:
-    for rx in _RANK_PATTERNS:
-        m = rx.search(path.name)
-        if m:
-            return int(m.group(1))
-    return None
+def _name_rank(path: Path) -> tuple[int, bool] | None:
+    """(rank, whether an explicit "rank" pattern said it) from the file name, or None."""
+    m = _RANK_IN_NAME.search(path.name)
+    if m:
+        return int(m.group(1)), True
+    m = _PROFILER_STEM_N.fullmatch(_STEM_SUFFIXES.sub("", path.name))
+    return (int(m.group(1)), False) if m else None
+
+
+def rank_from_name(path: Path, pids: Iterable[int] = ()) -> int | None:
+    """The rank a file name states, or None.  ``pids``: the host process ids of the file's events;
+    a "<name>_N" number that is one of them is the process id (dynolog and on-demand Kineto
+    traces append it), not a rank."""
+    got = _name_rank(path)
+    if got is None or (not got[1] and got[0] in set(pids)):
+        return None
+    return got[0]
 
 
 def parse_file(path: str | Path, *, use_cache: bool = True, keep_python: bool = False,
@@ -203,32 +223,43 @@ def load(
     order = sorted(results)
     metas = [results[i][1] for i in order]
     frames = [results[i][0] for i in order]
-    _assign_ranks([files[i] for i in order], metas, warnings)
+    _assign_ranks([files[i] for i in order], metas, warnings, frames)
+    separate = _separate_runs(metas, frames)
+    if separate:
+        warnings.append(separate)
     out = []
     for fi, (df, meta) in enumerate(zip(frames, metas)):
         out.append(df.with_columns(pl.lit(fi, dtype=pl.Int32).alias("file"), pl.lit(meta.rank, dtype=pl.Int32).alias("rank")))
     events = pl.concat(out, how="vertical") if out else empty_frame()
     assert list(events.schema) == list(EVENT_SCHEMA)
-    return Trace(events=events, metas=metas, warnings=warnings)
+    return Trace(events=events, metas=metas, warnings=warnings, separate_runs=separate)
 
 
-def _assign_ranks(files: list[Path], metas: list[TraceMeta], warnings: list[str]) -> None:
+def _assign_ranks(files: list[Path], metas: list[TraceMeta], warnings: list[str],
+                  frames: list[pl.DataFrame] | None = None) -> None:
     """distributedInfo.rank, else the file name, else the file order; duplicates are kept."""
-    for f, m in zip(files, metas):
+    pid_named: dict[int, int] = {}  # file -> the number in its name that is its process id
+    for i, (f, m) in enumerate(zip(files, metas)):
         if m.rank is None:
-            r = rank_from_name(f)
-            if r is not None:
-                m.rank, m.rank_source = r, "filename"
-                m.warnings.append(f"no rank in distributedInfo; rank {r} taken from the file name")
+            got = _name_rank(f)
+            if got is not None and not got[1] and frames is not None:
+                pids = frames[i].get_column("pid").drop_nulls().unique()
+                if got[0] in set(pids.to_list()):
+                    pid_named[i] = got[0]
+                    got = None
+            if got is not None:
+                m.rank, m.rank_source = got[0], "filename"
+                m.warnings.append(f"no rank in distributedInfo; rank {got[0]} taken from the file name")
     taken = {m.rank for m in metas if m.rank is not None}
     nxt = 0
-    for m in metas:
+    for i, m in enumerate(metas):
         if m.rank is None:
             while nxt in taken:
                 nxt += 1
             m.rank, m.rank_source = nxt, "order"
             taken.add(nxt)
-            m.warnings.append(f"no rank in distributedInfo or the file name; rank {nxt} given by file order")
+            why = f" ({pid_named[i]} in the name is the process id of its events, not a rank)" if i in pid_named else ""
+            m.warnings.append(f"no rank in distributedInfo or the file name{why}; rank {nxt} given by file order")
     by_rank: dict[int, list[str]] = {}
     for m in metas:
         by_rank.setdefault(m.rank, []).append(m.path)
@@ -237,3 +268,68 @@ def _assign_ranks(files: list[Path], metas: list[TraceMeta], warnings: list[str]
             warnings.append(
                 f"rank {r} is claimed by {len(paths)} files ({', '.join(paths)}); all are kept and told apart by their file index"
             )
+
+
+def _wall_ns(meta: TraceMeta, t: int | None) -> int | None:
+    """A trace time as ns since the epoch: Kineto's times count from ``baseTimeNanoseconds``
+    when the file has it (the start of a 3-month interval), else they are epoch times already;
+    None when the result is not a plausible date (2001 to 2100), e.g. a hand-made trace."""
+    if t is None:
+        return None
+    w = t + (meta.base_time_ns or 0)
+    return w if 10**18 <= w < 4_102_444_800 * 10**9 else None
+
+
+def _fmt_gap(ns: int) -> str:
+    s = ns / 1e9
+    if s < 120:
+        return f"{s:.0f} s"
+    if s < 7200:
+        return f"{s / 60:.1f} min"
+    if s < 3 * 86400:
+        return f"{s / 3600:.1f} h"
+    return f"{s / 86400:.1f} days"
+
+
+def _separate_runs(metas: list[TraceMeta], frames: list[pl.DataFrame]) -> str | None:
+    """Why the files look like separate runs rather than the ranks of one job, or None.  Only
+    without distributedInfo in any file (a job's ranks that say so are believed), and only on
+    evidence: different GPU models, or traced spans that do not overlap and lie more than a
+    minute apart (a job's ranks are traced together; clocks of one cluster agree far better)."""
+    import datetime as dt
+
+    if len(metas) < 2 or any(m.distributed for m in metas):
+        return None
+    evidence = []
+    gpus = list(dict.fromkeys(m.device_name for m in metas if m.device_name))
+    if len(gpus) > 1:
+        evidence.append(f"they ran on different GPUs ({', '.join(gpus)})")
+    spans = []
+    for m, df in zip(metas, frames):
+        lo, hi = df.select(pl.col("ts_ns").min().alias("lo"), (pl.col("ts_ns") + pl.col("dur_ns")).max().alias("hi")).row(0)
+        a, b = _wall_ns(m, lo), _wall_ns(m, hi)
+        if a is not None and b is not None:
+            spans.append((a, b, m.path))
+    groups: list[list] = []  # [start, end, paths], by start; spans within a minute of each other join
+    for a, b, path in sorted(spans):
+        if groups and a <= groups[-1][1] + _SAME_RUN_GAP_NS:
+            groups[-1][1] = max(groups[-1][1], b)
+            groups[-1][2].append(path)
+        else:
+            groups.append([a, b, [path]])
+    if len(groups) > 1:
+        def when(ns: int) -> str:
+            return dt.datetime.fromtimestamp(ns / 1e9, dt.timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC")
+
+        at = "; ".join(f"{', '.join(g[2])} at {when(g[0])}" for g in groups)
+        gaps = ", ".join(_fmt_gap(n[0] - p[1]) for p, n in zip(groups, groups[1:]))
+        evidence.append(f"they were traced at different times with no overlap ({at}; {gaps} apart)")
+    if not evidence:
+        return None
+    ranks = ", ".join(str(m.rank) for m in metas)
+    return (
+        f"the {len(metas)} files look like separate runs, not one {len(metas)}-rank job: no file has distributedInfo, and "
+        + "; and ".join(evidence)
+        + f". They are analysed side by side as ranks {ranks}, but the job's numbers across them (job MFU, step times,"
+        " clock alignment, stragglers) mix separate runs: load each run on its own"
+    )
