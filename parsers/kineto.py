@@ -566,6 +566,9 @@ def _finish(builder: _Builder, meta: TraceMeta, top: dict) -> pl.DataFrame:
         if meta.device_name is None and len(meta.devices) == 1:
             meta.device_properties = meta.devices[0]
             meta.device_name = meta.devices[0].get("name")
+        if meta.device_name is not None and not isinstance(meta.device_name, str):  # a hostile file: no name, not a crash
+            meta.warnings.append(f"deviceProperties name {str(meta.device_name)[:80]!r} is not text: the GPU is unnamed")
+            meta.device_name = None
     else:
         meta.warnings.append("no GPU events (a CPU-only trace)")
     if meta.platform is None and meta.device_name:

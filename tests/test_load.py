@@ -255,3 +255,14 @@ def test_separate_runs_reach_the_report():
     assert any("separate runs" in w for w in d["warnings"])
     one = analyze(load([base / "resnet50_num_workers_0"], use_cache=False)).to_dict()
     assert one["job"]["separate_runs"] is False
+
+
+def test_odd_device_names_cost_nothing(tmp_path):
+    # a hostile deviceProperties name (a number, a list) costs the name (a warning), not the file
+    for i, name in enumerate((123, ["x", 1])):
+        doc = {"deviceProperties": [{"id": 0, "name": name}], "traceEvents": [
+            {"ph": "X", "cat": "kernel", "name": "k", "pid": 0, "tid": 7, "ts": 1, "dur": 2, "args": {"device": 0, "stream": 7}}]}
+        (tmp_path / f"run{i}.json").write_text(json.dumps(doc))
+    t = load([tmp_path], use_cache=False)
+    assert len(t.metas) == 2 and all(m.device_name is None for m in t.metas)
+    assert sum("is not text" in w for w in t.all_warnings) == 2

@@ -301,7 +301,7 @@ def _separate_runs(metas: list[TraceMeta], frames: list[pl.DataFrame]) -> str | 
     if len(metas) < 2 or any(m.distributed for m in metas):
         return None
     evidence = []
-    gpus = list(dict.fromkeys(m.device_name for m in metas if m.device_name))
+    gpus = list(dict.fromkeys(str(m.device_name) for m in metas if m.device_name))
     if len(gpus) > 1:
         evidence.append(f"they ran on different GPUs ({', '.join(gpus)})")
     spans = []
