@@ -253,6 +253,9 @@ def test_separate_runs_reach_the_report():
     d = analyze(load([base / "resnet50_num_workers_0", base / "resnet50_num_workers_4"], use_cache=False)).to_dict()
     assert d["job"]["separate_runs"] is True
     assert any("separate runs" in w for w in d["warnings"])
+    # separate runs share no clock: before, their step starts "aligned" them 19.4 h apart with a warning
+    assert d["job"]["clock_alignment"] == "none" and [r["clock_offset_ns"] for r in d["ranks"]] == [0, 0]
+    assert not any("clock differs" in w or "could not be aligned" in w for w in d["warnings"])
     one = analyze(load([base / "resnet50_num_workers_0"], use_cache=False)).to_dict()
     assert one["job"]["separate_runs"] is False
 

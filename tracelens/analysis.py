@@ -345,9 +345,13 @@ def analyze(trace: Trace, options: Options | None = None) -> Analysis:
         result, computes[fi] = _analyze_rank(mine, fi, meta, options)
         ranks.append(result)
     spans = comm.comm_kernels(ev)
-    align = comm.align_clocks(ev, spans, len(trace.metas))
+    if trace.separate_runs:  # separate runs share no clock: nothing to align (the load warning says why)
+        zero = dict.fromkeys(range(len(trace.metas)), 0)
+        align = comm.ClockAlignment(zero, "none", dict(zero))
+    else:
+        align = comm.align_clocks(ev, spans, len(trace.metas))
     if len(trace.metas) > 1:
-        if align.method == "none":
+        if align.method == "none" and not trace.separate_runs:
             warnings.append("ranks' clocks could not be aligned (no shared collectives or steps): cross-rank times are as recorded")
         for f, off in align.offsets.items():
             if f and abs(off) > 1_000_000:
