@@ -604,7 +604,8 @@ def _facts(df: pl.DataFrame, counted: pl.DataFrame, gpu_rows: pl.DataFrame, kept
     by_dtype = dict(counted.group_by("dtype").agg(pl.col("flops").sum()).iter_rows()) if counted.height else {}
     total_flops = sum(by_dtype.values()) or 0.0
     steps = steps if steps is not None else kept
-    kept_idx = [i for i, s in enumerate(steps) if any(s is x for x in kept)]
+    kept_ids = {id(s) for s in kept}
+    kept_idx = [i for i, s in enumerate(steps) if id(s) in kept_ids]
     items = _item_calls(df, steps, kept_idx)
     sync_by: dict[str, int] = {}
     for i in kept_idx:
@@ -811,7 +812,7 @@ _SYNC_CALL = r"(cuda|hip|cu)(Device|Stream|Event|Ctx)Synchronize"
 _BLOCKING_COPY = r"(cuda|hip)Memcpy(2D|3D|Peer|ToSymbol|FromSymbol)?|hipMemcpyWithStream|hipMemcpy(DtoH|HtoD|DtoD)|cuMemcpy(DtoH|HtoD|DtoD)?"
 _SYNC_OPS = r"aten::item|aten::_local_scalar_dense|aten::nonzero"
 _BLOCKING = rf"^({_SYNC_CALL}|{_BLOCKING_COPY}|{_SYNC_OPS})(_v2|_ptds|_ptsz)?$"
-_ASYNC_COPY = r"^(cuda|hip|cu)Memcpy.*Async"
+_ASYNC_COPY = r"^(cuda|hip|cu)Memcpy\w*Async\w*$"
 _COPY_OPS = ["aten::to", "aten::_to_copy", "aten::copy_"]
 _GRAPH_LAUNCH = r"^(cuda|hip|cu)GraphLaunch"
 _SYNC_SLACK_NS = 1_000  # a blocking call that returned this close before the gap still drained it

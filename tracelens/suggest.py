@@ -208,8 +208,8 @@ def _precision_fix(ranks) -> str:
     else:
         text = ("Train in mixed precision with float16: with torch.autocast('cuda', dtype=torch.float16): ... and a "
                 "torch.amp.GradScaler (this GPU has no BF16)")
-    if work is None:
-        text = text.replace("Train in", "Use")
+    if work is None:  # training or inference unknown
+        text = text.replace("Train in", "Use").replace("and a torch.amp.GradScaler", "(with a torch.amp.GradScaler when training)")
     if tf32:
         text += "; or at least allow TF32 (torch.backends.cuda.matmul.allow_tf32 = True)"
     return text + "."
