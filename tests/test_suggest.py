@@ -534,3 +534,15 @@ def test_the_new_evidence_is_in_the_report_schema(trace):
     keys = {k for s in d["suggestions"] for k in s["evidence"]}
     assert keys <= set(schema["properties"]["suggestions"]["items"]["properties"]["evidence"]["properties"]) | {
         "excess_ns", "last_in", "of", "p_value", "detail"}
+
+
+def test_the_tui_shows_a_count_rules_step_as_a_count():
+    """`where.value` of the .item() rule is that step's count of calls (HTA control: 5 in each
+    kept step), so the suggestion's detail says "5 in that step", not a percentage."""
+    from tracelens.tui.panes import SuggestionsPane
+
+    d = analyze(load([real_traces() / "hta/trace_diff/control"], use_cache=False)).to_dict()
+    (item,) = [s for s in d["suggestions"] if s["id"] == "item_in_step"]
+    assert item["evidence"]["where"]["value"] == 5 == item["evidence"]["worst"]
+    text = SuggestionsPane(d)._detail(item).plain
+    assert "(5 in that step)" in text and "500" not in text
