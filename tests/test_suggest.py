@@ -321,6 +321,20 @@ def test_a_blocking_aten_to_is_sync_for_its_whole_span(tmp_path):
     assert (s.idle.host_launch, s.idle.sync, s.idle.launch_latency, s.idle.other) == (25_000, 132_000, 3_000, 5_000)
 
 
+def test_short_queued_waits_under_a_synchronize_stay_launch_latency(tmp_path):
+    # The host queues k1..k4 (launched at 1..4 µs) and sits in cudaStreamSynchronize [5, 100)
+    # while they run back to back with 3 µs gaps: [10, 20) [23, 33) [36, 46) [49, 59).  The
+    # queue drains at the GPU's own pace: the 3 x 3 µs gaps are launch latency, not sync (a
+    # queued kernel that waits under 50 µs is the GPU's latency, whatever the host does).
+    # Then k5 is launched at 101, after the synchronize returned at 100: [59, 101) is sync
+    # drain (42 µs) and [101, 105) launch latency (4).  Window [10, 200): tail [115, 200) other.
+    ev = [X("user_annotation", "ProfilerStep#1", 0, 200), X("cuda_runtime", "cudaStreamSynchronize", 5, 95)]
+    for i, (launch, ts) in enumerate(((1, 10), (2, 23), (3, 36), (4, 49), (101, 105)), start=1):
+        ev += [X("cuda_runtime", "cudaLaunchKernel", launch, 0.5, correlation=i), K(f"k{i}_elementwise_kernel", ts, 10, corr=i)]
+    (s,) = analyze_events(tmp_path, ev).ranks[0].steps
+    assert (s.idle.sync, s.idle.launch_latency, s.idle.host_launch, s.idle.other) == (42_000, 13_000, 0, 85_000)
+
+
 def test_sglang_decode_blocking_copy_is_sync_not_launch_latency():
     """Item 6 on the real SGLang decode trace (MI300X, ROCm): the host sits 463 ms in
     hipMemcpyWithStream while the GPU idles with kernels queued.  That idle is sync drain; the

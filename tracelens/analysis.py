@@ -816,6 +816,10 @@ _ASYNC_COPY = r"^(cuda|hip|cu)Memcpy\w*Async\w*$"
 _COPY_OPS = ["aten::to", "aten::_to_copy", "aten::copy_"]
 _GRAPH_LAUNCH = r"^(cuda|hip|cu)GraphLaunch"
 _SYNC_SLACK_NS = 1_000  # a blocking call that returned this close before the gap still drained it
+# A queued kernel starts within a few µs of the previous one (MFU.md 9.4); one that waits this long
+# while its launching thread sits in a blocking call is held up with the host (sync drain).  The
+# short kernel-to-kernel waits of a queue draining under a synchronize stay launch latency.
+_QUEUED_WAIT_NS = 50_000
 
 
 def _blocking_spans(df: pl.DataFrame, gpu_rows: pl.DataFrame) -> pl.DataFrame:
@@ -856,9 +860,9 @@ class _IdleAttribution:
     """Splits idle gaps by what the launching thread was doing (DESIGN.md 4.3, MFU.md 9.4).
 
     For a gap [a, b), k* is the GPU activity that starts at b, launched at l by thread t;
-    h = min(max(l, a), b).  [h, b): k* was already queued; the part of it while t sits in a
-    blocking call (a synchronize, a blocking copy, a non_blocking=False aten::to) is sync
-    drain, the rest launch latency.  [a, h) is host starvation: the part under a DataLoader
+    h = min(max(l, a), b).  [h, b): k* was already queued; if it waited 50 µs or more, the part
+    of the wait while t sits in a blocking call (a synchronize, a blocking copy, a
+    non_blocking=False aten::to) is sync drain; the rest is launch latency.  [a, h) is host starvation: the part under a DataLoader
     span of t is data loading; the rest is sync drain if t had just returned from a blocking
     call, else host launch overhead.  A gap ended by a pipeline send/recv is pipeline bubble; a
     gap with no k* (the tail of the last step) is data loading where the main thread waited for
@@ -948,8 +952,8 @@ class _IdleAttribution:
                 out["other"] += b - a
                 continue
             h = min(max(launch, a), b)
-            if h < b:  # k* was queued: sync where the host sat in a blocking call, else latency
-                blocked = iv.length(iv.clip(self.block.get(tid, []), h, b))
+            if h < b:  # k* was queued: sync where it waited long with the host in a blocking call, else latency
+                blocked = iv.length(iv.clip(self.block.get(tid, []), h, b)) if b - h >= _QUEUED_WAIT_NS else 0
                 if blocked:
                     out["sync"] += blocked
                     self._sync(step, self._blocker(tid, h, b), blocked)
