@@ -862,12 +862,13 @@ class _IdleAttribution:
     For a gap [a, b), k* is the GPU activity that starts at b, launched at l by thread t;
     h = min(max(l, a), b).  [h, b): k* was already queued; if it waited 50 µs or more, the part
     of the wait while t sits in a blocking call (a synchronize, a blocking copy, a
-    non_blocking=False aten::to) is sync drain; the rest is launch latency.  [a, h) is host starvation: the part under a DataLoader
-    span of t is data loading; the rest is sync drain if t had just returned from a blocking
-    call, else host launch overhead.  A gap ended by a pipeline send/recv is pipeline bubble; a
-    gap with no k* (the tail of the last step) is data loading where the main thread waited for
-    data, else other.  Per step, it also keeps which blocking calls the sync drain was spent in
-    and how much launch latency / host launch idle ends at kernels replayed from CUDA graphs."""
+    non_blocking=False aten::to) is sync drain, the rest launch latency.  [a, h) is host
+    starvation: the part under a DataLoader span of t is data loading; the rest is sync drain
+    if t had just returned from a blocking call, else host launch overhead.  A gap ended by a
+    pipeline send/recv is pipeline bubble; a gap with no k* (the tail of the last step) is data
+    loading where the main thread waited for data, else other.  Per step, it also keeps which
+    blocking calls the sync drain was spent in and how much launch latency / host launch idle
+    ends at kernels replayed from CUDA graphs."""
 
     def __init__(self, df: pl.DataFrame, gpu_rows: pl.DataFrame, options: Options, main_tid: int | None):
         self.main_tid = main_tid

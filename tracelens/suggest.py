@@ -167,13 +167,19 @@ def _tiny_kernels_fix(ranks) -> str:
 _BLOCKING_COPIES = ("Memcpy", "aten::to", "aten::_to_copy", "aten::copy_")
 
 
-def _sync_fix(ranks) -> str:
+def _sync_by_call(ranks) -> dict[str, int]:
+    """The blocking calls the ranks' sync-drain idle was spent in or had just returned from, ns."""
     calls: dict[str, int] = {}
     for r in ranks:
         for k, v in (r.facts.get("sync_by_call_ns") or {}).items():
             calls[k] = calls.get(k, 0) + v
+    return dict(sorted(calls.items(), key=lambda kv: (-kv[1], kv[0])))
+
+
+def _sync_fix(ranks) -> str:
+    calls = _sync_by_call(ranks)
     total = sum(calls.values())
-    top = max(calls, key=lambda k: (calls[k], k)) if calls else None
+    top = next(iter(calls), None)
     lead = ""
     if top and total:
         lead = f"{calls[top] / total:.0%} of it is spent in or just after {top}"
@@ -188,11 +194,7 @@ def _sync_fix(ranks) -> str:
 
 
 def _sync_calls(ranks) -> dict[str, Any]:
-    calls: dict[str, int] = {}
-    for r in ranks:
-        for k, v in (r.facts.get("sync_by_call_ns") or {}).items():
-            calls[k] = calls.get(k, 0) + v
-    return {"calls": dict(sorted(calls.items(), key=lambda kv: (-kv[1], kv[0]))[:8])}
+    return {"calls": dict(list(_sync_by_call(ranks).items())[:8])}
 
 
 def _precision_fix(ranks) -> str:
