@@ -99,14 +99,20 @@ class IdleSplit:
 
 @dataclass(frozen=True)
 class DataLoading:
-    host_ns: int  # host time inside DataLoader __next__ (or data ranges) during the step
-    gpu_idle_ns: int  # GPU idle spent waiting for this step's input (gaps ended by its kernels)
-    fraction: float  # gpu_idle_ns / step time
+    """The data wait of one step's GPU window: the same ns as the window's data-loading idle
+    (its waterfall bar), so the step table, the waterfall and the suggestion read one number.
+    The wait for a step's batch (fetched before its first kernel) ends the previous window."""
+
+    host_ns: int  # host time inside DataLoader __next__ (or data ranges) during the step's GPU window
+    gpu_idle_ns: int  # GPU idle in the window while the host loaded data (== idle.data_loading)
+    fraction: float  # gpu_idle_ns / window
     input_bound: str  # "highly" (>= 20%), "moderately" (>= 5%), "no" (XProf's bands)
 
 
 def input_bound_class(fraction: float) -> str:
-    return "highly" if fraction >= 0.20 else "moderately" if fraction >= 0.05 else "no"
+    from tracelens.suggest import input_bound_class as bands
+
+    return bands(fraction)
 
 
 @dataclass(frozen=True)
@@ -416,15 +422,17 @@ def _analyze_rank(df: pl.DataFrame, fi: int, meta, options: Options) -> RankResu
         gpu_rows = gpu_rows.filter(pl.col("device") == meta.device_id)
     # launch time of each GPU activity: its runtime call (same correlation), else its own start
     launches = (
-        df.select("kind", "correlation", "ts_ns", "tid")
+        df.select("kind", "correlation", "ts_ns", "tid", "name")
         .filter(pl.col("kind").is_in(["runtime", "sync"]) & pl.col("correlation").is_not_null())
         .sort("ts_ns")
         .group_by("correlation")
-        .agg(pl.col("ts_ns").first().alias("launch_ns"), pl.col("tid").first().alias("launch_tid"))
+        .agg(pl.col("ts_ns").first().alias("launch_ns"), pl.col("tid").first().alias("launch_tid"),
+             pl.col("name").first().cast(pl.String).str.contains(_GRAPH_LAUNCH).alias("launch_graph"))
     )
     gpu_rows = gpu_rows.join(launches, on="correlation", how="left").with_columns(
         pl.col("launch_ns").is_not_null().alias("launch_known"),
         pl.col("launch_ns").fill_null(pl.col("ts_ns")),
+        pl.col("launch_graph").fill_null(False),  # replayed from a CUDA/HIP graph
     )
     spans, main_tid = _step_spans(df, options)
     host_end = df.select((pl.col("ts_ns") + pl.col("dur_ns")).max()).item()
@@ -535,8 +543,10 @@ def _analyze_rank(df: pl.DataFrame, fi: int, meta, options: Options) -> RankResu
     steps = []
     rows = spans.iter_rows(named=True)
     for i, (row, (ws, we), (gpu, idle)) in enumerate(zip(rows, windows, parts)):
-        dl_host = iv.length(iv.clip(attr.dl_spans(main_tid), row["start"], row["end"]))
-        waited = attr.waited.get(i, 0)
+        # the data wait is the window's data-loading idle (the waterfall's bar), and the host's
+        # DataLoader time is counted over the same window
+        dl_host = iv.length(iv.clip(attr.dl_spans(main_tid), ws, we))
+        waited = idle.data_loading
         frac = waited / gpu.window if gpu.window else 0.0
         steps.append(
             Step(
@@ -596,7 +606,7 @@ def _analyze_rank(df: pl.DataFrame, fi: int, meta, options: Options) -> RankResu
     rflops = sum(recompute_flops.get(i, 0.0) for i, s in enumerate(steps) if s in kept)
     hfu = (flops + rflops) / (peak * total.window / 1e9) if mfu is not None else None
     fall = waterfall.combine([s.waterfall for s in kept]) if all(s.waterfall for s in kept) else None
-    facts = _facts(df, counted, gpu_rows, kept, spec) if has_gpu else {}
+    facts = _facts(df, counted, gpu_rows, kept, spec, steps, attr) if has_gpu else {}
     from tracelens import kernels as kt
 
     kernel_table, matmuls = [], []
@@ -658,7 +668,8 @@ def _traced_host_end(df: pl.DataFrame, before: int) -> int | None:
     )
 
 
-def _facts(df: pl.DataFrame, counted: pl.DataFrame, gpu_rows: pl.DataFrame, kept: list[Step], spec) -> dict[str, Any]:
+def _facts(df: pl.DataFrame, counted: pl.DataFrame, gpu_rows: pl.DataFrame, kept: list[Step], spec,
+           steps: list[Step] | None = None, attr: _IdleAttribution | None = None) -> dict[str, Any]:
     """Measurements the suggestion rules need beyond the waterfall, over the steps kept."""
     lo, hi = min(s.start_ns for s in kept), max(s.end_ns for s in kept)
     g = gpu_rows.filter((pl.col("ts_ns") >= lo) & (pl.col("ts_ns") < hi))
@@ -667,6 +678,15 @@ def _facts(df: pl.DataFrame, counted: pl.DataFrame, gpu_rows: pl.DataFrame, kept
     counted = counted.drop_nulls("flops")
     by_dtype = dict(counted.group_by("dtype").agg(pl.col("flops").sum()).iter_rows()) if counted.height else {}
     total_flops = sum(by_dtype.values()) or 0.0
+    steps = steps if steps is not None else kept
+    kept_ids = {id(s) for s in kept}
+    kept_idx = [i for i, s in enumerate(steps) if id(s) in kept_ids]
+    items = _item_calls(df, steps, kept_idx)
+    sync_by: dict[str, int] = {}
+    for i in kept_idx:
+        for name, v in (attr.sync_by.get(i, {}) if attr else {}).items():
+            sync_by[name] = sync_by.get(name, 0) + v
+    graph_launch = k.filter(pl.col("launch_graph")) if "launch_graph" in k.columns else k.clear()
     return {
         "steps": len(kept),
         "kernels": k.height,
@@ -676,10 +696,78 @@ def _facts(df: pl.DataFrame, counted: pl.DataFrame, gpu_rows: pl.DataFrame, kept
         "memcpy_dtoh_count": int(g.filter((pl.col("kind") == "memcpy") & names.str.contains("DtoH")).height),
         "fp32_matmul_flops_share": (by_dtype.get("fp32", 0.0) / total_flops) if total_flops else None,
         "has_tensor_cores": bool(spec and max(spec.peak_tflops.get("bf16", 0), spec.peak_tflops.get("fp16", 0)) > 2 * spec.peak_tflops.get("fp32", 0)),
+        # what the precision advice may offer: TF32 exists from Ampere / CDNA3 on, BF16 from Ampere / CDNA2
+        "has_tf32": bool(spec and "tf32" in spec.peak_tflops),
+        "has_bf16": bool(spec and "bf16" in spec.peak_tflops),
         "optimizer_kernel_ns": int(k.filter(pl.col("kclass") == "optimizer").get_column("dur_ns").sum()),
         "sync_calls": int(df.select(((pl.col("kind") == "sync") & pl.col("tid").is_not_null()).sum()).item()),
-        "item_calls": int(df.select(names.is_in(["aten::item", "aten::_local_scalar_dense"]).sum()).item()),
+        # .item() calls in the kept steps, each once (aten::item, or a _local_scalar_dense outside one)
+        "item_calls": sum(items.values()),
+        "item_calls_by_step": items,
+        # the blocking calls the sync-drain idle was spent in (or had just returned from), ns
+        "sync_by_call_ns": dict(sorted(sync_by.items(), key=lambda kv: (-kv[1], kv[0]))),
+        # kernels replayed from CUDA/HIP graphs, and the idle that ends at them
+        "graph_kernels": graph_launch.height,
+        "graph_launch_latency_ns": sum(attr.graph_latency.get(i, 0) for i in kept_idx) if attr else 0,
+        "graph_host_launch_ns": sum(attr.graph_host.get(i, 0) for i in kept_idx) if attr else 0,
+        **_workload(df, k),
     }
+
+
+_ITEM = ("aten::item", "aten::_local_scalar_dense")
+
+
+def _item_calls(df: pl.DataFrame, steps: list[Step], kept_idx: list[int]) -> dict[int, int]:
+    """.item() calls per kept step (index in ``steps``): each call once, so an aten::item and
+    the _local_scalar_dense inside it count one, and a _local_scalar_dense on its own (tolist,
+    bool(tensor)) one; a call belongs to the step whose CPU span holds its start."""
+    ops = df.filter((pl.col("kind") == "cpu_op") & pl.col("name").cast(pl.String).is_in(_ITEM)).select(
+        "tid", "ts_ns", (pl.col("ts_ns") + pl.col("dur_ns")).alias("end"), (pl.col("name").cast(pl.String) == _ITEM[0]).alias("item"))
+    out = dict.fromkeys(kept_idx, 0)
+    if not ops.height or not kept_idx:
+        return out
+    items = ops.filter(pl.col("item")).select("tid", pl.col("ts_ns").alias("_is"), pl.col("end").alias("_ie")).sort("_is")
+    inner = ops.filter(~pl.col("item")).sort("ts_ns")
+    if items.height and inner.height:
+        inner = (
+            inner.join_asof(items, left_on="ts_ns", right_on="_is", by="tid", strategy="backward", check_sortedness=False)
+            .filter(pl.col("_is").is_null() | (pl.col("end") > pl.col("_ie")))
+            .select(ops.columns)
+        )
+    calls = pl.concat([ops.filter(pl.col("item")), inner]).sort("ts_ns")
+    spans = pl.DataFrame(
+        {"_k": kept_idx, "_s": [steps[i].cpu_start_ns for i in kept_idx], "_e": [steps[i].cpu_end_ns for i in kept_idx]},
+        schema={"_k": pl.Int64, "_s": pl.Int64, "_e": pl.Int64},
+    ).sort("_s")
+    per = (
+        calls.join_asof(spans, left_on="ts_ns", right_on="_s", strategy="backward")
+        .filter(pl.col("_k").is_not_null() & (pl.col("ts_ns") < pl.col("_e")))
+        .group_by("_k").len()
+    )
+    out.update({int(i): int(n) for i, n in per.iter_rows()})
+    return out
+
+
+_BACKWARD_OPS = r"(?i)backward|^autograd::engine|^Optimizer\.(step|zero_grad)#|^aten::_fused_(adam|adamw|sgd|adagrad)"
+_BACKWARD_KERNELS = r"(?i)backward|_bwd|bwd_|wgrad|dgrad"
+
+
+def _workload(df: pl.DataFrame, kernels: pl.DataFrame) -> dict[str, Any]:
+    """Training (backward or optimizer ops, or backward kernels), inference (CPU ops recorded
+    and none of them), or None (kernels only, none of them backward): which advice applies."""
+    names = pl.col("name").cast(pl.String)
+    host = df.filter(pl.col("kind").is_in(["cpu_op", "annotation", "python", "step"]) & pl.col("tid").is_not_null())
+    bw = host.filter(names.str.contains(_BACKWARD_OPS))
+    if bw.height:
+        top = bw.group_by(names.alias("n")).len().sort("len", "n", descending=[True, False]).row(0)
+        return {"workload": "training", "workload_evidence": f"{bw.height} backward/optimizer ops ({top[0]} x{top[1]})"}
+    kb = kernels.filter(names.str.contains(_BACKWARD_KERNELS)).height
+    if kb:
+        return {"workload": "training", "workload_evidence": f"{kb} backward kernels"}
+    ops = host.filter(pl.col("kind") == "cpu_op").height
+    if ops:
+        return {"workload": "inference", "workload_evidence": f"no backward or optimizer ops among {ops} CPU ops"}
+    return {"workload": None, "workload_evidence": "no CPU ops recorded and no backward kernels: training or inference unknown"}
 
 
 def _waterfalls(steps: list[Step], cuts: list[segments.StepCut], ideal: dict[int, float]) -> list[Step]:
@@ -791,25 +879,79 @@ def _step_flops(
     )
 
 
-_BLOCKING = r"^((cuda|hip|cu)(Device|Stream|Event|Ctx)Synchronize|cudaMemcpy|hipMemcpy|cuMemcpyDtoH.*|aten::item|aten::_local_scalar_dense|aten::nonzero)$"
+# Host calls that block until the GPU catches up: synchronizes, copies that return only when
+# done (cudaMemcpy, hipMemcpyWithStream: what PyTorch's non_blocking=False copies use on ROCm,
+# cuMemcpyDtoH), and the ops known to synchronize.  A cudaMemcpyAsync of pageable memory
+# blocks too; so does an aten::to / _to_copy / copy_ that holds one of these calls.
+_SYNC_CALL = r"(cuda|hip|cu)(Device|Stream|Event|Ctx)Synchronize"
+_BLOCKING_COPY = r"(cuda|hip)Memcpy(2D|3D|Peer|ToSymbol|FromSymbol)?|hipMemcpyWithStream|hipMemcpy(DtoH|HtoD|DtoD)|cuMemcpy(DtoH|HtoD|DtoD)?"
+_SYNC_OPS = r"aten::item|aten::_local_scalar_dense|aten::nonzero"
+_BLOCKING = rf"^({_SYNC_CALL}|{_BLOCKING_COPY}|{_SYNC_OPS})(_v2|_ptds|_ptsz)?$"
+_ASYNC_COPY = r"^(cuda|hip|cu)Memcpy\w*Async\w*$"
+_COPY_OPS = ["aten::to", "aten::_to_copy", "aten::copy_"]
+_GRAPH_LAUNCH = r"^(cuda|hip|cu)GraphLaunch"
 _SYNC_SLACK_NS = 1_000  # a blocking call that returned this close before the gap still drained it
+# A queued kernel starts within a few µs of the previous one (MFU.md 9.4); one that waits this long
+# while its launching thread sits in a blocking call is held up with the host (sync drain).  The
+# short kernel-to-kernel waits of a queue draining under a synchronize stay launch latency.
+_QUEUED_WAIT_NS = 50_000
+
+
+def _blocking_spans(df: pl.DataFrame, gpu_rows: pl.DataFrame) -> pl.DataFrame:
+    """(tid, s, e, name, leaf) of the host spans that block on the GPU: the blocking calls
+    (``leaf``) and the sync ops, and the copy ops (aten::to, _to_copy, copy_) that hold a
+    blocking call on their thread (a non_blocking=False copy), up to three levels out."""
+    names = pl.col("name").cast(pl.String)
+    pageable = gpu_rows.filter((pl.col("kind") == "memcpy") & names.str.contains("(?i)pageable")).get_column("correlation").drop_nulls()
+    host = df.filter(pl.col("tid").is_not_null()).select(
+        "tid", "kind", names.alias("name"), pl.col("ts_ns").alias("s"), (pl.col("ts_ns") + pl.col("dur_ns")).alias("e"),
+        pl.col("kind").is_in(["runtime", "sync"]).alias("leaf"), "correlation",
+    )
+    blocking = host.filter(
+        (pl.col("kind") == "sync")
+        | (pl.col("kind").is_in(["runtime", "cpu_op"]) & pl.col("name").str.contains(_BLOCKING))
+        | ((pl.col("kind") == "runtime") & pl.col("name").str.contains(_ASYNC_COPY) & pl.col("correlation").is_in(pageable.implode()))
+    ).select("tid", "s", "e", "name", "leaf")
+    copies = host.filter((pl.col("kind") == "cpu_op") & pl.col("name").is_in(_COPY_OPS)).select(
+        "tid", pl.col("s").alias("_cs"), pl.col("e").alias("_ce"), pl.col("name").alias("_cn")).sort("_cs")
+    found, inner = [], blocking.filter(pl.col("leaf")).select("tid", "s", "e")
+    for level in range(3):  # each copy op that holds a blocking call (or a copy op found before)
+        if not inner.height or not copies.height:
+            break
+        held = (
+            inner.sort("s")
+            .join_asof(copies, left_on="s", right_on="_cs", by="tid", strategy="backward",
+                       allow_exact_matches=level == 0, check_sortedness=False)
+            .filter(pl.col("_cs").is_not_null() & (pl.col("_ce") >= pl.col("e")))
+            .select("tid", pl.col("_cs").alias("s"), pl.col("_ce").alias("e"), pl.col("_cn").alias("name"))
+            .unique()
+        )
+        found.append(held.with_columns(pl.lit(False).alias("leaf")))
+        inner = held.select("tid", "s", "e")
+    return pl.concat([blocking, *found]).unique().filter(pl.col("e") > pl.col("s")).sort("tid", "s", "e", "name", "leaf")
 
 
 class _IdleAttribution:
     """Splits idle gaps by what the launching thread was doing (DESIGN.md 4.3, MFU.md 9.4).
 
     For a gap [a, b), k* is the GPU activity that starts at b, launched at l by thread t;
-    h = min(max(l, a), b).  [h, b) is launch latency (k* was already queued).  [a, h) is host
+    h = min(max(l, a), b).  [h, b): k* was already queued; if it waited 50 µs or more, the part
+    of the wait while t sits in a blocking call (a synchronize, a blocking copy, a
+    non_blocking=False aten::to) is sync drain, the rest launch latency.  [a, h) is host
     starvation: the part under a DataLoader span of t is data loading; the rest is sync drain
     if t had just returned from a blocking call, else host launch overhead.  A gap ended by a
     pipeline send/recv is pipeline bubble; a gap with no k* (the tail of the last step) is data
-    loading where the main thread waited for data, else other."""
+    loading where the main thread waited for data, else other.  Per step, it also keeps which
+    blocking calls the sync drain was spent in and how much launch latency / host launch idle
+    ends at kernels replayed from CUDA graphs."""
 
     def __init__(self, df: pl.DataFrame, gpu_rows: pl.DataFrame, options: Options, main_tid: int | None):
         self.main_tid = main_tid
         self.gpu_rows = gpu_rows
-        self.waited: dict[int, int] = {}  # step -> data-loading idle before that step's kernels
         self.by_start: dict[int, tuple] = {}  # filled by ``ends`` for the gap ends only
+        self.sync_by: dict[int, dict[str, int]] = {}  # step -> blocking call -> sync idle (ns)
+        self.graph_latency: dict[int, int] = {}  # step -> launch latency ending at graph-replayed kernels
+        self.graph_host: dict[int, int] = {}  # step -> host launch idle ending at graph-replayed kernels
         host = df.select("tid", "kind", "name", "ts_ns", "dur_ns").filter(pl.col("tid").is_not_null())
         data = host.filter(pl.col("kind") == "dataloader")
         if options.data_range:
@@ -818,12 +960,15 @@ class _IdleAttribution:
             tid: iv.union_of(g) for (tid,), g in data.partition_by("tid", as_dict=True).items()
         }
         self.dl_any = iv.normalize([p for ivs in self.dl.values() for p in ivs])
-        blocking = host.filter(
-            (pl.col("kind") == "sync") | pl.col("name").cast(pl.String).str.contains(_BLOCKING)
-        ).select("tid", (pl.col("ts_ns") + pl.col("dur_ns")).alias("end")).sort("end")
-        self.sync_ends: dict[int, list[int]] = {
-            tid: g.get_column("end").to_list() for (tid,), g in blocking.partition_by("tid", as_dict=True).items()
-        }
+        blocking = _blocking_spans(df, gpu_rows)
+        self.block: dict[int, iv.Intervals] = {}
+        self.block_spans: dict[int, tuple[list, list, list, list]] = {}
+        self.sync_ends: dict[int, tuple[list[int], list[str]]] = {}
+        for (tid,), g in blocking.partition_by("tid", as_dict=True).items():  # one per host thread
+            self.block[tid] = iv.union_of(g.with_columns((pl.col("e") - pl.col("s")).alias("d")), "s", "d")
+            self.block_spans[tid] = tuple(g.get_column(c).to_list() for c in ("s", "e", "name", "leaf"))
+            by_end = g.sort("e", pl.col("leaf").not_())
+            self.sync_ends[tid] = (by_end.get_column("e").to_list(), by_end.get_column("name").to_list())
 
     def ends(self, ends: list[int]) -> None:
         """Look up the activities that end the idle gaps (the first to start at each end)."""
@@ -837,7 +982,7 @@ class _IdleAttribution:
             .sort("ts_ns", "launch_ns")
             .group_by("ts_ns", maintain_order=True)
             .first()
-            .select("ts_ns", "launch_ns", "launch_tid", "launch_known", "_p2p", "_step")
+            .select("ts_ns", "launch_ns", "launch_tid", "launch_known", "_p2p", "launch_graph")
         )
         cols = [firsts.get_column(c).to_list() for c in firsts.columns]
         self.by_start = dict(zip(cols[0], zip(*cols[1:])))
@@ -845,9 +990,26 @@ class _IdleAttribution:
     def dl_spans(self, tid: int | None) -> iv.Intervals:
         return self.dl.get(tid, []) if tid is not None else self.dl_any
 
+    def _blocker(self, tid, x: int, y: int) -> str:
+        """The blocking call of ``tid`` that covers most of [x, y) (a runtime call before the op
+        that holds it)."""
+        from bisect import bisect_left
+
+        starts, ends, names, leaf = self.block_spans[tid]
+        j = bisect_left(starts, y)
+        best = None
+        for k in range(j - 1, max(j - 64, 0) - 1, -1):  # spans on one thread nest: the few before y
+            ov = min(ends[k], y) - max(starts[k], x)
+            if ov > 0 and (best is None or (leaf[k], ov) > best[0]):
+                best = ((leaf[k], ov), names[k])
+        return best[1] if best else "synchronize"
+
+    def _sync(self, step: int, name: str, ns: int) -> None:
+        d = self.sync_by.setdefault(step, {})
+        d[name] = d.get(name, 0) + ns
+
     def split(self, gaps: iv.Intervals, step: int) -> IdleSplit:
-        """Split the idle gaps of step ``step``'s window.  Data-loading idle is also credited,
-        in ``self.waited``, to the step whose kernel the GPU was waiting for."""
+        """Split the idle gaps of step ``step``'s window."""
         from bisect import bisect_left
 
         out = dict.fromkeys(IDLE_KEYS, 0)
@@ -857,9 +1019,8 @@ class _IdleAttribution:
                 dl = iv.length(iv.clip(self.dl_spans(self.main_tid), a, b))
                 out["data_loading"] += dl
                 out["other"] += (b - a) - dl
-                self.waited[step] = self.waited.get(step, 0) + dl
                 continue
-            launch, tid, known, p2p, waiting_step = k
+            launch, tid, known, p2p, graph = k
             if p2p:
                 out["pipeline_bubble"] += b - a
                 continue
@@ -867,21 +1028,29 @@ class _IdleAttribution:
                 out["other"] += b - a
                 continue
             h = min(max(launch, a), b)
-            out["launch_latency"] += b - h
+            if h < b:  # k* was queued: sync where it waited long with the host in a blocking call, else latency
+                blocked = iv.length(iv.clip(self.block.get(tid, []), h, b)) if b - h >= _QUEUED_WAIT_NS else 0
+                if blocked:
+                    out["sync"] += blocked
+                    self._sync(step, self._blocker(tid, h, b), blocked)
+                out["launch_latency"] += (b - h) - blocked
+                if graph:
+                    self.graph_latency[step] = self.graph_latency.get(step, 0) + (b - h) - blocked
             if h == a:
                 continue
             dl = iv.length(iv.clip(self.dl_spans(tid), a, h))
             out["data_loading"] += dl
-            if dl and waiting_step is not None:
-                self.waited[waiting_step] = self.waited.get(waiting_step, 0) + dl
             rest = (h - a) - dl
             if rest:
-                ends = self.sync_ends.get(tid, [])
+                ends, names = self.sync_ends.get(tid, ([], []))
                 i = bisect_left(ends, a - _SYNC_SLACK_NS)
                 if i < len(ends) and ends[i] < h:
                     out["sync"] += rest
+                    self._sync(step, names[i], rest)
                 else:
                     out["host_launch"] += rest
+                    if graph:
+                        self.graph_host[step] = self.graph_host.get(step, 0) + rest
         return IdleSplit(**out)
 
 

@@ -32,6 +32,14 @@ class Suggestion:
         return d
 
 
+# XProf's input-bound bands (DESIGN 4.5): one definition for the steps' verdicts and the rules
+INPUT_HIGH, INPUT_MODERATE = 0.20, 0.05
+
+
+def input_bound_class(fraction: float) -> str:
+    return "highly" if fraction >= INPUT_HIGH else "moderately" if fraction >= INPUT_MODERATE else "no"
+
+
 def _bar(rank, key: str) -> float:
     if not rank.waterfall:
         return 0.0
@@ -69,6 +77,13 @@ class Rule:
     focus: tuple[str, str] | None = None  # ("idle"|"gpu"|"bar", key): the per-step number that picks the step to show
     show: tuple[str, ...] = ()  # kernel classes (or "idle") the evidence is about, for the timeline
     unit: str = "share"  # "share": the number is a fraction (of the step, of the FLOPs); "count": a plain number
+    # the advice as it applies to the ranks that hit: (ranks) -> text, from their facts (training or
+    # inference, the GPU's precisions, kernels replayed from CUDA graphs, the dominant kernel class)
+    adapt_title: Callable[[list], str] | None = None
+    adapt_fix: Callable[[list], str] | None = None
+    applies: Callable[[Any], bool] | None = None  # per rank: the rule makes sense there (e.g. training only)
+    extra: Callable[[list], dict[str, Any]] | None = None  # more evidence, from the ranks that hit
+    adapt_show: Callable[[list], tuple[str, ...]] | None = None
 
 
 def _fp32_share(rank) -> float | None:
@@ -93,30 +108,255 @@ def _item_calls(rank) -> float | None:
     return f.get("item_calls", 0) / max(f.get("steps", 1), 1) if f else None
 
 
+def _workload(ranks) -> str | None:
+    """"training" if any rank that hit trains, "inference" if all of them infer, else None."""
+    ws = {r.facts.get("workload") for r in ranks}
+    return "training" if "training" in ws else "inference" if ws == {"inference"} else None
+
+
+def _not_inference(rank) -> bool:
+    return rank.facts.get("workload") != "inference"
+
+
+def _sum(ranks, key: str) -> float:
+    return sum(r.facts.get(key) or 0 for r in ranks)
+
+
+def _graph_share(ranks, fact: str, idle_key: str) -> float:
+    """The share of the ranks' ``idle_key`` idle that ends at kernels replayed from CUDA graphs."""
+    total = sum(getattr(r.idle, idle_key, 0) for r in ranks if r.idle is not None)
+    return _sum(ranks, fact) / total if total else 0.0
+
+
+_GRAPHED = "already replayed from CUDA graphs"
+
+
+def _host_launch_fix(ranks) -> str:
+    share = _graph_share(ranks, "graph_host_launch_ns", "host_launch")
+    work = _workload(ranks)
+    more = {"training": ", a larger micro-batch, fused/foreach optimizers",
+            "inference": ", larger batches (more requests or tokens per forward)"}.get(work, ", larger batches")
+    if share >= 0.5:
+        return (f"{share:.0%} of this idle ends at kernels {_GRAPHED} (the host launched the replay late): shorten the host "
+                "work between replays (scheduling, sampling, input preparation), overlap it with the GPU (prepare the next "
+                f"step while this one runs), capture more of the step in the graph{more}.")
+    tail = f" ({share:.0%} of it ends at kernels {_GRAPHED})" if share else ""
+    return (f"Cut per-kernel host cost: torch.compile(model) (fewer, fused kernels), CUDA graphs "
+            f"(torch.compile(mode='reduce-overhead')){more}{tail}.")
+
+
+def _launch_latency_fix(ranks) -> str:
+    share = _graph_share(ranks, "graph_launch_latency_ns", "launch_latency")
+    if share >= 0.5:
+        return (f"{share:.0%} of this idle ends at kernels {_GRAPHED} (the GPU waits with the work queued): look for "
+                "cross-stream event waits and dependencies in the graph and for work between replays; fuse the small "
+                "dependent kernels inside the graph (torch.compile) so fewer of them wait on each other.")
+    tail = f" ({share:.0%} of it ends at kernels {_GRAPHED})" if share else ""
+    return f"Capture the step with CUDA graphs; reduce cross-stream waits (cudaStreamWaitEvent) and tiny dependent kernels{tail}."
+
+
+def _tiny_kernels_fix(ranks) -> str:
+    kernels = _sum(ranks, "kernels")
+    share = _sum(ranks, "graph_kernels") / kernels if kernels else 0.0
+    if share >= 0.5:
+        return (f"Fuse them with torch.compile; batch small operations (foreach ops). {share:.0%} of them are {_GRAPHED}, "
+                "so their launch cost is paid once per replay; each still costs its own start-up on the GPU.")
+    return "Fuse them with torch.compile or replay the step with CUDA graphs; batch small operations (foreach ops)."
+
+
+_BLOCKING_COPIES = ("Memcpy", "aten::to", "aten::_to_copy", "aten::copy_")
+
+
+def _sync_by_call(ranks) -> dict[str, int]:
+    """The blocking calls the ranks' sync-drain idle was spent in or had just returned from, ns."""
+    calls: dict[str, int] = {}
+    for r in ranks:
+        for k, v in (r.facts.get("sync_by_call_ns") or {}).items():
+            calls[k] = calls.get(k, 0) + v
+    return dict(sorted(calls.items(), key=lambda kv: (-kv[1], kv[0])))
+
+
+def _sync_fix(ranks) -> str:
+    calls = _sync_by_call(ranks)
+    total = sum(calls.values())
+    top = next(iter(calls), None)
+    lead = ""
+    if top and total:
+        lead = f"{calls[top] / total:.0%} of it is spent in or just after {top}"
+        if any(c in top for c in _BLOCKING_COPIES):
+            lead += (" (a blocking copy: make it non_blocking=True into pinned memory and read the result later, after an "
+                     "event, instead of waiting for the queue to drain)")
+        lead += ". "
+    later = ("log metrics every N steps or asynchronously" if _workload(ranks) != "inference"
+             else "keep sampling and stop checks on the GPU and read results a step later")
+    return (f"{lead}Remove .item(), .cpu(), .tolist(), print(tensor), torch.cuda.synchronize() and data-dependent shapes "
+            f"(nonzero, boolean masks) from the step; {later}.")
+
+
+def _sync_calls(ranks) -> dict[str, Any]:
+    return {"calls": dict(list(_sync_by_call(ranks).items())[:8])}
+
+
+def _precision_fix(ranks) -> str:
+    """Mixed precision in the dtypes the GPU has (V100: FP16 only, no BF16, no TF32)."""
+    bf16 = all(r.facts.get("has_bf16", True) for r in ranks)
+    tf32 = all(r.facts.get("has_tf32") for r in ranks)
+    work = _workload(ranks)
+    if work == "inference":
+        text = ("Run the model in reduced precision: model.to(torch.bfloat16) or torch.autocast('cuda', dtype=torch.bfloat16)"
+                if bf16 else "Run the model in float16: model.half() or torch.autocast('cuda', dtype=torch.float16) (this GPU has no BF16)")
+    elif bf16:
+        text = "Train in mixed precision: with torch.autocast('cuda', dtype=torch.bfloat16): ..."
+    else:
+        text = ("Train in mixed precision with float16: with torch.autocast('cuda', dtype=torch.float16): ... and a "
+                "torch.amp.GradScaler (this GPU has no BF16)")
+    if work is None:  # training or inference unknown
+        text = text.replace("Train in", "Use").replace("and a torch.amp.GradScaler", "(with a torch.amp.GradScaler when training)")
+    if tf32:
+        text += "; or at least allow TF32 (torch.backends.cuda.matmul.allow_tf32 = True)"
+    return text + "."
+
+
+# what fuses or removes each class of non-matmul kernel (kclass.py's classes)
+_CLASS_FIX = {
+    "embedding": "embedding lookups: batch the tables into one fused lookup (FBGEMM TBE / torchrec EmbeddingBagCollection), "
+                 "EmbeddingBag pooling instead of Embedding + sum, cache or shard the hot rows",
+    "elementwise": "elementwise chains: fuse them (torch.compile(model), fused bias/activation epilogues)",
+    "norm": "normalization: fused LayerNorm/RMSNorm kernels with the residual add folded in (torch.compile, Apex/TE fused norms)",
+    "softmax_reduce": "softmax and reductions: FlashAttention/SDPA instead of separate softmax kernels, fused cross-entropy",
+    "optimizer": "optimizer: a fused or foreach optimizer (torch.optim.AdamW(params, fused=True))",
+    "cast_quant": "casts and quantization: keep weights in the compute dtype (autocast caches casts), fuse quantization "
+                  "into the GEMM epilogue",
+    "copy": "copies and transposes: avoid .contiguous()/permute copies between layers (channels_last for CNNs, GEMM-friendly layouts)",
+    "moe_routing": "MoE routing and token permutation: fused routing/permute kernels around a grouped GEMM",
+    "other": "unclassified kernels: see the kernel table for the largest",
+}
+
+
+def _non_matmul_parts(ranks) -> dict[str, int]:
+    parts: dict[str, int] = {}
+    for r in ranks:
+        for b in (r.waterfall.bars if r.waterfall else ()):
+            if b.key == "non_matmul":
+                for pt in b.parts:
+                    parts[pt["key"]] = parts.get(pt["key"], 0) + pt["ns"]
+    return dict(sorted(parts.items(), key=lambda kv: (-kv[1], kv[0])))
+
+
+def _leading_classes(ranks) -> list[str]:
+    """The classes that make up most of the non-matmul time: the largest, and the next ones
+    while they are at least half of it (three at most)."""
+    parts = _non_matmul_parts(ranks)
+    if not parts:
+        return []
+    first = next(iter(parts.values()))
+    return [k for k, v in parts.items() if v * 2 >= first][:3]
+
+
+def _non_matmul_title(ranks) -> str:
+    lead = _leading_classes(ranks)
+    return "Non-matmul kernels take a large share of the step" + (f", {' and '.join(lead)} first" if lead else "")
+
+
+def _non_matmul_fix(ranks) -> str:
+    lead = _leading_classes(ranks) or ["elementwise", "norm", "softmax_reduce"]
+    if _workload(ranks) == "inference":
+        lead = [c for c in lead if c != "optimizer"] or ["elementwise"]
+    return "Fuse or remove the largest: " + "; ".join(_CLASS_FIX.get(c, _CLASS_FIX["other"]) for c in lead) + "."
+
+
+def _non_matmul_evidence(ranks) -> dict[str, Any]:
+    T = sum(r.waterfall.window_ns for r in ranks if r.waterfall)
+    return {"classes": {k: round(v / T, 4) for k, v in _non_matmul_parts(ranks).items()} if T else {}}
+
+
+def _non_matmul_show(ranks) -> tuple[str, ...]:
+    return tuple(_non_matmul_parts(ranks)) or ("norm", "elementwise", "softmax_reduce", "optimizer", "cast_quant", "copy",
+                                               "moe_routing", "embedding", "other")
+
+
+def _step_verdicts(ranks) -> dict[str, Any]:
+    """How many of the kept steps of the ranks that hit are highly / moderately / not input-bound."""
+    out = {"highly": 0, "moderately": 0, "no": 0}
+    for r in ranks:
+        steps = getattr(r, "steps", ())
+        for s in [s for s in steps if not s.warmup] or list(steps):
+            out[input_bound_class(_idle(s, "data_loading"))] += 1
+    return {"steps": out}
+
+
+def _input_title(level: str) -> Callable[[list], str]:
+    def title(ranks) -> str:
+        t = f"{level.capitalize()} input-bound: the GPU waits for the DataLoader"
+        v = _step_verdicts(ranks)["steps"]
+        n = sum(v.values())
+        other = [f"{v[c]} of {n} steps {c}" for c in ("highly", "moderately") if c != level and v[c]]
+        return t + (f" ({', '.join(other)})" if other else "")
+    return title
+
+
+def _exposed_comm_fix(ranks) -> str:
+    if _workload(ranks) == "inference":
+        return ("Overlap communication with compute: async tensor parallelism or fused all-reduce + norm kernels, a custom "
+                "all-reduce for small messages, fewer tensor-parallel ranks per replica when messages are small; check the "
+                "slowest collectives and their bandwidth.")
+    return ("Overlap communication with compute: DDP(bucket_cap_mb=25..100, gradient_as_bucket_view=True), FSDP "
+            "forward/backward prefetch, async tensor parallel; check the slowest collectives and their bandwidth.")
+
+
+def _matmul_fix(ranks) -> str:
+    batch = {"training": "larger micro-batches", "inference": "more requests or tokens per batch"}.get(_workload(ranks), "larger batches")
+    return (f"Make GEMM shapes multiples of 64/128 (pad vocab, hidden and batch*seq), use {batch}, FlashAttention, "
+            "FP8 where the model allows; check per-kernel TFLOP/s for the worst shapes.")
+
+
+def _pipeline_fix(ranks) -> str:
+    if _workload(ranks) == "inference":
+        return "Keep more requests (micro-batches) in flight across the pipeline stages; rebalance the layers per stage."
+    return "Raise the number of micro-batches m, use interleaved 1F1B (virtual stages) or a zero-bubble schedule; rebalance stages."
+
+
+def _item_fix(ranks) -> str:
+    if _workload(ranks) == "inference":
+        return ("Each .item() waits for the GPU to finish: keep sampling and stop checks on the GPU and read the results a "
+                "step later (overlap the scheduler with the GPU).")
+    return "Each .item() waits for the GPU to finish: keep losses and metrics on the GPU and read them every N steps."
+
+
+def _data_fix(ranks) -> str:
+    where = "training process" if _workload(ranks) != "inference" else "main process"
+    return ("Load data in parallel and ahead of time: DataLoader(num_workers=8, pin_memory=True, persistent_workers=True, "
+            f"prefetch_factor=4); move decoding/augmentation off the {where} (DALI, pre-processed shards).")
+
+
 RULES: tuple[Rule, ...] = (
     Rule("input_bound_high", "Highly input-bound: the GPU waits for the DataLoader",
          "Load data in parallel and ahead of time: DataLoader(num_workers=8, pin_memory=True, persistent_workers=True, "
          "prefetch_factor=4); move decoding/augmentation off the training process (DALI, pre-processed shards).",
-         lambda r: _idle(r, "data_loading"), 0.20, "GPU idle waiting for data, share of the step",
-         focus=("idle", "data_loading"), show=("idle",)),
+         lambda r: _idle(r, "data_loading"), INPUT_HIGH, "GPU idle waiting for data, share of the step",
+         focus=("idle", "data_loading"), show=("idle",),
+         adapt_title=_input_title("highly"), adapt_fix=_data_fix, extra=_step_verdicts),
     Rule("input_bound_moderate", "Moderately input-bound: the GPU waits for the DataLoader",
          "Raise DataLoader num_workers and prefetch_factor, set pin_memory=True; check the data pipeline with a profiler of its own.",
-         lambda r: v if (v := _idle(r, "data_loading")) < 0.20 else 0.0, 0.05, "GPU idle waiting for data, share of the step",
-         focus=("idle", "data_loading"), show=("idle",)),
+         lambda r: v if (v := _idle(r, "data_loading")) < INPUT_HIGH else 0.0, INPUT_MODERATE, "GPU idle waiting for data, share of the step",
+         focus=("idle", "data_loading"), show=("idle",),
+         adapt_title=_input_title("moderately"), extra=_step_verdicts),
     Rule("host_launch_bound", "The GPU starves: the host launches kernels too slowly",
          "Cut per-kernel host cost: torch.compile(model) (fewer, fused kernels), CUDA graphs (torch.compile(mode='reduce-overhead')), "
          "a larger micro-batch, fused/foreach optimizers.",
          lambda r: _idle(r, "host_launch"), 0.10, "GPU idle while the host was busy launching, share of the step",
-         focus=("idle", "host_launch"), show=("idle",)),
-    Rule("sync_drain", "Host synchronizations drain the GPU queue",
+         focus=("idle", "host_launch"), show=("idle",), adapt_fix=_host_launch_fix,
+         extra=lambda rs: {"graph_replayed": round(_graph_share(rs, "graph_host_launch_ns", "host_launch"), 4)}),
+    Rule("sync_drain", "Host synchronizations and blocking copies drain the GPU queue",
          "Remove .item(), .cpu(), .tolist(), print(tensor), torch.cuda.synchronize() and data-dependent shapes (nonzero, "
          "boolean masks) from the step; log metrics every N steps or asynchronously.",
-         lambda r: _idle(r, "sync"), 0.02, "GPU idle after a blocking synchronize, share of the step",
-         focus=("idle", "sync"), show=("idle",)),
+         lambda r: _idle(r, "sync"), 0.02, "GPU idle in or just after a blocking synchronize or copy, share of the step",
+         focus=("idle", "sync"), show=("idle",), adapt_fix=_sync_fix, extra=_sync_calls),
     Rule("launch_latency", "Kernels wait on launch latency and stream dependencies",
          "Capture the step with CUDA graphs; reduce cross-stream waits (cudaStreamWaitEvent) and tiny dependent kernels.",
          lambda r: _idle(r, "launch_latency"), 0.10, "GPU idle with the next kernel already queued, share of the step",
-         focus=("idle", "launch_latency"), show=("idle",)),
+         focus=("idle", "launch_latency"), show=("idle",), adapt_fix=_launch_latency_fix,
+         extra=lambda rs: {"graph_replayed": round(_graph_share(rs, "graph_launch_latency_ns", "launch_latency"), 4)}),
     Rule("low_gpu_utilization", "Low GPU utilization: the GPU is idle much of the step",
          "Find where the host spends the step (the idle bars say which part: data, launch, sync); overlap host work with GPU work.",
          lambda r: _gpu(r, "idle"), 0.40, "GPU idle share of the step", removable=False,
@@ -125,7 +365,7 @@ RULES: tuple[Rule, ...] = (
          "Overlap communication with compute: DDP(bucket_cap_mb=25..100, gradient_as_bucket_view=True), FSDP "
          "forward/backward prefetch, async tensor parallel; check the slowest collectives and their bandwidth.",
          lambda r: _gpu(r, "exposed_comm"), 0.05, "exposed communication, share of the step",
-         focus=("gpu", "exposed_comm"), show=("comm",)),
+         focus=("gpu", "exposed_comm"), show=("comm",), adapt_fix=_exposed_comm_fix),
     Rule("exposed_memcpy", "Memory copies are exposed",
          "Use pinned host memory and non_blocking=True for host-to-device copies; avoid device-to-host copies inside the step.",
          lambda r: _gpu(r, "exposed_memcpy"), 0.03, "exposed memcpy/memset, share of the step",
@@ -138,58 +378,64 @@ RULES: tuple[Rule, ...] = (
          "Train in mixed precision: with torch.autocast('cuda', dtype=torch.bfloat16): ... (float16 with a GradScaler on "
          "GPUs without BF16, such as V100); or at least allow TF32 (torch.backends.cuda.matmul.allow_tf32 = True).",
          _fp32_share, 0.5, "share of matmul FLOPs in FP32", removable=False,
-         focus=None, show=("gemm", "conv", "attention")),
+         focus=None, show=("gemm", "conv", "attention"), adapt_fix=_precision_fix),
     Rule("non_matmul_heavy", "Non-matmul kernels take a large share of the step",
          "Fuse elementwise, normalization and softmax kernels: torch.compile(model), fused norm/RoPE/cross-entropy kernels.",
          lambda r: _bar(r, "non_matmul"), 0.30, "non-matmul kernels, share of the step",
-         focus=("bar", "non_matmul"), show=("norm", "elementwise", "softmax_reduce", "optimizer", "cast_quant", "copy", "moe_routing", "other")),
+         focus=("bar", "non_matmul"), show=("norm", "elementwise", "softmax_reduce", "optimizer", "cast_quant", "copy", "moe_routing", "other"),
+         adapt_title=_non_matmul_title, adapt_fix=_non_matmul_fix, extra=_non_matmul_evidence, adapt_show=_non_matmul_show),
     Rule("optimizer_kernels", "The optimizer step runs many separate kernels",
          "Use a fused or foreach optimizer: torch.optim.AdamW(params, fused=True) (or foreach=True).",
          _fact_share("optimizer_kernel_ns"), 0.05, "optimizer kernels, share of the step",
-         focus=None, show=("optimizer",)),
+         focus=None, show=("optimizer",), applies=_not_inference),
     Rule("matmul_below_peak", "Matmuls run well below the GPU's peak",
          "Make GEMM shapes multiples of 64/128 (pad vocab, hidden and batch*seq), use larger micro-batches, FlashAttention, "
          "FP8 where the model allows; check per-kernel TFLOP/s for the worst shapes.",
          lambda r: _bar(r, "matmul_below_peak"), 0.20, "matmul time beyond its FLOPs at peak, share of the step",
-         focus=("bar", "matmul_below_peak"), show=("gemm", "conv", "attention")),
+         focus=("bar", "matmul_below_peak"), show=("gemm", "conv", "attention"), adapt_fix=_matmul_fix),
     Rule("many_tiny_kernels", "Many tiny kernels (under 10 µs)",
          "Fuse them with torch.compile or replay the step with CUDA graphs; batch small operations (foreach ops).",
          _tiny_kernels, 0.6, "share of kernels shorter than 10 µs", removable=False,
-         focus=None, show=()),
+         focus=None, show=(), adapt_fix=_tiny_kernels_fix),
     Rule("item_in_step", "Scalar reads from the GPU in every step (.item())",
          "Each .item() waits for the GPU to finish: keep losses and metrics on the GPU and read them every N steps.",
-         _item_calls, 3.0, ".item() / _local_scalar_dense calls per step", removable=False, unit="count",
-         focus=("idle", "sync"), show=("idle",)),
+         _item_calls, 3.0, ".item() calls per kept step", removable=False,
+         unit="count", focus=("count", "item_calls_by_step"), show=("idle",), adapt_fix=_item_fix),
     Rule("recompute_heavy", "Activation recomputation costs a large share of the step",
          "Checkpoint selectively (only attention or only every other layer: torch.utils.checkpoint on chosen blocks, "
          "or a selective activation-checkpointing policy) when memory allows; offload activations instead.",
          lambda r: _bar(r, "recompute"), 0.10, "recomputed forward ops, share of the step",
-         focus=("bar", "recompute"), show=()),
+         focus=("bar", "recompute"), show=(), applies=_not_inference),
     Rule("pipeline_bubble", "Pipeline bubbles: stages wait for each other",
          "Raise the number of micro-batches m, use interleaved 1F1B (virtual stages) or a zero-bubble schedule; rebalance stages.",
          lambda r: _idle(r, "pipeline_bubble"), 0.05, "GPU idle before pipeline send/recv, share of the step",
-         focus=("idle", "pipeline_bubble"), show=("idle", "comm")),
+         focus=("idle", "pipeline_bubble"), show=("idle", "comm"), adapt_fix=_pipeline_fix),
 )
 
 
-def _step_value(step, focus: tuple[str, str] | None) -> float:
-    """The rule's number in one step (a share of the step's window)."""
+def _step_value(step, focus: tuple[str, str] | None, per_step: dict | None = None, i: int | None = None) -> float:
+    """The rule's number in one step (a share of the step's window; a count for "count")."""
     if focus is None:
         return 0.0
     src, key = focus  # a Step has the idle / gpu / waterfall a rank has: the same readers serve
+    if src == "count":  # a per-step count among the rank's facts, by step index
+        return (per_step or {}).get(i, 0)
     return {"idle": _idle, "gpu": _gpu, "bar": _bar}[src](step, key)
 
 
 def where(rule_focus: tuple[str, str] | None, show: tuple[str, ...], rank) -> dict[str, Any]:
     """Where to look: the step of ``rank`` in which the rule's number is largest (the longest
     kept step when the rule has no per-step number), and what to highlight there."""
-    steps = getattr(rank, "steps", ())
-    kept = [s for s in steps if not s.warmup] or list(steps)
+    steps = list(getattr(rank, "steps", ()))
+    kept = [i for i, s in enumerate(steps) if not s.warmup] or list(range(len(steps)))
     if not kept:
         return {"rank": rank.rank, "step": None, "start_ns": None, "end_ns": None, "show": list(show)}
-    best = max(kept, key=lambda s: (_step_value(s, rule_focus), s.dur_ns))
+    per = (getattr(rank, "facts", None) or {}).get(rule_focus[1]) if rule_focus and rule_focus[0] == "count" else None
+    value = lambda i: _step_value(steps[i], rule_focus, per, i)  # noqa: E731
+    i = max(kept, key=lambda i: (value(i), steps[i].dur_ns))
+    best = steps[i]
     return {"rank": rank.rank, "step": best.step, "step_name": best.name, "start_ns": best.start_ns, "end_ns": best.end_ns,
-            "value": round(_step_value(best, rule_focus), 4) if rule_focus else None, "show": list(show)}
+            "value": round(value(i), 4) if rule_focus else None, "show": list(show)}
 
 
 def suggest(analysis) -> list[Suggestion]:
@@ -198,6 +444,8 @@ def suggest(analysis) -> list[Suggestion]:
     for rule in RULES:
         hits = []
         for r in ranks:
+            if rule.applies is not None and not rule.applies(r):
+                continue
             v = rule.measure(r)
             if v is not None and v >= rule.threshold:
                 hits.append((r.rank, v))
@@ -205,14 +453,17 @@ def suggest(analysis) -> list[Suggestion]:
             continue
         worst_rank, worst = max(hits, key=lambda h: (h[1], -h[0]))
         mean = sum(v for _, v in hits) / len(hits)
-        at = where(rule.focus, rule.show, next(r for r in ranks if r.rank == worst_rank))
+        hit = [r for r in ranks if r.rank in {rk for rk, _ in hits}]
+        show = rule.adapt_show(hit) if rule.adapt_show else rule.show
+        at = where(rule.focus, show, next(r for r in ranks if r.rank == worst_rank))
         out.append(
             Suggestion(
                 id=rule.id,
-                title=rule.title,
-                detail=rule.fix,
+                title=rule.adapt_title(hit) if rule.adapt_title else rule.title,
+                detail=rule.adapt_fix(hit) if rule.adapt_fix else rule.fix,
                 evidence={"measure": rule.what, "unit": rule.unit, "worst": round(worst, 4), "mean": round(mean, 4), "threshold": rule.threshold,
-                          "per_rank": {str(rk): round(v, 4) for rk, v in hits}, "where": at},
+                          "per_rank": {str(rk): round(v, 4) for rk, v in hits}, "where": at,
+                          **(rule.extra(hit) if rule.extra else {})},
                 ranks=tuple(rk for rk, _ in hits),
                 est_speedup=_speedup(mean) if rule.removable else None,
             )

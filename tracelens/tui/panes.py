@@ -152,7 +152,8 @@ class SuggestionsPane(Horizontal):
         w = ev.get("where")
         if w and w.get("start_ns") is not None:
             t.append(f"  most visible in rank {w['rank']}, {w.get('step_name') or 'the trace'}"
-                     + (f" ({fmt_pct(w['value'])} of that step)" if w.get("value") is not None else "") + " — enter shows it\n")
+                     + (f" ({views.evidence_value(ev)(w['value'])} {'of' if ev.get('unit', 'share') == 'share' else 'in'} that step)"
+                        if w.get("value") is not None else "") + " — enter shows it\n")
         if s["est_speedup"]:
             t.append(f"\nestimate: up to {views.fmt_speedup(s['est_speedup'])} faster (1 / (1 - share), an upper bound)\n", style="dim")
         return t
