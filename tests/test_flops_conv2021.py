@@ -177,9 +177,10 @@ def test_output_from_the_backward_grad_output_wins(tmp_path):
 
 def test_backward_with_both_gradients_and_grouped(tmp_path):
     """A grouped 2021 backward (x [2, 8, 6, 6], w [8, 2, 3, 3]: groups 4), grad_output [2, 8, 6, 6],
-    both children present: grad_input 2*2*8*2*9*36 = 20,736, grad_weight at full width (as
-    FlopCounterMode counts it) 2*8*8*2*36*9 = 82,944; total 103,680.  The forward (no consumer,
-    but linked by its sequence number) gets the output 6x6 from grad_output: 20,736."""
+    both children present: grad_input 2*2*8*2*9*36 = 20,736 and grad_weight as many (each of the
+    8*2*3*3 weights gathers 2*6*6 products: 20,736; FlopCounterMode's full-width count would say
+    2*8*8*2*36*9 = 82,944, g = 4 times too many); total 41,472.  The forward (no consumer, but
+    linked by its sequence number) gets the output 6x6 from grad_output: 20,736."""
     x, w, go = [2, 8, 6, 6], [8, 2, 3, 3], [2, 8, 6, 6]
     ev = [
         *_conv_tree(1000, x, w, seq=3),
@@ -189,7 +190,7 @@ def test_backward_with_both_gradients_and_grouped(tmp_path):
         _op("aten::cudnn_convolution_backward_weight", 5130, 100, [[], go, x] + [[]] * 7, tid=2),
     ]
     rows = _flops_by_name(_write(tmp_path, ev))
-    assert [r[:2] for r in rows] == [("aten::convolution", 20_736.0), ("aten::cudnn_convolution_backward", 103_680.0)]
+    assert [r[:2] for r in rows] == [("aten::convolution", 20_736.0), ("aten::cudnn_convolution_backward", 41_472.0)]
 
 
 def test_backward_without_children_is_unknown(tmp_path):

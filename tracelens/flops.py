@@ -5,8 +5,9 @@ Counted at the outermost op of each call (``aten::convolution``, not also the
 ``aten::matmul``, whose work is their ``mm``/``addmm``/``bmm`` children).  The convention is
 ``torch.utils.flop_counter.FlopCounterMode``'s, so the two agree exactly on GEMMs and convs:
 2·M·N·K per GEMM (no bias term), convolutions 2·N·C_out·(C_in/g)·k·out_spatial, their backward
-one convolution per computed gradient (``output_mask``; FlopCounterMode's shapes, which count
-a grouped convolution's weight gradient at full width), attention 2·B·H_q·S_q·S_k·(D + D_v) forward and 2·B·H_q·S_q·S_k·(3·D + 2·D_v) backward (the
+one forward's FLOPs per computed gradient (``output_mask``; MFU.md 2.3.  FlopCounterMode counts a
+grouped convolution's weight gradient at full width, g times its multiply-adds: a depthwise
+convolution's C times; tracelens does not), attention 2·B·H_q·S_q·S_k·(D + D_v) forward and 2·B·H_q·S_q·S_k·(3·D + 2·D_v) backward (the
 "executed" count, score recompute included: 10·B·H·S²·D for D = D_v), causal masking not
 discounted (as FlopCounterMode; MFU.md 1.10).
 """
@@ -226,7 +227,8 @@ def _conv_fwd(name: str, dims: list, conc: list, hint: dict) -> tuple[int | None
 
 
 def _conv_bwd(name: str, dims: list, conc: list, hint: dict) -> tuple[int | None, str | None]:
-    """FlopCounterMode's conv_backward_flop: one convolution per computed gradient."""
+    """One forward convolution's FLOPs per computed gradient (FlopCounterMode's conv_backward_flop,
+    except for the weight gradient of a grouped convolution)."""
     gi, xi, wi, ti, mi, children = _CONV_BWD_ARGS[name]
     grad_out, x, w = dims[gi], dims[xi], dims[wi]
     if not (_is_shape(grad_out) and _is_shape(x) and _is_shape(w)) or len(x) < 3 or not len(grad_out) == len(w) == len(x):
@@ -244,13 +246,10 @@ def _conv_bwd(name: str, dims: list, conc: list, hint: dict) -> tuple[int | None
                 return None, "conv_bwd_mask"
         else:
             mask = [True, True]
-    t = lambda s: [s[1], s[0], *s[2:]]  # noqa: E731
-    total = 0
-    if mask[0]:  # grad_input: a convolution of grad_out with w, the other way round
-        total += _conv_count(grad_out, w, x, not transposed)
-    if mask[1]:  # grad_weight
-        total += _conv_count(t(grad_out), t(x), t(w), False) if transposed else _conv_count(t(x), t(grad_out), t(w), False)
-    return total, None
+    # grad_input is a convolution of grad_out with w the other way round, grad_weight one of x
+    # with grad_out: each does the forward's multiply-adds (the weight's C_out·C_in/g·k per
+    # output position; FlopCounterMode's grad_weight shapes drop the /g)
+    return sum(bool(m) for m in mask[:2]) * _conv_count(x, w, grad_out, transposed), None
 
 
 def op_dtype(args: dict) -> str | None:
