@@ -7,6 +7,7 @@ children) have to be counted."""
 from __future__ import annotations
 
 import json
+from math import fsum
 
 import polars as pl
 import pytest
@@ -96,6 +97,24 @@ def test_resnet50_2021_per_op_counts():
     assert dict(names.iter_rows())["aten::convolution"] == dict(names.iter_rows())["aten::cudnn_convolution_backward"] == 318
     assert not set(names.get_column("name")) & {"aten::_convolution", "aten::cudnn_convolution", "CudnnConvolutionBackward",
                                                  "aten::cudnn_convolution_backward_input", "aten::cudnn_convolution_backward_weight"}
+
+
+def test_resnet50_2021_forward_only_output_sizes_from_the_consumers():
+    """The same real trace with its autograd thread dropped (as an inference trace would be): no
+    backward op tells the output sizes, so each convolution's comes from the op consuming its
+    output (batch-norm); all 318 forward convolutions must get exactly the FLOPs the backward
+    ops' grad_output gave (5 convs per step at stride 2, the stem 7x7/2 among them)."""
+    ev = load([real_traces() / "kineto-tbplugin/samples/resnet50_num_workers_4"], use_cache=False).events
+
+    def convs(events):
+        return (events.select(pl.col("name").cast(pl.String), "ts_ns", "tid").with_row_index("_row")
+                .join(count(events), on="_row").filter(pl.col("name") == "aten::convolution").sort("ts_ns"))
+
+    full = convs(ev)
+    forward = convs(ev.filter(pl.col("tid").is_null() | pl.col("tid").is_in(full.get_column("tid").unique().implode())))
+    assert full.height == forward.height == 318 and forward.get_column("flops").null_count() == 0
+    assert forward.get_column("flops").to_list() == full.get_column("flops").to_list()
+    assert fsum(full.get_column("flops").to_list()) == 6 * 2 * 32 * (MACS - 2048 * 1000)  # the convs of 6 forwards
 
 
 def _op(name, ts, dur, dims, types=None, tid=1, seq=None, **extra):

@@ -99,10 +99,6 @@ DTYPES = {
 }
 
 
-def _prod(xs) -> int:
-    return math.prod(int(x) for x in xs)
-
-
 def _lit(s: Any) -> Any:
     """A Concrete Inputs entry ("[2, 2]", "True", "1") as a Python value; None if empty."""
     if not isinstance(s, str) or not s:
@@ -136,11 +132,11 @@ def _conv_count(x, w, out, transposed: bool) -> int:
     """2 · batch · C_out · C_in/g · prod(kernel) · prod(spatial), the spatial size being the
     output's (the input's for a transposed convolution), as FlopCounterMode counts it."""
     spatial = x[2:] if transposed else out[2:]
-    return 2 * x[0] * w[0] * w[1] * _prod(w[2:]) * _prod(spatial)
+    return 2 * x[0] * w[0] * w[1] * math.prod(w[2:]) * math.prod(spatial)  # shapes checked by the caller
 
 
 def _is_shape(v: Any) -> bool:
-    return isinstance(v, list) and all(isinstance(e, int) and not isinstance(e, bool) and e >= 0 for e in v)
+    return type(v) is list and all(type(e) is int and e >= 0 for e in v)  # not bool, whose type is bool
 
 
 def op_flops(name: str, args: dict, hint: dict | None = None) -> int | None:
@@ -451,25 +447,40 @@ def _int64(v: Any) -> int | None:
     return v if isinstance(v, int) and 0 <= v < (1 << 63) else None
 
 
+_CONSUMER_WINDOW = 16  # host ops after a convolution looked at for the one consuming its output
+
+
 def _out_from_consumer(host: pl.DataFrame, fx: pl.DataFrame) -> pl.DataFrame:
-    """(_row, _out) of forward convolutions from the op that consumes their output: the first op
-    to start after the convolution ends on its thread whose first input has the convolution's
-    rank; taken when that input has the batch size and output channels and a spatial size some
-    stride and padding give."""
-    threads = fx.select("file", "pid", "tid").unique()
-    cand = (
-        host.join(threads, on=["file", "pid", "tid"]).filter(pl.col("ts_ns") >= fx.get_column("_end").min())
-        .select("file", "pid", "tid", pl.col("ts_ns").alias("_cts"),
-                pl.col("args").str.extract(_DIMS, 1).str.json_decode(pl.List(pl.Int64)).alias("_c"))
-        .filter(pl.col("_c").list.len() >= 3)
-        .with_columns(pl.col("_c").list.len().alias("_rank"))
+    """(_row, _out) of forward convolutions from the op that consumes their output: among the
+    first ``_CONSUMER_WINDOW`` ops to start after the convolution ends on its thread, the first
+    whose first input has the convolution's rank; taken when that input has the batch size and
+    output channels and a spatial size some stride and padding give.  Only those few ops' args
+    are read, whatever the trace's length."""
+    keys = ["file", "pid", "tid"]
+    ops = (  # the convolutions' threads' ops in order, without their args (fetched for the few near ones)
+        host.select(*keys, "ts_ns").with_row_index("_h").join(fx.select(keys).unique(), on=keys, how="semi")
+        .sort(*keys, "ts_ns").with_row_index("_pos")
+    )
+    first = (
+        fx.select("_row", *keys, "_end", "_x", "_w").sort("_end")
+        .join_asof(ops.select(*keys, "ts_ns", "_pos").sort("ts_ns"), left_on="_end", right_on="ts_ns", by=keys,
+                   strategy="forward", check_sortedness=False)
+        .drop_nulls("_pos")
+    )
+    near = (
+        first.with_columns(pl.int_ranges(pl.col("_pos"), pl.col("_pos") + _CONSUMER_WINDOW, dtype=pl.UInt32).alias("_p"))
+        .explode("_p").drop("_pos")
+        .join(ops.select(pl.col("_pos").alias("_p"), *[pl.col(k).alias(f"_{k}") for k in keys], "_h"), on="_p")
+        .filter(pl.all_horizontal(pl.col(k) == pl.col(f"_{k}") for k in keys))  # still on the convolution's thread
+    )
+    near = (  # the first op whose first input has the convolution's rank (its commas + 1), then parsed
+        near.with_columns(host.get_column("args").gather(near.get_column("_h")).str.extract(_DIMS, 1).alias("_ct"))
+        .filter(pl.col("_ct").str.count_matches(",", literal=True) + 1 == pl.col("_x").list.len())
+        .sort("_row", "_p").unique("_row", keep="first")
+        .with_columns(pl.col("_ct").str.json_decode(pl.List(pl.Int64)).alias("_c"))
     )
     m = (
-        fx.with_columns(pl.col("_x").list.len().alias("_rank")).sort("_end")
-        .join_asof(cand.sort("_cts"), left_on="_end", right_on="_cts", by=["file", "pid", "tid", "_rank"], strategy="forward",
-                   check_sortedness=False)
-        .filter(pl.col("_c").is_not_null() & (pl.col("_c").list.get(0) == pl.col("_x").list.get(0))
-                & (pl.col("_c").list.get(1) == pl.col("_w").list.get(0)))
+        near.filter((pl.col("_c").list.get(0) == pl.col("_x").list.get(0)) & (pl.col("_c").list.get(1) == pl.col("_w").list.get(0)))
         .select("_row", pl.col("_x").list.slice(2).alias("_xs"), pl.col("_w").list.slice(2).alias("_k"),
                 pl.col("_c").list.slice(2).alias("_out"))
     )
