@@ -11,6 +11,8 @@ from math import fsum
 
 import polars as pl
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from tests.conftest import real_traces
 from tracelens.analysis import analyze
@@ -247,3 +249,36 @@ def test_conv_without_stride_and_no_hint_is_unknown():
     """No Concrete Inputs and no output size from the trace: unknown (the old code read stride 1,
     padding 0)."""
     assert op_flops("aten::convolution", {"Input Dims": [[1, 4, 16, 16], [8, 4, 3, 3], [], [], [], [], [], [], []]}) is None
+
+
+_NAMES = ["aten::convolution", "aten::_convolution", "aten::cudnn_convolution", "aten::cudnn_convolution_transpose",
+          "CudnnConvolutionBackward", "aten::cudnn_convolution_backward", "aten::cudnn_convolution_backward_input",
+          "aten::cudnn_convolution_backward_weight", "aten::convolution_backward", "ConvolutionBackward0",
+          "aten::batch_norm", "aten::relu_", "aten::add"]
+_DIM = st.one_of(st.integers(-3, 40), st.integers(2**62, 2**70), st.just(True), st.just("7"), st.just(None), st.just([2]))
+_SHAPES = st.lists(st.one_of(st.lists(_DIM, max_size=5), st.just([])), max_size=5)
+_TEXT = st.one_of(
+    _SHAPES.map(lambda d: json.dumps({"Input Dims": d})),
+    st.sampled_from(['{"Input Dims": [[1,,2], [3]]}', '{"Input Dims": [[1 2], [3]]}', '{"Input Dims": [[8, 3, 9, 9], [4, 3, 3, 3]',
+                     '{"Input Dims": 5}', '{"Input Dims": [[[1, 2]], [3]]}', "not json", "", '{"Sequence number": 1}']),
+)
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.lists(st.tuples(st.sampled_from(_NAMES), st.integers(0, 1), st.integers(0, 60), st.integers(0, 30), _TEXT,
+                          st.one_of(st.none(), st.integers(0, 3), st.integers(2**63, 2**64))), max_size=25))
+def test_hostile_convolution_args_cost_the_op_not_the_file(ops):
+    """Whatever the shapes, sequence numbers and nesting, count() returns (never raises) and every
+    FLOP count it gives is a whole number >= 0; unreadable ops are null."""
+    from tracelens.schema import conform
+
+    rows = []
+    for name, tid, ts, dur, text, seq in ops:
+        if seq is not None and text.startswith("{") and text.endswith("}"):
+            text = text[:-1] + (", " if len(text) > 2 else "") + f'"Sequence number": {seq}}}'
+        rows.append({"kind": "cpu_op", "name": name, "pid": 1, "tid": tid, "ts_ns": ts, "dur_ns": dur, "file": 0, "args": text})
+    ev = conform(pl.DataFrame(rows, schema={"kind": pl.String, "name": pl.String, "pid": pl.Int64, "tid": pl.Int64,
+                                            "ts_ns": pl.Int64, "dur_ns": pl.Int64, "file": pl.Int32, "args": pl.String}))
+    got = count(ev)
+    flops = got.get_column("flops").drop_nulls().to_list()
+    assert all(f >= 0 and f == int(f) for f in flops)

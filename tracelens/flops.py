@@ -313,8 +313,10 @@ def unknown_notes(counted: pl.DataFrame, lower_bound: bool = True) -> list[str]:
     return [f"{n} {WHY[w]}{tail}" for w, n in g.iter_rows()]
 
 
-# The first three entries of Input Dims when they are plain shapes (digits only: never a tensor list)
-_DIMS = r'"Input Dims"\s*:\s*\[\s*(\[[\d,\s]*\])\s*(?:,\s*(\[[\d,\s]*\])\s*(?:,\s*(\[[\d,\s]*\]))?)?'
+# The first three entries of Input Dims when they are plain shapes: valid JSON lists of digits
+# only (never a tensor list; "[1,,2]" must not reach json_decode, which fails the whole column)
+_SHAPE = r"\[\s*(?:\d+\s*(?:,\s*\d+\s*)*)?\]"
+_DIMS = rf'"Input Dims"\s*:\s*\[\s*({_SHAPE})\s*(?:,\s*({_SHAPE})\s*(?:,\s*({_SHAPE}))?)?'
 _SEQ = r'"Sequence number"\s*:\s*(\d+)'
 _BWD_NODE = r"(?i)conv[a-z0-9_]*backward"  # CudnnConvolutionBackward, ConvolutionBackward0, evaluate_function: ...
 _TRANSPOSE_OP = r"(?i)conv[a-z0-9_]*transpose|transpose[a-z0-9_]*conv"  # cudnn_convolution_transpose, slow_conv_transpose2d
@@ -507,4 +509,6 @@ def _reachable(xs: list[int], k: list[int], out: list[int]) -> bool:
                     return True
         return False
 
+    if not all(type(v) is list and all(type(e) is int for e in v) for v in (xs, k, out)):  # Int64 overflow: None
+        return False
     return len(xs) == len(k) == len(out) and all(one(x, kk, o) for x, kk, o in zip(xs, k, out))
