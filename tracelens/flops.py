@@ -10,6 +10,13 @@ grouped convolution's weight gradient at full width, g times its multiply-adds: 
 convolution's C times; tracelens does not), attention 2·B·H_q·S_q·S_k·(D + D_v) forward and 2·B·H_q·S_q·S_k·(3·D + 2·D_v) backward (the
 "executed" count, score recompute included: 10·B·H·S²·D for D = D_v), causal masking not
 discounted (as FlopCounterMode; MFU.md 1.10).
+
+Traces without ``Concrete Inputs`` (torch before they were recorded, the 2021 schema among them)
+give a convolution's input and weight shapes but not its stride, padding or dilation: its output
+size is then taken from the trace itself (``_conv_hints``: its backward op's grad_output, else
+the op consuming its output), and the 2021 backward ops (``aten::cudnn_convolution_backward``
+...) tell the gradients they computed by their ``_input``/``_weight`` children.  When the trace
+does not tell, the op's FLOPs are unknown (``why``), never a guess.
 """
 
 from __future__ import annotations
