@@ -214,6 +214,24 @@ def test_backward_with_both_gradients_and_grouped(tmp_path):
     assert [r[:2] for r in rows] == [("aten::convolution", 20_736.0), ("aten::cudnn_convolution_backward", 41_472.0)]
 
 
+def test_depthwise_2021_backward(tmp_path):
+    """A depthwise convolution on CUDA in the 2021 schema runs torch's own kernel:
+    aten::convolution -> aten::_convolution -> aten::thnn_conv_depthwise2d, backward
+    ThnnConvDepthwise2DBackward -> aten::thnn_conv_depthwise2d_backward(grad_output, self, weight,
+    ...).  x [4, 32, 16, 16], w [32, 1, 3, 3] (groups 32), stride 2 -> grad_output [4, 32, 8, 8]:
+    forward 2*4*32*1*9*64 = 147,456 FLOPs; backward (no output_mask recorded, no child ops: both
+    gradients, as for aten::convolution_backward) 2 x 147,456 = 294,912 (FlopCounterMode's
+    full-width weight gradient would say 32 times 147,456 for it)."""
+    x, w, go = [4, 32, 16, 16], [32, 1, 3, 3], [4, 32, 8, 8]
+    ev = [
+        *_conv_tree(1000, x, w, child="aten::thnn_conv_depthwise2d", seq=11),
+        _op("ThnnConvDepthwise2DBackward", 5000, 300, [go], tid=2, seq=11),
+        _op("aten::thnn_conv_depthwise2d_backward", 5010, 280, [go, x, w] + [[]] * 5, tid=2),
+    ]
+    rows = _flops_by_name(_write(tmp_path, ev))
+    assert [r[:2] for r in rows] == [("aten::convolution", 147_456.0), ("aten::thnn_conv_depthwise2d_backward", 294_912.0)]
+
+
 def test_backward_without_children_is_unknown(tmp_path):
     """A 2021 backward op whose gradient children are not in the trace: which gradients it
     computed is not recorded, so its FLOPs are unknown (not assumed)."""

@@ -65,6 +65,14 @@ _CONV_BWD_ARGS: dict[str, tuple[int, int, int, bool | int, int, bool]] = {
     "aten::miopen_convolution_transpose_backward": (1, 0, 2, True, 10, True),
     # self, grad_output, weight, padding, stride, dilation, groups, output_mask
     "aten::mkldnn_convolution_backward": (1, 0, 2, False, 7, True),
+    # the native (non-cuDNN) kernels' backward ops of older torch, under their autograd node:
+    # grad_output, self, weight, kernel_size, stride, padding, [dilation | finput, fgrad_input], output_mask
+    "aten::thnn_conv_depthwise2d_backward": (0, 1, 2, False, 7, False),
+    "aten::_conv_depthwise2d_backward": (0, 1, 2, False, 7, False),
+    "aten::slow_conv_dilated2d_backward": (0, 1, 2, False, 7, False),
+    "aten::thnn_conv2d_backward": (0, 1, 2, False, 8, False),
+    "aten::slow_conv2d_backward": (0, 1, 2, False, 6, False),
+    "aten::_slow_conv2d_backward": (0, 1, 2, False, 6, False),
 }
 CONV_BWD = set(_CONV_BWD_ARGS)
 # Why a counted op's FLOPs are unknown (count()'s ``why`` column), as the report says it.
