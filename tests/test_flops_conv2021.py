@@ -300,3 +300,21 @@ def test_hostile_convolution_args_cost_the_op_not_the_file(ops):
     got = count(ev)
     flops = got.get_column("flops").drop_nulls().to_list()
     assert all(f >= 0 and f == int(f) for f in flops)
+
+
+def test_convolution_backward_without_concrete_inputs_transposed_by_shapes():
+    """aten::convolution_backward(grad_output, input, weight, ...) of torch 1.11-2.0 records its
+    transposed flag only among Concrete Inputs.  Unlinked to its forward, the channels tell:
+    weight [16, 4, 4, 4] matches the input's 16 channels, not grad_output's 4: transposed, counted
+    over the input's 10x10: 2 gradients x 2*2*16*4*16*100 = 819,200.  With weight [8, 8, 3, 3] and
+    8 channels on both sides but sizes 10x10 -> 5x5 it could be either: unknown, and said why."""
+    from tracelens.flops import _op_flops
+
+    dims = [[2, 4, 20, 20], [2, 16, 10, 10], [16, 4, 4, 4]] + [[]] * 8
+    assert _op_flops("aten::convolution_backward", {"Input Dims": dims}) == (2 * 2 * 2 * 16 * 4 * 16 * 100, None)
+    plain = [[2, 8, 5, 5], [2, 8, 10, 10], [8, 8, 3, 3]] + [[]] * 8
+    assert _op_flops("aten::convolution_backward", {"Input Dims": plain}) == (None, "conv_bwd_transposed")
+    # linked to a forward convolution that was not transposed: 2 x 2*2*8*8*9*25
+    assert _op_flops("aten::convolution_backward", {"Input Dims": plain}, {"transposed": False}) == (2 * 2 * 2 * 8 * 8 * 9 * 25, None)
+    same = [[2, 8, 10, 10], [2, 8, 10, 10], [8, 8, 3, 3]] + [[]] * 8  # same sizes: either reading gives the same count
+    assert _op_flops("aten::convolution_backward", {"Input Dims": same}) == (2 * 2 * 2 * 8 * 8 * 9 * 100, None)

@@ -80,6 +80,8 @@ WHY = {
     "conv_output": "convolutions recorded without stride/padding (no Concrete Inputs, as older torch versions record them) whose output size "
                    "the trace does not show (no backward op linked by its sequence number, no op consuming an output "
                    "of a matching shape)",
+    "conv_bwd_transposed": "convolution backward ops recorded without Concrete Inputs whose shapes fit a convolution and a "
+                           "transposed one alike, their forward op not linked by its sequence number",
     "conv_bwd_mask": "convolution backward ops whose gradient ops (..._backward_input / ..._backward_weight) are not in the "
                      "trace, so which gradients they computed is not recorded",
 }
@@ -237,6 +239,18 @@ def _conv_fwd(name: str, dims: list, conc: list, hint: dict) -> tuple[int | None
     return _conv_count(x, w, [0, 0, *out], False), None
 
 
+def _bwd_transposed(grad_out: list[int], x: list[int], w: list[int], linked: bool | None) -> bool | None:
+    """Whether a backward op without Concrete Inputs belongs to a transposed convolution: its
+    forward's (``linked``), else the channels tell (weight [C_out, C_in/g, k..] for a convolution,
+    [C_in, C_out/g, k..] transposed); when both fit, it matters only if the sizes differ."""
+    if linked is not None:
+        return linked
+    plain, trans = w[0] == grad_out[1], w[0] == x[1]
+    if plain != trans:
+        return trans
+    return False if (plain and x[2:] == grad_out[2:]) else None
+
+
 def _conv_bwd(name: str, dims: list, conc: list, hint: dict) -> tuple[int | None, str | None]:
     """One forward convolution's FLOPs per computed gradient (FlopCounterMode's conv_backward_flop,
     except for the weight gradient of a grouped convolution)."""
@@ -248,7 +262,9 @@ def _conv_bwd(name: str, dims: list, conc: list, hint: dict) -> tuple[int | None
         transposed = ti
     else:
         t = _lit(conc[ti]) if ti < len(conc) else None
-        transposed = t if isinstance(t, bool) else False
+        transposed = t if isinstance(t, bool) else _bwd_transposed(grad_out, x, w, hint.get("transposed"))
+        if transposed is None:
+            return None, "conv_bwd_transposed"
     mask = _lit(conc[mi]) if mi < len(conc) else None
     if not (isinstance(mask, (list, tuple)) and len(mask) >= 2):
         if children:  # which of its gradient ops ran under it
@@ -306,7 +322,7 @@ def count(events: pl.DataFrame) -> pl.DataFrame:
         if not isinstance(args, dict):
             args = {}
         dtype = op_dtype(args)
-        hint = {"out": out, "transposed": tr, "mask": None if mi is None else (mi, mw)} if (out or tr or mi is not None) else None
+        hint = {"out": out, "transposed": tr, "mask": None if mi is None else (mi, mw)} if (out or tr is not None or mi is not None) else None
         f, why = _op_flops(name, args, hint)
         rows.append(row)
         flops.append(f)
@@ -364,7 +380,8 @@ def _conv_hints(events: pl.DataFrame, ops: pl.DataFrame) -> pl.DataFrame | None:
               must name the same input and weight shapes), else the first op after it on its
               thread whose first input has the output's rank, batch and channel count and a
               size some stride and padding give (batch-norm, ReLU, the next convolution);
-    ``_tr``   a forward convolution is transposed (a ``*conv*transpose*`` op runs under it);
+    ``_tr``   a forward convolution is transposed (a ``*conv*transpose*`` op runs under it, as
+              cudnn_convolution_transpose, or over it, as aten::conv_transpose2d);
     ``_mi``, ``_mw``  a 2021-schema backward op (``aten::cudnn_convolution_backward`` ...)
               computed the input / weight gradient: its ``_input`` / ``_weight`` child ran.
     None when there is no such convolution."""
@@ -390,14 +407,29 @@ def _conv_hints(events: pl.DataFrame, ops: pl.DataFrame) -> pl.DataFrame | None:
         fx = fwd.select("_row", "file", "pid", "tid", "ts_ns", end, pl.col("args").str.extract_groups(_DIMS).alias("_d"),
                         pl.col("args").str.extract(_SEQ, 1).cast(pl.Int64, strict=False).alias("_seq"))
         fx = fx.with_columns(_shape(1).alias("_x"), _shape(2).alias("_w")).drop("_d").filter(pl.col("_x").list.len() >= 3)
-        trans = _inside(host.filter(name.str.contains(_TRANSPOSE_OP)).select("file", "pid", "tid", "ts_ns", "_end"),
-                        fx.select("file", "pid", "tid", "ts_ns", "_end", pl.col("_row").alias("_o")))
-        parts.append(trans.select(pl.col("_o").alias("_row")).unique().with_columns(pl.lit(True).alias("_tr")))
-        outs = _out_from_backward(host, ops, fx)
-        rest = fx.join(outs, on="_row", how="anti").join(trans.select(pl.col("_o").alias("_row")), on="_row", how="anti")
+        tops = host.filter(name.str.contains(_TRANSPOSE_OP)).select("file", "pid", "tid", "ts_ns", "_end")
+        trans = pl.concat([  # a transposed backend op under the convolution, or aten::conv_transpose2d over it
+            _inside(tops, fx.select("file", "pid", "tid", "ts_ns", "_end", pl.col("_row").alias("_o"))).select("_o"),
+            _inside(fx.select("file", "pid", "tid", "ts_ns", "_end", pl.col("_row").alias("_o")), tops).select("_o"),
+        ])
+        trans = trans.select(pl.col("_o").alias("_row")).unique()
+        pairs = _backward_of(host, ops, fx)  # (_row, _b: its backward op's row, _go: grad_output)
+        outs = (  # one output size per forward convolution, or none
+            pairs.group_by("_row").agg(pl.col("_go").list.slice(2).unique().alias("_outs"))
+            .filter(pl.col("_outs").list.len() == 1).select("_row", pl.col("_outs").list.first().alias("_out"))
+        )
+        rest = fx.join(outs, on="_row", how="anti").join(trans, on="_row", how="anti")
         if rest.height:
             outs = pl.concat([outs, _out_from_consumer(host, rest)])
         parts.append(outs)
+        # transposed: the forward convolutions found so, and the backward ops of forward ones
+        # (aten::convolution_backward records its transposed flag only among Concrete Inputs)
+        linked = pairs.select("_b", pl.col("_row").is_in(trans.get_column("_row").implode()).alias("_tr"))
+        parts.append(pl.concat([
+            trans.with_columns(pl.lit(True).alias("_tr")),
+            linked.group_by(pl.col("_b").alias("_row")).agg(pl.col("_tr").first()).filter(
+                pl.col("_row").is_in(trans.get_column("_row").implode()).not_()),
+        ]).unique("_row", keep="first"))
     hints = ops.select("_row")
     for p in parts:
         hints = hints.join(p, on="_row", how="left")
@@ -407,9 +439,12 @@ def _conv_hints(events: pl.DataFrame, ops: pl.DataFrame) -> pl.DataFrame | None:
     return hints.select("_row", "_out", "_tr", "_mi", "_mw")
 
 
-def _out_from_backward(host: pl.DataFrame, ops: pl.DataFrame, fx: pl.DataFrame) -> pl.DataFrame:
-    """(_row, _out) of forward convolutions from their backward op's grad_output (exact)."""
-    empty = pl.DataFrame(schema={"_row": pl.UInt32, "_out": pl.List(pl.Int64)})
+def _backward_of(host: pl.DataFrame, ops: pl.DataFrame, fx: pl.DataFrame) -> pl.DataFrame:
+    """(_row, _b, _go): forward convolutions (``fx``), the counted backward op of each (the
+    forward op and the backward node around the backward op share a ``Sequence number``; the
+    backward op names the same input and weight shapes) and its grad_output, the forward's
+    output shape exactly."""
+    empty = pl.DataFrame(schema={"_row": pl.UInt32, "_b": pl.UInt32, "_go": pl.List(pl.Int64)})
     if fx.get_column("_seq").null_count() == fx.height:
         return empty
     name = pl.col("name")
@@ -422,20 +457,18 @@ def _out_from_backward(host: pl.DataFrame, ops: pl.DataFrame, fx: pl.DataFrame) 
         return empty
     layout = {n: a[:3] for n, a in _CONV_BWD_ARGS.items()}
     b = ops.filter(name.is_in(list(CONV_BWD))).select(
-        "file", "pid", "tid", "ts_ns", (pl.col("ts_ns") + pl.col("dur_ns")).alias("_end"), "name",
+        pl.col("_row").alias("_b"), "file", "pid", "tid", "ts_ns", (pl.col("ts_ns") + pl.col("dur_ns")).alias("_end"), "name",
         pl.col("args").str.extract_groups(_DIMS).alias("_d"))
     pick = lambda k: pl.col("name").replace_strict({n: v[k] for n, v in layout.items()}, return_dtype=pl.Int64)  # noqa: E731
     shapes = [_shape(i) for i in (1, 2, 3)]
     b = b.with_columns(*(pl.coalesce(*[pl.when(pick(k) == i).then(shapes[i]) for i in range(3)]).alias(c)
                          for k, c in enumerate(("_go", "_bx", "_bw"))))
-    linked = _inside(b.select("file", "pid", "tid", "ts_ns", "_end", "_go", "_bx", "_bw"), nodes)
+    linked = _inside(b.select("_b", "file", "pid", "tid", "ts_ns", "_end", "_go", "_bx", "_bw"), nodes)
     return (
         fx.select("_row", "file", "pid", "_seq", "_x", "_w")
-        .join(linked.select("file", "pid", "_seq", "_go", "_bx", "_bw"), on=["file", "pid", "_seq"])
+        .join(linked.select("_b", "file", "pid", "_seq", "_go", "_bx", "_bw"), on=["file", "pid", "_seq"])
         .filter((pl.col("_bx") == pl.col("_x")) & (pl.col("_bw") == pl.col("_w")) & (pl.col("_go").list.len() == pl.col("_x").list.len()))
-        .group_by("_row").agg(pl.col("_go").list.slice(2).unique().alias("_outs"))
-        .filter(pl.col("_outs").list.len() == 1)
-        .select("_row", pl.col("_outs").list.first().alias("_out"))
+        .select("_row", "_b", "_go")
     )
 
 
