@@ -381,7 +381,8 @@ def _conv_hints(events: pl.DataFrame, ops: pl.DataFrame) -> pl.DataFrame | None:
               thread whose first input has the output's rank, batch and channel count and a
               size some stride and padding give (batch-norm, ReLU, the next convolution);
     ``_tr``   a forward convolution is transposed (a ``*conv*transpose*`` op runs under it, as
-              cudnn_convolution_transpose, or over it, as aten::conv_transpose2d);
+              cudnn_convolution_transpose, or over it, as aten::conv_transpose2d); on a backward
+              op, whether the forward op linked to it is;
     ``_mi``, ``_mw``  a 2021-schema backward op (``aten::cudnn_convolution_backward`` ...)
               computed the input / weight gradient: its ``_input`` / ``_weight`` child ran.
     None when there is no such convolution."""
