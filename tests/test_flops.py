@@ -71,6 +71,12 @@ def test_conv_net(tmp_path):
         net(x).sum().backward()
 
     ours, oracle = record_and_count(tmp_path, step)
+    # FlopCounterMode counts a grouped convolution's weight gradient at full width: g times its
+    # multiply-adds.  tracelens counts the weight gradient as one forward, like the input's: for
+    # the groups=4 conv (input [2, 8, 10, 10], 3x3, dilation 2, padding 2, output 10x10: forward
+    # 2*2*8*(8/4)*9*100 = 57,600 FLOPs) that is 3 * 57,600 fewer than FlopCounterMode.
+    assert oracle["aten.convolution_backward"] - ours["aten.convolution_backward"] == 3 * 57_600
+    ours["aten.convolution_backward"] += 3 * 57_600
     assert ours == oracle and {"aten.convolution", "aten.convolution_backward"} <= set(oracle)
 
 
@@ -152,3 +158,49 @@ def test_count_keeps_the_outermost_ops(ops):
         last[t] = s + d
         want.append(i)
     assert got == sorted(want)
+
+
+@pytest.mark.parametrize("grad", [True, False])
+def test_conv_net_without_concrete_inputs(tmp_path, grad):
+    """The same conv net recorded here, its trace then stripped of "Concrete Inputs" (what torch
+    before 2.1 and the 2021 schema record): stride, padding and dilation are gone, and tracelens
+    must take each convolution's output size from the trace itself, from the backward op linked by
+    its sequence number when training, from the op consuming the output in inference (no_grad:
+    no backward, no sequence numbers).  Per op, the FLOPs must not change."""
+    import json
+
+    net = torch.nn.Sequential(
+        torch.nn.Conv2d(3, 8, 3, stride=2, padding=1),
+        torch.nn.ReLU(),
+        torch.nn.Conv2d(8, 8, 3, padding=2, dilation=2, groups=4),
+        torch.nn.Conv2d(8, 16, 1, stride=2),
+        torch.nn.ReLU(),
+        torch.nn.ConvTranspose2d(16, 4, 4, stride=2, padding=1),
+    )
+    x = torch.randn(2, 3, 20, 20, requires_grad=True)
+
+    def step():
+        if grad:
+            net(x).sum().backward()
+        else:
+            with torch.no_grad():
+                net(x).sum()
+
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU], record_shapes=True) as prof:
+        step()
+    full = tmp_path / "full.json"
+    prof.export_chrome_trace(str(full))
+    doc = json.loads(full.read_text())
+    for e in doc["traceEvents"]:
+        (e.get("args") or {}).pop("Concrete Inputs", None)
+    stripped = tmp_path / "stripped.json"
+    stripped.write_text(json.dumps(doc))
+
+    def per_op(path):
+        ev = load([path], use_cache=False).events
+        c = ev.select(pl.col("name").cast(pl.String), "ts_ns").with_row_index("_row").join(count(ev), on="_row")
+        return c.filter(pl.col("name").str.contains("conv")).sort("ts_ns").select("name", "flops").rows()
+
+    want, got = per_op(full), per_op(stripped)
+    assert len(want) == (8 if grad else 4) and all(f for _, f in want)
+    assert got == want

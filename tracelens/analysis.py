@@ -825,6 +825,9 @@ def _step_flops(
             return None, {}, {}, None, "shapes were not recorded (record_shapes=False): model FLOPs and MFU unknown (give --model-flops-per-step)"
         if counted.height == 0:
             return None, {}, {}, None, "no matmul, convolution or attention ops with shapes: model FLOPs unknown (give --model-flops-per-step)"
+        if counted.get_column("why").null_count() < counted.height:  # convolutions the trace does not say enough about
+            return None, {}, {}, None, "model FLOPs and MFU unknown (give --model-flops-per-step): " + "; ".join(
+                fl.unknown_notes(counted, lower_bound=False))
         return None, {}, {}, None, f"the shapes of all {unknown} matmul/conv/attention ops are unreadable: model FLOPs unknown"
     ops = df.select("pid", "tid", "ts_ns").with_row_index("_row").join(counted, on="_row").drop_nulls("flops")
     if recomp.height:  # ops inside a recomputed forward op are not model FLOPs (PaLM's MFU)
@@ -858,7 +861,10 @@ def _step_flops(
     per = {i: (fsum(f), fsum(t) if t[0] is not None else None) for i, f, t in
            model.group_by("_step").agg(pl.col("flops"), pl.col("ideal_ns")).iter_rows()}
     rec = {i: fsum(f) for i, f in ops.filter(pl.col("_recompute")).group_by("_step").agg(pl.col("flops")).iter_rows()}
-    warns = [f"{unknown} matmul/conv/attention ops have shapes tracelens cannot read: their FLOPs are left out"] if unknown else []
+    noted = fl.unknown_notes(counted)  # convolutions whose output size or gradients the trace does not show
+    unread = unknown - counted.filter(pl.col("flops").is_null() & pl.col("why").is_not_null()).height
+    warns = [f"{unread} matmul/conv/attention ops have shapes tracelens cannot read: their FLOPs are left out"] if unread else []
+    warns += noted
     opaque = (
         df.filter((pl.col("kind") == "cpu_op") & pl.col("name").cast(pl.String).str.contains(fl.MOE_NO_WEIGHTS)
                   & ~pl.col("name").cast(pl.String).is_in(list(fl.COUNTED)))

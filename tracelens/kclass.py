@@ -3,7 +3,9 @@
 Order matters: communication first (so DeepEP ``dispatch`` kernels are not read as compute),
 then copies, then attention before conv and GEMM (FlashAttention-3 and DeepGEMM are both
 ``cutlass::device_kernel<...>``; FA3's ``PostprocessConvertdQ`` would hit a naive ``conv``),
-then conv, GEMM, and the rest.  Classification runs once per distinct name, not per event.
+then conv, GEMM (a GEMM with a fused SwiGLU epilogue stays a GEMM), fused activations and RoPE
+(``rotary_embedding_kernel`` is elementwise work, no embedding lookup), and the rest.
+Classification runs once per distinct name, not per event.
 """
 
 from __future__ import annotations
@@ -19,17 +21,30 @@ _RULES: tuple[tuple[str, str], ...] = (
     ("attention", r"flash_fwd|flash_bwd|flash::|flashattn|fmha|attn_fwd|attn_bwd|sdpa|mha_(fwd|bwd)"
                   r"|compute_attn|paged_attention|unified_attention|flex_attention|attention_kernel|triton_tem_fused_.*attention"),
     ("conv", r"convolution|conv[123]d|_conv_|implicit_?gemm|fprop|dgrad|wgrad|igemm_(fwd|bwd|wrw)|winograd"
-             r"|miopen|grouped_conv|scudnn|cudnn_conv|xmma_.*conv|computeoffsetskernel"),
+             r"|miopen|grouped_conv|scudnn|cudnn_conv|xmma_.*conv|computeoffsetskernel|computeboffsetskernel|fft2d_[rc]2[rc]"),
     ("gemm", r"gemm|nvjet|cutlass.*(tensorop)|cublas|s16816|h16816|s884|h884|s1688|h1688|cijk_|wvsplitk"
-             r"|kernel_gemm_xdl|ck::.*gemm|deep_gemm|splitkreduce|fused_moe_kernel|fmoe|moegemm|moe_gemm|triton_tem_|_mm_kernel|matmul"),
-    ("embedding", r"split_embedding|embedding_bag|embedding_(forward|backward)|embedding_dense|indices_weights"),
+             r"|kernel_gemm_xdl|ck::.*gemm|deep_gemm|splitkreduce|fused_moe_kernel|fmoe|moegemm|moe_gemm|triton_tem_|_mm_kernel|matmul"
+             r"|^bmm_"),  # TensorRT-LLM's batched (MoE) GEMMs, their epilogue named too: bmm_..._swiGlu_..._sm100f
+    # fused activations and rotary position embeddings (RoPE) are elementwise work; before the
+    # lookups (rotary_embedding_kernel is no table lookup), routing and quantization patterns
+    ("elementwise", r"rotary|(?<![a-z])rope(?![a-z])|rope_(fwd|bwd|forward|backward|kernel)|apply_?rope"
+                    r"|swiglu|geglu|reglu|_and_mul|gated_act"),
+    # FBGEMM/TorchRec: lookups, their inputs' permutes and checks (KeyedJaggedTensor), the pooled
+    # embeddings' permute; torch's EmbeddingBag and the embedding backward's segment kernels
+    ("embedding", r"split_embedding|embedding_bag|embeddingbag|embedding_(forward|backward)|embedding_dense|indices_weights"
+                  r"|permute_pooled_embs|pooled_embs|permute_[12]d_(data|lengths|indices|weights)|bounds_check_indices"
+                  r"|_offsets_range|bucketize_sparse|krn_partials_per_segment|krn_partial_segment_offset|compute_grad_weight"
+                  r"|compute_num_of_partial_segments|embedding_renorm"),
     ("moe_routing", r"topk|moe_align|unpermute|permute|moesorting|routing|expert"),
-    ("norm", r"layer_?norm|ln_(fwd|bwd)|rms_?norm|batch_?norm|group_?norm|instance_?norm|bn_(fw|bw)"),
-    ("softmax_reduce", r"softmax|reduce_kernel|reduction|cross_entropy|nll_loss|triton_red_|triton_per_|_reduce_|argmax|cumsum|logsumexp"),
+    ("norm", r"layer_?norm|ln_(fwd|bwd)|rms_?norm|batch_?norm|group_?norm|instance_?norm|bn_(fw|bw)"
+             r"|gammabeta|rowwisemoments|computefusedparams|computeinternalgradients|computebackwardfusedparams"),  # torch's LN/GN
+    ("softmax_reduce", r"softmax|reduce_kernel|reduction|cross_entropy|nll_loss|classnllcriterion|triton_red_|triton_per_|_reduce_|argmax|cumsum|logsumexp"),
     ("optimizer", r"multi_tensor_apply|adam|fusedoptimizer|_fused_sgd|lamb_|lamb_kernel|sgd_kernel"),
     ("cast_quant", r"(?<!no)cast|fp8|quant|amax|to_copy"),  # not "gpu_kernel_impl_nocast"
-    ("copy", r"catarraybatchedcopy|direct_copy|copy_kernel|transpose|contiguous|_copy_|memcpy_kernel"),
-    ("elementwise", r"elementwise|vectorized|unrolled|index|gather|scatter|triton_poi_|fill_kernel|pointwise|activation|relu|gelu|silu|dropout|where"),
+    ("copy", r"catarraybatchedcopy|direct_copy|copy_kernel|transpose|contiguous|_copy_|memcpy_kernel|nchwtonhwc|nhwctonchw"
+             r"|store_kvcache|reshape_and_cache"),
+    ("elementwise", r"elementwise|vectorized|unrolled|index|gather|scatter|triton_poi_|fill_kernel|pointwise|activation|relu|gelu|silu|dropout|where"
+                    r"|scalepackedtensor|subtensorop"),  # cuDNN's scaling of a result
 )
 # Names are lower-cased once and the (lower-case) patterns matched case-sensitively: faster.
 _COMPILED = tuple((cls, re.compile(p)) for cls, p in _RULES)

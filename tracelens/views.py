@@ -29,22 +29,25 @@ BAR_COLOURS: dict[str, str] = {
     "mfu": "#33d17a",
     "compute": "#3584e4",
 }
+# one colour per kernel class, no two alike (CIE76 distance >= 25, distinct in 256 colours:
+# tests/test_kclass.py): blue GEMM, cyan conv, purple attention, red comm, yellow/amber copies
+# and fills, greens for norms, reductions and elementwise, orange optimizer
 KCLASS_COLOURS: dict[str, str] = {
     "gemm": "#3584e4",
-    "conv": "#1c71d8",
+    "conv": "#17becf",
     "attention": "#9141ac",
     "comm": "#e01b24",
     "memcpy": "#f6d32d",
-    "memset": "#e5a50a",
-    "moe_routing": "#c061cb",
-    "embedding": "#dc8add",
+    "memset": "#a56a00",
+    "moe_routing": "#ff5fa2",
+    "embedding": "#8a8a00",
     "norm": "#2ec27e",
-    "softmax_reduce": "#26a269",
-    "elementwise": "#57e389",
+    "softmax_reduce": "#0f6b5a",
+    "elementwise": "#a8e05f",
     "optimizer": "#ff7800",
     "cast_quant": "#99c1f1",
     "copy": "#cdab8f",
-    "other": "#9a9996",
+    "other": "#77767b",
     "busy": "#c0bfbc",  # the union of a rank's streams
 }
 
