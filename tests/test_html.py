@@ -268,18 +268,27 @@ def test_html_and_text_render_every_shared_trace(path):
 
 
 def test_compare_does_not_invent_new_or_gone_kernels_beyond_the_top_n():
-    """Each rank's kernel table keeps its 30 longest kernels: a kernel missing from one run may
-    only be below that run's cut, so its change is unknown ('outside_top'), not counted from 0."""
-    from tracelens.kernels import KERNELS_TOP
-
+    """A rank's kernel table keeps its longest KERNELS_TOP names and ``kernels_total`` says how many
+    there were: a kernel missing from a run whose table was cut may only be below that cut, so its
+    change is unknown ('outside_top'), not counted from 0.  A report saved before the totals were
+    recorded counts as cut when a table has the old cut's 30 rows."""
     base = report_of(JOB)
-    assert all(len(r["kernels"]) == KERNELS_TOP for r in base["ranks"])  # both ranks' tables are cut
-    new = copy.deepcopy(base)
-    for r in new["ranks"]:
-        r["kernels"][-1]["name"] = "renamed_kernel"
-    c = compare(base, new)
-    status = {k["key"]: k["status"] for k in c["kernels"] + [x for x in compare(base, new, top=1000)["kernels"]]}
-    assert status["renamed_kernel"] == "outside_top"
-    assert status[base["ranks"][0]["kernels"][-1]["name"]] == "outside_top"
-    assert all(k["delta_ns"] is None for k in c["kernels"] if k["status"] == "outside_top")
-    assert "renamed_kernel" not in render({**new, "comparison": c}, "text").decode()
+    # the sample job's tables are whole now (194 and 183 names): nothing is outside a cut
+    assert all(len(r["kernels"]) == r["kernels_total"]["names"] > 30 for r in base["ranks"])
+    assert all(k["status"] != "outside_top" for k in compare(base, copy.deepcopy(base), top=1000)["kernels"])
+    cut = copy.deepcopy(base)
+    for r in cut["ranks"]:
+        r["kernels"] = r["kernels"][:30]  # as if the cut were at 30: the totals still say 194 and 183
+    legacy = copy.deepcopy(cut)
+    for r in legacy["ranks"]:
+        del r["kernels_total"]
+    for old in (cut, legacy):
+        new = copy.deepcopy(old)
+        for r in new["ranks"]:
+            r["kernels"][-1]["name"] = "renamed_kernel"
+        c = compare(old, new)
+        status = {k["key"]: k["status"] for k in c["kernels"] + [x for x in compare(old, new, top=1000)["kernels"]]}
+        assert status["renamed_kernel"] == "outside_top"
+        assert status[old["ranks"][0]["kernels"][-1]["name"]] == "outside_top"
+        assert all(k["delta_ns"] is None for k in c["kernels"] if k["status"] == "outside_top")
+        assert "renamed_kernel" not in render({**new, "comparison": c}, "text").decode()

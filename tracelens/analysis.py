@@ -121,6 +121,7 @@ class Step:
     flops: float | None = None  # model FLOPs of the step (shapes or the user's number)
     mfu: float | None = None
     waterfall: Any = None  # tracelens.waterfall.Waterfall, when the MFU is known
+    time_waterfall: Any = None  # the GPU-time waterfall (waterfall.build_time), shown when the MFU is unknown
 
     @property
     def dur_ns(self) -> int:
@@ -154,6 +155,10 @@ class RankResult:
     facts: dict[str, Any] = field(default_factory=dict)  # for the suggestion rules
     kernels: tuple[dict[str, Any], ...] = ()  # by name: class, count, time
     matmuls: tuple[dict[str, Any], ...] = ()  # per op shape: TFLOP/s, % of peak, roofline bound
+    time_waterfall: Any = None  # the GPU-time waterfall over the steps kept, shown when the MFU is unknown
+    kernels_total: dict[str, int] | None = None  # the whole kernel table's size: names, launches, total_ns
+    matmuls_total: int = 0  # op shapes before the cut at kernels.MATMULS_TOP
+    gpu_notes: tuple[str, ...] = ()  # how the peaks were had (a sibling's row, a MIG slice)
 
 
 @dataclass(frozen=True)
@@ -167,9 +172,14 @@ class Analysis:
     timeline: dict[str, Any] | None = None  # tracelens.timeline.step_strips: one step per rank, binned
 
     def job_waterfall(self) -> list[dict[str, Any]]:
-        if not self.ranks or any(r.waterfall is None for r in self.ranks):
+        """The MFU waterfall when every rank has one, else the GPU-time waterfall (last bar
+        ``compute``) of the ranks with GPU time."""
+        if not self.ranks:
             return []
-        w = waterfall.combine([r.waterfall for r in self.ranks])
+        if all(r.waterfall is not None for r in self.ranks):
+            w = waterfall.combine([r.waterfall for r in self.ranks])
+        else:
+            w = waterfall.combine([r.time_waterfall for r in self.ranks])
         return w.to_list() if w else []
 
     def job_mfu(self) -> float | None:
@@ -202,6 +212,7 @@ class Analysis:
                 },
                 "gpu_time_ns": _gpu_dict(job_gpu) if any(r.gpu for r in self.ranks) else None,
                 "waterfall": self.job_waterfall(),
+                "waterfall_kind": "mfu" if self.ranks and all(r.waterfall is not None for r in self.ranks) else "gpu_time",
                 "stragglers": [
                     {"rank": st.rank, "excess_ns": st.excess_ns, "evidence": st.evidence, "last_in": st.last_in,
                      "of": st.of, "p_value": st.p_value}
@@ -297,17 +308,20 @@ def _rank_dict(r: RankResult) -> dict[str, Any]:
                 "data_loading": asdict(s.data) if s.data is not None else None,
                 "model_flops": s.flops,
                 "mfu": s.mfu,
-                "waterfall": s.waterfall.to_list() if s.waterfall else [],
+                "waterfall": (s.waterfall or s.time_waterfall).to_list() if (s.waterfall or s.time_waterfall) else [],
             }
             for s in r.steps
         ],
         "gpu_time_ns": _gpu_dict(r.gpu),
         "idle_ns": asdict(r.idle) if r.idle is not None else None,
         "mfu": {"value": r.mfu, "model_flops": r.flops, "flops_source": r.flops_source, "peak_flops": r.peak_flops,
-                "gpu_model": r.gpu_model, "gpu_source": r.gpu_source, "hfu": r.hfu, "recompute_flops": r.recompute_flops},
-        "waterfall": r.waterfall.to_list() if r.waterfall else [],
+                "gpu_model": r.gpu_model, "gpu_source": r.gpu_source, "hfu": r.hfu, "recompute_flops": r.recompute_flops,
+                "gpu_notes": list(r.gpu_notes)},
+        "waterfall": (r.waterfall or r.time_waterfall).to_list() if (r.waterfall or r.time_waterfall) else [],
         "kernels": list(r.kernels),
+        "kernels_total": r.kernels_total,
         "matmul_efficiency": list(r.matmuls),
+        "matmul_efficiency_total": r.matmuls_total,
         # the pipeline and critical-path analyses are later issues: what is known now
         "pipeline": {
             "stage": None,
@@ -540,17 +554,21 @@ def _analyze_rank(df: pl.DataFrame, fi: int, meta, options: Options) -> RankResu
     rflops = sum(recompute_flops.get(i, 0.0) for i, s in enumerate(steps) if s in kept)
     hfu = (flops + rflops) / (peak * total.window / 1e9) if mfu is not None else None
     fall = waterfall.combine([s.waterfall for s in kept]) if all(s.waterfall for s in kept) else None
+    time_fall = waterfall.combine([s.time_waterfall for s in kept])
     facts = _facts(df, counted, gpu_rows, kept, spec) if has_gpu else {}
     from tracelens import kernels as kt
 
-    kernel_table, matmuls = [], []
+    kernel_table, matmuls, kernels_total = [], [], None
     if has_gpu:
         kernels = gpu_rows.filter(pl.col("kind") == "kernel")
         linked = kt.kernel_ops(df, counted, kernels, spec)
         kernel_table = kt.by_name(kernels, linked)
+        kernels_total = dict(zip(("names", "launches", "total_ns"), kernels.select(
+            pl.col("name").n_unique(), pl.len(), pl.col("dur_ns").sum()).row(0)))
         matmuls = kt.matmul_efficiency(df, counted, linked, spec, top=None)
     if fall is not None and matmuls:
         fall = waterfall.with_parts(fall, "matmul_below_peak", kt.below_peak_by_shape(matmuls))
+    matmuls_total = len(matmuls)
     matmuls = matmuls[: kt.MATMULS_TOP]
     if not has_gpu:
         warnings.append(f"{meta.path}: no GPU activity in the selected steps; GPU time is unknown")
@@ -580,6 +598,10 @@ def _analyze_rank(df: pl.DataFrame, fi: int, meta, options: Options) -> RankResu
         facts=facts,
         kernels=tuple(kernel_table),
         matmuls=tuple(matmuls),
+        time_waterfall=time_fall,
+        kernels_total=kernels_total,
+        matmuls_total=matmuls_total,
+        gpu_notes=spec.notes if spec else (),
     ), C
 
 
@@ -608,13 +630,17 @@ def _facts(df: pl.DataFrame, counted: pl.DataFrame, gpu_rows: pl.DataFrame, kept
 
 
 def _waterfalls(steps: list[Step], cuts: list[segments.StepCut], ideal: dict[int, float]) -> list[Step]:
-    """Each step's MFU waterfall (when its MFU is known), from its window's segment sums."""
+    """Each step's MFU waterfall (when its MFU is known) and GPU-time waterfall, from its
+    window's segment sums."""
     out = []
     for i, st in enumerate(steps):
+        k = cuts[i]
+        st = replace(st, time_waterfall=waterfall.build_time(
+            T=st.gpu.window, idle=asdict(st.idle), exposed_comm=k.comm_by_group, exposed_memcpy=st.gpu.exposed_memcpy,
+            compute={"matmul": k.matmul, "recompute": k.recompute, **k.non_matmul}))
         if st.mfu is None or st.gpu.window <= 0:
             out.append(st)
             continue
-        k = cuts[i]
         fall = waterfall.build(
             T=st.gpu.window,
             idle=asdict(st.idle),

@@ -10,7 +10,7 @@ import polars as pl
 
 from tracelens.gpus import GpuSpec
 
-KERNELS_TOP = 30  # kernels by name kept in the report, per rank (the longest)
+KERNELS_TOP = 2000  # kernels by name kept in the report, per rank (the longest; ranks[].kernels_total has the whole size)
 MATMULS_TOP = 20  # matmul op shapes kept in the report, per rank (the longest)
 
 

@@ -89,6 +89,26 @@ def build(
     return Waterfall(T, tuple(bars))
 
 
+def build_time(T: int, idle: dict[str, int], exposed_comm: dict[str, int], exposed_memcpy: int, compute: dict[str, int]) -> Waterfall | None:
+    """The waterfall of GPU time when the MFU is unknown (no FLOPs, or no peak): the same idle,
+    bubble, exposed-communication (by group) and exposed-memcpy bars as ``build``, then one last
+    ``compute`` bar whose FLOP efficiency is unknown, split into parts (``compute``: its ns by
+    part: matmul, recompute, each non-matmul class).  The bars partition T, so they sum to 1."""
+    if T <= 0:
+        return None
+    bars: list[Bar] = []
+    for key, label in IDLE_BARS:
+        bars.append(Bar(f"idle_{key}", label, idle.get(key, 0), idle.get(key, 0) / T))
+    pp = idle.get("pipeline_bubble", 0)
+    bars.append(Bar("pipeline_bubble", "pipeline bubble", pp, pp / T))
+    xc = sum(exposed_comm.values())
+    bars.append(Bar("exposed_comm", "exposed communication", xc, xc / T, _parts(exposed_comm, T)))
+    bars.append(Bar("exposed_memcpy", "exposed memcpy / memset", exposed_memcpy, exposed_memcpy / T))
+    c = sum(compute.values())
+    bars.append(Bar("compute", "compute (FLOP efficiency unknown)", c, c / T, _parts(compute, T)))
+    return Waterfall(T, tuple(bars))
+
+
 def combine(falls: list[Waterfall | None]) -> Waterfall | None:
     """Several windows (a rank's steps, a job's ranks) as one: each bar's time summed, its
     fraction the time-weighted mean."""
