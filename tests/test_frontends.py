@@ -105,7 +105,7 @@ def test_json_text_and_html_carry_the_gpu_time_waterfall_when_flops_are_unknown(
     assert sum(p["ns"] for p in d["job"]["waterfall"][6]["parts"]) == 200 * US  # exposed comm, by group
     # the text shows every bar with the JSON's share, in the JSON's order
     text = render_text(d)
-    assert "GPU-time waterfall of the job: the MFU is unknown" in text
+    assert "GPU-time waterfall of the job (MFU unknown): it ends at the compute share, FLOP efficiency unknown:" in text
     rows = [ln for ln in text.splitlines() if ln.startswith("  ") and ln.rstrip().endswith("%")]
     shown = {b["label"]: f"{100 * b['fraction']:.2f}%" for b in d["job"]["waterfall"]}
     wf_rows = [r for r in rows if r.strip().split("  ")[0] in shown]

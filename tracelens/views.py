@@ -158,7 +158,7 @@ def waterfall_title(kind: str, what: str = "") -> str:
     """The chart's title, the same in every front end (``what``: " of rank 3", ...)."""
     if kind == "mfu":
         return f"MFU loss waterfall{what}: from 100% of the GPU's dense peak down to the MFU"
-    return f"GPU-time waterfall{what}: the MFU is unknown, so the bars end at the compute share (FLOP efficiency unknown)"
+    return f"GPU-time waterfall{what} (MFU unknown): it ends at the compute share, FLOP efficiency unknown"
 
 
 PARTS_SHOWN = 4  # sub-rows per bar in every front end; the rest are summed in one "… more" row
