@@ -289,13 +289,23 @@ def test_compare_warns_when_the_runs_are_on_different_gpus(no_flops, tmp_path):
     h100 = report_of(H100)
     h800 = report_of(no_flops)
     c = compare(h100, h800)
-    assert any("different GPUs" in w and "NVIDIA H100 80GB HBM3" in w and "NVIDIA H800" in w for w in c["warnings"])
+    assert c["warnings"] == ["the runs are on different GPUs (baseline: NVIDIA H100 SXM (989 TFLOP/s); now: NVIDIA H800 "
+                             "(989 TFLOP/s)): step times and MFU compare different hardware"]
     assert c["waterfall_kind"] == "time"  # one side has no MFU: the GPU-time bars are compared
     assert all(b["key"] != "mfu" for b in c["waterfall"])
     text = render({**h800, "comparison": c}, "text").decode()
     assert "warning: the runs are on different GPUs" in text
     assert "the runs are on different GPUs" in unescape(render({**h800, "comparison": c}, "html").decode())
     assert compare(h100, copy.deepcopy(h100))["warnings"] == []
+    # the same model read from the trace and given in a settings file: like for like
+    a100 = report_of(JOB, gpu="A100")
+    assert compare(a100, report_of(real_traces() / "hta/nccl_parser_config/nccl_data.json.gz"))["warnings"] == []
+    # a run whose GPU is unknown is not "different", but it is said
+    assert compare(report_of(JOB), a100)["warnings"] == ["the GPU of the baseline is unknown: they may not be on the same hardware"]
+    # the same GPU with another peak (a MIG slice, a given peak): the MFUs are not comparable
+    assert "different peaks" in compare(a100, report_of(JOB, gpu="A100", peak_tflops=150.0))["warnings"][0]
+    assert compare(a100, report_of(JOB, peak_tflops=150.0))["warnings"] == [
+        "the GPU of this run is unknown: they may not be on the same hardware"]
 
 
 def test_compare_never_shows_a_rounding_as_a_change():
@@ -363,3 +373,42 @@ def test_html_of_a_hostile_report_escapes_every_string():
     assert "<i id=x>" not in html and "\x1b" not in html and not re.search(r"[\x00-\x09\x0b-\x1f\x7f-\x9f\u202e]", shown)
     assert html.count("fake&lt;i id=x&gt;&quot;&#x27;&amp;") > 100  # shown, escaped, everywhere it was
     assert orjson.loads(render(bad, "json"))["warnings"][0] == HOSTILE
+
+
+def test_the_cli_prints_no_control_character_from_a_trace(tmp_path):
+    """A device named with an OSC title sequence and an ANSI clear: the GPU is unknown, so its name
+    is in a warning (stderr), the rank table (stdout) and the info summary; none carries a control."""
+    evil = "Evil\x1b]0;pwned\x07GPU\x1b[2J"
+    p = deepseek_style(tmp_path / "rank-0.json", name=evil)
+    controls = re.compile(r"[\x00-\x09\x0b-\x1f\x7f-\x9f]")
+    for args in (("report", p, "--no-cache"), ("info", p, "--no-cache")):
+        r = cli(*args)
+        assert r.returncode == 0, r.stderr
+        assert "Evil\ufffdGPU\ufffd" in r.stdout + r.stderr
+        assert not controls.search(r.stdout) and not controls.search(r.stderr)
+
+
+@pytest.mark.parametrize("which", ["mfu", "no_flops"])
+def test_text_and_html_show_the_reports_headline_numbers(which, no_flops):
+    """The JSON's numbers, formatted once (views / units), appear in the text and the HTML alike:
+    the MFU or what it lacks, each rank's MFU, the step-time statistics, the GPU-time shares and
+    the warnings count (the TUI: tests/test_tui.py)."""
+    from tracelens.units import fmt_ns, fmt_pct
+
+    d = report_of(JOB, gpu="A100") if which == "mfu" else report_of(no_flops)
+    text, html = render_text(d), re.sub(r"\s+", " ", unescape(render_html(d).decode()))
+    h = views.headline(d)
+    want = [f"{100 * d['job']['mfu']:.2f}%", views.mfu_text(h)] if d["job"]["mfu"] is not None else [
+        h["why_unknown"].removeprefix("MFU unknown: ")]
+    st = d["job"]["step_time_ns"]
+    want += [fmt_ns(st["mean"]), f"p50 {fmt_ns(st['p50'])}", f"max {fmt_ns(st['max'])}"]
+    want += [fmt_pct(r["mfu"]["value"], 2) for r in d["ranks"] if r["mfu"]["value"] is not None]
+    g = d["job"]["gpu_time_ns"]
+    w = sum(g[k] for k in ("idle", "compute", "exposed_comm", "exposed_memcpy"))
+    want += [f"compute {fmt_pct(g['compute'] / w)}", f"exposed comm {fmt_pct(g['exposed_comm'] / w)}"]
+    for x in want:
+        assert x in text.replace("  ", " "), x
+        assert x in html, x
+    assert views.step_stats(d)["mean"] == st["mean"]
+    if d["warnings"]:
+        assert f"{len(d['warnings'])} warning(s)" in text and f"{len(d['warnings'])} warning(s)" in html

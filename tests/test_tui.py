@@ -616,3 +616,21 @@ def test_names_from_the_trace_never_reach_the_terminal_as_control_codes_or_marku
             assert not any(ch in svg for ch in "\x1b\x07\x9b")
 
     run(go())
+
+
+def test_overview_shows_the_same_headline_numbers_as_the_text_and_html():
+    from tracelens import views
+    from tracelens.units import fmt_ns, fmt_pct
+
+    async def go():
+        async with opened(H100, (120, 40)) as (app, pilot):
+            d = app.report
+            head = str(app.query_one("#headline").render()) + " " + str(app.query_one("#stats").render())
+            st, g = d["job"]["step_time_ns"], d["job"]["gpu_time_ns"]
+            w = sum(g[k] for k in ("idle", "compute", "exposed_comm", "exposed_memcpy"))
+            for x in (f"MFU {100 * d['job']['mfu']:.2f}%", views.mfu_text(views.headline(d)), f"mean {fmt_ns(st['mean'])}",
+                      f"p50 {fmt_ns(st['p50'])}", f"max {fmt_ns(st['max'])}", f"compute {fmt_pct(g['compute'] / w)}",
+                      f"idle {fmt_pct(g['idle'] / w)}"):
+                assert x in head, x
+
+    run(go())

@@ -29,13 +29,20 @@ def _bars(d: dict[str, Any], kind: str) -> dict[str, dict[str, Any]]:
 
 
 def _gpus(d: dict[str, Any]) -> list[str]:
-    """The GPUs a run's ranks ran on (as every front end names them), with the peak each MFU used."""
+    """The GPUs a run's ranks ran on: the peak table's model (from the MFU, else looked up from
+    the device name, else the name itself) with the dense peak the MFU used; "unknown GPU"."""
+    from tracelens import gpus
+
     out = []
     for r in d["ranks"]:
+        name = r["device"].get("name")
+        spec = gpus.lookup(name) if (name and not r["mfu"].get("gpu_model")) else None
+        model = r["mfu"].get("gpu_model") or (spec.name if spec else name)
+        model = model if model and model != gpus.USER_PEAK else "unknown GPU"
         peak = r["mfu"].get("peak_flops")
-        name = views.device_label(r) + (f" ({peak / 1e12:,.0f} TFLOP/s)" if peak else "")
-        if name not in out:
-            out.append(name)
+        label = model + (f" ({peak / 1e12:,.0f} TFLOP/s)" if peak else "")
+        if label not in out:
+            out.append(label)
     return out
 
 
@@ -43,9 +50,18 @@ def _warnings(base: dict[str, Any], new: dict[str, Any]) -> list[str]:
     """What makes the two runs not like for like."""
     out = []
     bg, ng = _gpus(base), _gpus(new)
-    if bg and ng and bg != ng:
+    models = lambda g: {x.split(" (")[0] for x in g}  # noqa: E731
+    known_b, known_n = models(bg) - {"unknown GPU"}, models(ng) - {"unknown GPU"}
+    if known_b and known_n and known_b != known_n:
         out.append(f"the runs are on different GPUs (baseline: {', '.join(bg[:4])}; now: {', '.join(ng[:4])}): "
                    "step times and MFU compare different hardware")
+    elif known_b and known_b == known_n and bg != ng:
+        out.append(f"the runs' MFUs use different peaks (baseline: {', '.join(bg[:4])}; now: {', '.join(ng[:4])}): "
+                   "MFU points are not comparable")
+    if "unknown GPU" in models(bg) | models(ng):
+        out.append("the GPU of " + ("both runs" if "unknown GPU" in models(bg) & models(ng) else
+                                    "the baseline" if "unknown GPU" in models(bg) else "this run")
+                   + " is unknown: they may not be on the same hardware")
     return out
 
 

@@ -111,6 +111,9 @@ def identify(properties: dict, name: str | None) -> tuple[GpuSpec | None, str | 
     return spec, None
 
 
+USER_PEAK = "user-given peak"  # the name of a spec that is only a peak the user gave (no GPU named)
+
+
 def override(spec: GpuSpec | None, gpu: str | None, peak_tflops: float | None,
              given_by: str = "--gpu") -> tuple[GpuSpec | None, str | None]:
     """Apply --gpu NAME and --peak-tflops X (``given_by``: where the name came from, for the message)."""
@@ -121,6 +124,6 @@ def override(spec: GpuSpec | None, gpu: str | None, peak_tflops: float | None,
             where = "--gpu" if given_by == "--gpu" else f"gpu in {given_by}"
             return None, f"{where} {gpu!r} is not in tracelens' peak table (give peak_tflops instead)"
     if peak_tflops:
-        base = spec or GpuSpec("user-given peak", {}, None, None)
+        base = spec or GpuSpec(USER_PEAK, {}, None, None)
         spec = replace(base, peak_tflops={**base.peak_tflops, "bf16": peak_tflops}, scale=1.0, notes=(f"peak {peak_tflops} TFLOP/s given by the user",))
     return spec, why

@@ -342,15 +342,15 @@ def _roofline(d: dict[str, Any]) -> str:
 
 def _kernels(d: dict[str, Any]) -> str:
     out = ["<h2>Kernels</h2>"]
-    classes = views.class_rows(d)
+    ks = views.kernel_rows(d)
+    classes = views.class_rows(d, ks)
     out.append(_table([("class", False), ("kernels", True), ("launches", True), ("time", True), ("share", True)], [
         "<tr>" + _td(None, c["kclass"], cls="") + _td(c["kernels"]) + _td(c["count"]) + _td(c["total_ns"], fmt_ns(c["total_ns"]))
         + _td(c["share"], fmt_pct(c["share"])) + "</tr>" for c in classes], empty="no GPU kernels"))
-    ks = views.kernel_rows(d)
     trs = ["<tr>" + f'<td class="name" title="{escape(k["name"])}">{escape(k["name"][:160])}{"…" if len(k["name"]) > 160 else ""}</td>' + _td(None, k["kclass"], cls="") + _td(k["count"])
            + _td(k["total_ns"], fmt_ns(k["total_ns"])) + _td(k["mean_ns"], fmt_ns(int(k["mean_ns"] or 0)))
            + _td(k["tflops"], fmt_num(k["tflops"])) + _td(k["of_peak"], fmt_pct(k["of_peak"])) + "</tr>" for k in ks[:200]]
-    out.append(f"<details open><summary>{escape(views.kernel_table_title(d))}{'; the 200 longest shown' if len(ks) > 200 else ''}"
+    out.append(f"<details open><summary>{escape(views.kernel_table_title(d, ks))}{'; the 200 longest shown' if len(ks) > 200 else ''}"
                "; click a header to sort</summary>")
     out.append(_table([("kernel", False), ("class", False), ("count", True), ("total", True), ("mean", True), ("TFLOP/s", True),
                        ("% peak", True)], trs, empty="no GPU kernels"))

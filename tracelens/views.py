@@ -278,10 +278,11 @@ def step_rows(report: dict[str, Any], rank: int | None = None) -> list[dict[str,
     return rows
 
 
-def kernel_table_title(report: dict[str, Any]) -> str:
-    """The kernel table's title with its true size: the kernel names and launches over all ranks,
-    and, when some rank's table was cut (``kernels_total`` says how many it had), how."""
-    rows = kernel_rows(report)
+def kernel_table_title(report: dict[str, Any], rows: list[dict[str, Any]] | None = None) -> str:
+    """The kernel table's title with its true size: the kernel names and launches over all ranks
+    (``rows``: ``kernel_rows(report)`` when already made), and, when some rank's table was cut
+    (``kernels_total`` says how many it had), how."""
+    rows = kernel_rows(report) if rows is None else rows
     launches = sum(k["count"] for k in rows)
     cut = [r for r in report["ranks"] if (r.get("kernels_total") or {}).get("names", 0) > len(r["kernels"])]
     title = f"kernels by name, all ranks: {len(rows):,} names, {launches:,} launches"
@@ -329,10 +330,10 @@ def kernel_rows(report: dict[str, Any]) -> list[dict[str, Any]]:
     return rows
 
 
-def class_rows(report: dict[str, Any]) -> list[dict[str, Any]]:
-    """Kernel time by class over all ranks, largest first."""
+def class_rows(report: dict[str, Any], rows: list[dict[str, Any]] | None = None) -> list[dict[str, Any]]:
+    """Kernel time by class over all ranks, largest first (``rows``: ``kernel_rows(report)``)."""
     by: dict[str, dict[str, Any]] = {}
-    for k in kernel_rows(report):
+    for k in kernel_rows(report) if rows is None else rows:
         c = by.setdefault(k["kclass"], {"kclass": k["kclass"], "kernels": 0, "count": 0, "total_ns": 0})
         c["kernels"] += 1
         c["count"] += k["count"]
@@ -375,12 +376,12 @@ def slow_collective_rows(report: dict[str, Any]) -> list[dict[str, Any]]:
 
 
 def step_stats(report: dict[str, Any]) -> dict[str, Any]:
-    """Step-time statistics over the kept steps of every rank."""
+    """Step-time statistics over the kept steps of every rank (the mean rounded as job.step_time_ns.mean is)."""
     times = sorted(s["dur_ns"] for r in report["ranks"] for s in _kept(r["steps"]))
     if not times:
         return {"count": 0, "mean": None, "p50": None, "p90": None, "min": None, "max": None}
     n = len(times)
-    return {"count": n, "mean": sum(times) // n, "p50": times[(n - 1) // 2], "p90": times[min(n - 1, (9 * n) // 10)],
+    return {"count": n, "mean": round(sum(times) / n), "p50": times[(n - 1) // 2], "p90": times[min(n - 1, (9 * n) // 10)],
             "min": times[0], "max": times[-1]}
 
 
@@ -407,14 +408,24 @@ def device_label(r: dict[str, Any]) -> str:
     return "unknown GPU"
 
 
+def _about(w: str, paths: set[str]) -> str | None:
+    """The path a warning is about (warnings about a file start with "PATH: "), else None; the
+    longest such prefix, found in the few ": " of the warning (not by trying every path)."""
+    found, i = None, w.find(": ")
+    while i >= 0:
+        if w[:i] in paths:
+            found = w[:i]
+        i = w.find(": ", i + 1)
+    return found
+
+
 def _reason(report: dict[str, Any], ranks: list[dict[str, Any]], words: tuple[str, ...]) -> str | None:
     """The first warning about one of ``ranks`` (it starts with the rank's path) that says one of
     ``words``, without the path in front."""
-    paths = [r["path"] + ": " for r in ranks]
+    paths = {r["path"] for r in ranks}
     for w in report["warnings"]:
-        for p in paths:
-            if w.startswith(p) and any(x in w for x in words):
-                return w[len(p):].removeprefix("MFU unknown: ")
+        if any(x in w for x in words) and (p := _about(w, paths)) is not None:
+            return w[len(p) + 2:].removeprefix("MFU unknown: ")
     return None
 
 
@@ -445,10 +456,10 @@ def mfu_missing(report: dict[str, Any]) -> dict[str, Any]:
     return {"missing": missing, "reasons": reasons, "keys": keys}
 
 
-def why_unknown(report: dict[str, Any]) -> str | None:
+def why_unknown(report: dict[str, Any], m: dict[str, Any] | None = None) -> str | None:
     """One line: what the MFU lacks, e.g. "MFU unknown: the model FLOPs are missing — shapes were
     not recorded ...; the GPU is known (NVIDIA H800, 989 TFLOP/s)".  None when the MFU is known."""
-    m = mfu_missing(report)
+    m = m or mfu_missing(report)
     if not m["missing"]:
         return None
     parts = [m["reasons"][k] for k in m["missing"]]
@@ -458,9 +469,9 @@ def why_unknown(report: dict[str, Any]) -> str | None:
     return "MFU unknown: " + "; ".join(parts)
 
 
-def mfu_hint(report: dict[str, Any]) -> str:
-    """What the user can give to get the MFU, for the TUI (keys) and the text (options)."""
-    m = mfu_missing(report)
+def mfu_hint(report: dict[str, Any], m: dict[str, Any] | None = None) -> str:
+    """What the user can give to get the MFU: the TUI's keys (and the options that do the same)."""
+    m = m or mfu_missing(report)
     out = []
     if "flops" in m["missing"]:
         out.append("press F to enter the model FLOPs per step (or --model-flops-per-step F / --params N --tokens-per-step T)")
@@ -483,11 +494,12 @@ def headline(report: dict[str, Any]) -> dict[str, Any]:
     ranks = report["ranks"]
     r0 = ranks[0] if ranks else None
     mfu = report["job"]["mfu"]
+    m = mfu_missing(report)
     return {
         "mfu": mfu,
-        "why_unknown": why_unknown(report),
-        "missing": mfu_missing(report)["missing"],
-        "hint": mfu_hint(report),
+        "why_unknown": why_unknown(report, m),
+        "missing": m["missing"],
+        "hint": mfu_hint(report, m),
         "gpu_model": r0["mfu"]["gpu_model"] if r0 else None,
         "gpu_note": gpu_given_note(r0["mfu"].get("gpu_source")) if r0 else "",
         "gpu_notes": list(r0["mfu"].get("gpu_notes") or []) if r0 else [],
@@ -503,10 +515,10 @@ def headline(report: dict[str, Any]) -> dict[str, Any]:
 def warning_rows(report: dict[str, Any]) -> list[dict[str, Any]]:
     """One row per warning, in the report's order: its number, the file it is about (the input
     whose path it starts with, else none: a job-wide warning) and the text."""
-    paths = sorted({i["path"] for i in report["inputs"]}, key=len, reverse=True)
+    paths = {i["path"] for i in report["inputs"]}
     rows = []
     for i, w in enumerate(report["warnings"]):
-        about = next((p for p in paths if w.startswith(p + ": ")), None)
+        about = _about(w, paths)
         rows.append({"n": i + 1, "file": about, "warning": w[len(about) + 2:] if about else w, "text": w})
     return rows
 

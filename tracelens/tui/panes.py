@@ -201,13 +201,14 @@ class KernelsPane(Vertical):
         self.report = report
 
     def compose(self) -> ComposeResult:
-        classes = views.class_rows(self.report)
+        rows = views.kernel_rows(self.report)
+        classes = views.class_rows(self.report, rows)
         t = Text("time by kernel class: ", style="bold")
         for c in classes:
             t.append("■ ", style=KCLASS_COLOURS.get(c["kclass"], "grey70"))
             t.append(f"{c['kclass']} {fmt_pct(c['share'])}  ")
         yield Static(t, id="kernel-classes")
-        yield FilterTable(views.kernel_table_title(self.report), [
+        yield FilterTable(views.kernel_table_title(self.report, rows), [
             Column("kclass", "class"),
             Column("count", "count", lambda v: f"{v:,}", True),
             Column("total_ns", "total", fmt_ns, True),
@@ -215,7 +216,7 @@ class KernelsPane(Vertical):
             Column("tflops", "TFLOP/s", fmt_num, True),
             Column("of_peak", "% peak", fmt_pct, True),
             Column("name", "kernel", lambda v: v[:160]),
-        ], views.kernel_rows(self.report), id="kernels-table", empty="no GPU kernels")
+        ], rows, id="kernels-table", empty="no GPU kernels")
         yield FilterTable(views.matmul_table_title(self.report) + " (roofline: memory- or compute-bound at this GPU's ridge point)", [
             Column("rank", "rank", str, True),
             Column("op", "op"),
@@ -299,7 +300,7 @@ class WarningsPane(Horizontal):
             Column("n", "#", str, True),
             Column("file", "file", lambda v: v[-40:]),
             Column("warning", "warning"),
-        ], self.rows, id="warnings-table", empty="none: every number was measured")
+        ], self.rows, id="warnings-table", empty="no warnings")
         yield Static(self._detail(self.rows[0] if self.rows else None), id="warning-detail")
 
     def _detail(self, w: dict[str, Any] | None) -> Text:
