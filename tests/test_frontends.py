@@ -157,6 +157,11 @@ def test_unknown_mfu_names_what_is_missing(no_flops, tmp_path):
     other = report_of(deepseek_style(tmp_path / "other.json", name="Quadro GP100"), model_flops_per_step=1e12)
     ho = views.headline(other)
     assert ho["missing"] == ["gpu"] and "Quadro GP100" in ho["why_unknown"] and "press G" in ho["hint"] and "press F" not in ho["hint"]
+    # a CPU-only trace (real, from HTA's tests): no GPU time at all, and neither key would help
+    cpu = report_of(real_traces() / "hta/cpu_only/rank-34.Jul_15_10_52_41.1074.pt.trace.json.gz")
+    hc = views.headline(cpu)
+    assert hc["missing"] == ["gpu_time"] and "no GPU activity" in hc["why_unknown"] and hc["hint"] == ""
+    assert cpu["job"]["waterfall"] == [] and render_text(cpu).splitlines()[1].startswith(hc["why_unknown"])
     # given the FLOPs, the MFU is known
     given = report_of(no_flops, model_flops_per_step=1e12)
     assert given["job"]["mfu"] == pytest.approx(1e12 / (989.4e12 * T / 1e9)) and views.headline(given)["why_unknown"] is None
@@ -412,3 +417,20 @@ def test_text_and_html_show_the_reports_headline_numbers(which, no_flops):
     assert views.step_stats(d)["mean"] == st["mean"]
     if d["warnings"]:
         assert f"{len(d['warnings'])} warning(s)" in text and f"{len(d['warnings'])} warning(s)" in html
+
+
+def test_the_schema_holds_the_gpu_time_waterfall_to_its_shape(no_flops):
+    """The schema validates the GPU-time waterfall and refuses one that ends nowhere (no mfu or
+    compute bar) or a negative part; the sum to 1 is checked above (a schema cannot add)."""
+    d = report_of(no_flops)
+    v = jsonschema.Draft202012Validator(SCHEMA)
+    v.validate(d)
+    bad = copy.deepcopy(d)
+    bad["job"]["waterfall"] = bad["job"]["waterfall"][:-1]
+    assert not v.is_valid(bad)
+    bad = copy.deepcopy(d)
+    bad["job"]["waterfall"][-1]["parts"][0]["ns"] = -1
+    assert not v.is_valid(bad)
+    bad = copy.deepcopy(d)
+    bad["job"]["waterfall_kind"] = "time"
+    assert not v.is_valid(bad)

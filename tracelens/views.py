@@ -22,8 +22,9 @@ REPLACEMENT = "\ufffd"
 
 def printable(s: str) -> str:
     """``s`` safe to print on a terminal: each ESC sequence and every other control character
-    becomes one U+FFFD (shown, not obeyed), a tab a space.  Used by the text report and the TUI
-    on every string that came from a file (the HTML escapes instead)."""
+    becomes one U+FFFD (shown, not obeyed), a tab a space.  Used by the text report, the TUI and
+    the CLI's messages on every string that came from a file (the HTML page shows the same text,
+    escaped)."""
     if not _UNPRINTABLE.search(s) and "\t" not in s:
         return s
     return _UNPRINTABLE.sub(REPLACEMENT, s).replace("\t", " ")
@@ -432,28 +433,29 @@ def _reason(report: dict[str, Any], ranks: list[dict[str, Any]], words: tuple[st
 def mfu_missing(report: dict[str, Any]) -> dict[str, Any]:
     """Why the job's MFU is unknown, from the report's numbers (not its wording): which inputs
     are missing ("gpu": a rank's dense peak; "flops": a rank's model FLOPs; "gpu_time": no GPU
-    activity at all), the reason the warnings give for each, and the keys of the TUI that
-    supply them.  Empty when the MFU is known."""
+    activity at all; "other": none of these, e.g. an empty window) and the reason the warnings
+    give for each.  Empty when the MFU is known."""
     if report["job"]["mfu"] is not None:
-        return {"missing": [], "reasons": {}, "keys": []}
+        return {"missing": [], "reasons": {}}
     ranks = report["ranks"]
     timed = [r for r in ranks if r["gpu_time_ns"]]
     if not timed:
-        return {"missing": ["gpu_time"], "reasons": {"gpu_time": "no GPU activity in the traces (a CPU-only trace?)"}, "keys": []}
+        return {"missing": ["gpu_time"], "reasons": {"gpu_time": "no GPU activity in the traces (a CPU-only trace?)"}}
     no_peak = [r for r in timed if not r["mfu"]["peak_flops"]]
     no_flops = [r for r in timed if r["mfu"]["model_flops"] is None]
-    missing, reasons, keys = [], {}, []
+    missing, reasons = [], {}
     if no_flops:
         missing.append("flops")
         reasons["flops"] = "the model FLOPs are missing — " + (
             _reason(report, no_flops, ("FLOPs", "shapes")) or "no op the FLOPs can be counted from (give --model-flops-per-step)")
-        keys.append("F")
     if no_peak:
         missing.append("gpu")
         reasons["gpu"] = "the GPU's peak is missing — " + (
             _reason(report, no_peak, ("GPU", "peak")) or "the GPU is not known (give --gpu NAME or --peak-tflops X)")
-        keys.append("G")
-    return {"missing": missing, "reasons": reasons, "keys": keys}
+    if not missing:
+        missing.append("other")
+        reasons["other"] = "see the warnings"
+    return {"missing": missing, "reasons": reasons}
 
 
 def why_unknown(report: dict[str, Any], m: dict[str, Any] | None = None) -> str | None:
