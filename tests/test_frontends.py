@@ -269,23 +269,30 @@ def test_bar_glyphs_are_proportional_wherever_the_bar_starts(width):
 
 def test_kernel_tables_hold_every_kernel_and_the_title_the_true_total():
     """The sample job has 194 and 183 kernel names on its two ranks (counted here from the events):
-    the report keeps them all (the table was cut at 30 before), and the title says how many."""
+    the TUI and the HTML showed the two ranks' 30 longest merged (a silent cut, and an undercount of
+    any kernel outside a rank's 30).  Now job.kernels holds every name with its exact totals, each
+    rank's table says of how many names it keeps the longest 30, and the title gives the total."""
     trace = load([str(JOB)], use_cache=False)
     k = trace.events.filter(pl.col("kind") == "kernel")
     per_rank = dict(k.group_by("file").agg(pl.col("name").n_unique()).iter_rows())
     d = analyze(trace).to_dict()
+    jsonschema.Draft202012Validator(SCHEMA).validate(d)
     for r in d["ranks"]:
-        assert len(r["kernels"]) == r["kernels_total"]["names"] == per_rank[r["file"]] > 30
-        assert sum(x["count"] for x in r["kernels"]) == r["kernels_total"]["launches"]
-    names = k.get_column("name").cast(pl.String).n_unique()
+        assert len(r["kernels"]) == 30 < r["kernels_total"]["names"] == per_rank[r["file"]]
+        assert r["kernels_total"]["launches"] == k.filter(pl.col("file") == r["file"]).height
+    by_name = dict(k.group_by(pl.col("name").cast(pl.String)).agg(pl.col("dur_ns").sum()).iter_rows())
     rows = views.kernel_rows(d)
-    assert len(rows) == names and sum(x["count"] for x in rows) == k.height
+    assert {x["name"]: x["total_ns"] for x in rows} == by_name  # every name, its exact time over both ranks
+    assert sum(x["count"] for x in rows) == k.height and len(rows) == len(d["job"]["kernels"])
+    assert [x["total_ns"] for x in rows] == sorted((x["total_ns"] for x in rows), reverse=True)
     title = views.kernel_table_title(d)
-    assert f"{names:,} names, {k.height:,} launches" in title and "longest" not in title
-    cut = copy.deepcopy(d)
-    cut["ranks"][0]["kernels"] = cut["ranks"][0]["kernels"][:10]
-    assert f"the longest 10 of {per_rank[0]:,} names kept on 1 rank(s)" in views.kernel_table_title(cut)
-    assert views.matmul_table_title(d).startswith(f"matmul ops by shape: {len(views.matmul_rows(d))} rows")
+    assert title == f"kernels by name, all ranks: {len(by_name):,} names, {k.height:,} launches"
+    # a report saved before job.kernels: the ranks' cut tables, and the title says so
+    old = copy.deepcopy(d)
+    del old["job"]["kernels"]
+    assert f"(the longest 60 of {per_rank[0] + per_rank[1]:,} names kept on 2 rank(s)" in views.kernel_table_title(old)
+    assert views.matmul_table_title(d) == (f"matmul ops by shape: {len(views.matmul_rows(d))} rows over all ranks, the longest per "
+                                           f"rank of {sum(r['matmul_efficiency_total'] for r in d['ranks']):,}")
 
 
 # -- --compare ------------------------------------------------------------------------------------

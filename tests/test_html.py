@@ -212,6 +212,10 @@ def test_compare_finds_the_kernel_that_changed():
         for k in r["kernels"]:
             if k["name"] == name:
                 k["total_ns"] += 4_000_000
+    ranks_with_it = sum(1 for r in new["ranks"] for k in r["kernels"] if k["name"] == name)
+    for k in new["job"]["kernels"]:  # the job's table (every name, merged over the ranks) says the same
+        if k["name"] == name:
+            k["total_ns"] += 4_000_000 * ranks_with_it
     c = compare(base, new)
     top = c["kernels"][0]
     assert top["key"] == name and top["delta_ns"] == pytest.approx(4_000_000 * sum(
@@ -268,17 +272,20 @@ def test_html_and_text_render_every_shared_trace(path):
 
 
 def test_compare_does_not_invent_new_or_gone_kernels_beyond_the_top_n():
-    """A rank's kernel table keeps its longest KERNELS_TOP names and ``kernels_total`` says how many
-    there were: a kernel missing from a run whose table was cut may only be below that cut, so its
-    change is unknown ('outside_top'), not counted from 0.  A report saved before the totals were
-    recorded counts as cut when a table has the old cut's 30 rows."""
+    """The report's job.kernels has every kernel name, so a comparison of two reports knows every
+    change.  A report saved before job.kernels existed has only each rank's longest names: a kernel
+    missing from it may only be below that cut, so its change is unknown ('outside_top'), not
+    counted from 0 (the rank's kernels_total says the table was cut; without it, a table of the old
+    cut's 30 rows counts as cut)."""
     base = report_of(JOB)
-    # the sample job's tables are whole now (194 and 183 names): nothing is outside a cut
-    assert all(len(r["kernels"]) == r["kernels_total"]["names"] > 30 for r in base["ranks"])
+    assert all(len(r["kernels"]) == 30 < r["kernels_total"]["names"] for r in base["ranks"])  # 194 and 183 names
     assert all(k["status"] != "outside_top" for k in compare(base, copy.deepcopy(base), top=1000)["kernels"])
+    renamed = copy.deepcopy(base)
+    renamed["job"]["kernels"][-1]["name"] = "renamed_kernel"
+    st = {k["key"]: k["status"] for k in compare(base, renamed, top=1000)["kernels"]}
+    assert st["renamed_kernel"] == "new" and st[base["job"]["kernels"][-1]["name"]] == "gone"  # known: both runs are whole
     cut = copy.deepcopy(base)
-    for r in cut["ranks"]:
-        r["kernels"] = r["kernels"][:30]  # as if the cut were at 30: the totals still say 194 and 183
+    del cut["job"]["kernels"]  # as saved before job.kernels
     legacy = copy.deepcopy(cut)
     for r in legacy["ranks"]:
         del r["kernels_total"]

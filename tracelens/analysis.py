@@ -28,6 +28,7 @@ import polars as pl
 
 from tracelens import gpus, segments, waterfall
 from tracelens import intervals as iv
+from tracelens.kernels import KERNELS_TOP
 from tracelens.load import Trace
 from tracelens.schema import NON_COMPUTE_KCLASSES, SCHEMA_VERSION
 from tracelens.suggest import suggest
@@ -153,7 +154,7 @@ class RankResult:
     hfu: float | None = None  # (model + recompute FLOPs) / (peak x window)
     peak_bandwidth: float | None = None  # memory bandwidth of the GPU, bytes/s (the roofline's slope)
     facts: dict[str, Any] = field(default_factory=dict)  # for the suggestion rules
-    kernels: tuple[dict[str, Any], ...] = ()  # by name: class, count, time
+    kernels: tuple[dict[str, Any], ...] = ()  # by name: class, count, time; every name (the report keeps the longest)
     matmuls: tuple[dict[str, Any], ...] = ()  # per op shape: TFLOP/s, % of peak, roofline bound
     time_waterfall: Any = None  # the GPU-time waterfall over the steps kept, shown when the MFU is unknown
     kernels_total: dict[str, int] | None = None  # the whole kernel table's size: names, launches, total_ns
@@ -181,6 +182,31 @@ class Analysis:
         else:
             w = waterfall.combine([r.time_waterfall for r in self.ranks])
         return w.to_list() if w else []
+
+    def job_kernels(self) -> list[dict[str, Any]]:
+        """Every kernel name over all ranks (each rank's whole table, merged): class, launches,
+        total and mean time, FLOPs, TFLOP/s and share of peak (the ranks' ideal time over the
+        kernel time, as each rank's table has it); longest first."""
+        rows = [k for r in self.ranks for k in r.kernels]
+        if not rows:
+            return []
+        df = pl.DataFrame(
+            {"name": [k["name"] for k in rows], "kclass": [k["kclass"] for k in rows], "count": [k["count"] for k in rows],
+             "total_ns": [k["total_ns"] for k in rows], "flops": [k["flops"] for k in rows],
+             "ideal_ns": [k["of_peak"] * k["total_ns"] if k["of_peak"] is not None else None for k in rows]},
+            schema={"name": pl.String, "kclass": pl.String, "count": pl.Int64, "total_ns": pl.Int64, "flops": pl.Float64,
+                    "ideal_ns": pl.Float64},
+        )
+        g = (df.group_by("name", "kclass").agg(pl.col("count").sum(), pl.col("total_ns").sum(), pl.col("flops").drop_nulls(),
+                                              pl.col("ideal_ns").drop_nulls())
+             .sort("total_ns", "name", "kclass", descending=[True, False, False]))
+        out = []
+        for name, kclass, count, t, f, ideal in g.iter_rows():  # one row per kernel name: a summary, not the events
+            flops = fsum(f) if f else None  # exact sums: the same report to the last bit, whatever the threads
+            out.append({"name": name, "kclass": kclass, "count": count, "total_ns": t, "mean_ns": t / count,
+                        "flops": flops, "achieved_tflops": flops / (t / 1e9) / 1e12 if (flops is not None and t) else None,
+                        "of_peak": fsum(ideal) / t if (ideal and t) else None})
+        return out
 
     def job_mfu(self) -> float | None:
         """Σ model FLOPs / Σ (peak × window) over the ranks; null if any rank's is unknown."""
@@ -212,6 +238,7 @@ class Analysis:
                 },
                 "gpu_time_ns": _gpu_dict(job_gpu) if any(r.gpu for r in self.ranks) else None,
                 "waterfall": self.job_waterfall(),
+                "kernels": self.job_kernels(),
                 "waterfall_kind": "mfu" if self.ranks and all(r.waterfall is not None for r in self.ranks) else "gpu_time",
                 "stragglers": [
                     {"rank": st.rank, "excess_ns": st.excess_ns, "evidence": st.evidence, "last_in": st.last_in,
@@ -318,7 +345,7 @@ def _rank_dict(r: RankResult) -> dict[str, Any]:
                 "gpu_model": r.gpu_model, "gpu_source": r.gpu_source, "hfu": r.hfu, "recompute_flops": r.recompute_flops,
                 "gpu_notes": list(r.gpu_notes)},
         "waterfall": (r.waterfall or r.time_waterfall).to_list() if (r.waterfall or r.time_waterfall) else [],
-        "kernels": list(r.kernels),
+        "kernels": list(r.kernels[:KERNELS_TOP]),
         "kernels_total": r.kernels_total,
         "matmul_efficiency": list(r.matmuls),
         "matmul_efficiency_total": r.matmuls_total,
@@ -562,7 +589,7 @@ def _analyze_rank(df: pl.DataFrame, fi: int, meta, options: Options) -> RankResu
     if has_gpu:
         kernels = gpu_rows.filter(pl.col("kind") == "kernel")
         linked = kt.kernel_ops(df, counted, kernels, spec)
-        kernel_table = kt.by_name(kernels, linked)
+        kernel_table = kt.by_name(kernels, linked, top=max(1, kernels.height))  # every name; the report cuts each rank's
         kernels_total = dict(zip(("names", "launches", "total_ns"), kernels.select(
             pl.col("name").n_unique(), pl.len(), pl.col("dur_ns").sum()).row(0)))
         matmuls = kt.matmul_efficiency(df, counted, linked, spec, top=None)

@@ -87,8 +87,11 @@ LEGACY_CAPS = {"kernels": 30, "matmul_efficiency": 20}  # per-rank table sizes o
 
 
 def _cut(d: dict[str, Any], key: str) -> bool:
-    """Whether any rank's table ``key`` was cut: it has fewer rows than its total says (a report
-    without the total: as many rows as the cut of the time)."""
+    """Whether the table ``key`` the comparison reads was cut: never for kernels when the report
+    has ``job.kernels`` (every name); else whether a rank's table has fewer rows than its total
+    says (a report without the total: as many rows as the cut of the time)."""
+    if key == "kernels" and d["job"].get("kernels") is not None:
+        return False
     for r in d["ranks"]:
         total = r.get(f"{key}_total")
         if isinstance(total, dict):

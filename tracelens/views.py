@@ -281,11 +281,12 @@ def step_rows(report: dict[str, Any], rank: int | None = None) -> list[dict[str,
 
 def kernel_table_title(report: dict[str, Any], rows: list[dict[str, Any]] | None = None) -> str:
     """The kernel table's title with its true size: the kernel names and launches over all ranks
-    (``rows``: ``kernel_rows(report)`` when already made), and, when some rank's table was cut
-    (``kernels_total`` says how many it had), how."""
+    (``rows``: ``kernel_rows(report)`` when already made), and, for a report without
+    ``job.kernels`` whose ranks' tables were cut (``kernels_total`` says how many they had), how."""
     rows = kernel_rows(report) if rows is None else rows
     launches = sum(k["count"] for k in rows)
-    cut = [r for r in report["ranks"] if (r.get("kernels_total") or {}).get("names", 0) > len(r["kernels"])]
+    cut = [] if report["job"].get("kernels") is not None else [
+        r for r in report["ranks"] if (r.get("kernels_total") or {}).get("names", 0) > len(r["kernels"])]
     title = f"kernels by name, all ranks: {len(rows):,} names, {launches:,} launches"
     if cut:
         total = sum(r["kernels_total"]["names"] for r in cut)
@@ -307,7 +308,12 @@ def matmul_table_title(report: dict[str, Any]) -> str:
 
 def kernel_rows(report: dict[str, Any]) -> list[dict[str, Any]]:
     """Kernels by name over all ranks: class, count, total and mean time, TFLOP/s and % of
-    peak where their FLOPs are known."""
+    peak where their FLOPs are known: the report's ``job.kernels`` (every name, merged from each
+    rank's whole table), else (a report saved before it) the ranks' cut tables merged here."""
+    job = report["job"].get("kernels")
+    if job is not None:
+        return [{"name": k["name"], "kclass": k["kclass"], "count": k["count"], "total_ns": k["total_ns"], "flops": k["flops"],
+                 "mean_ns": k["mean_ns"], "tflops": k["achieved_tflops"], "of_peak": k["of_peak"]} for k in job]
     merged: dict[str, dict[str, Any]] = {}
     for r in report["ranks"]:
         peak = r["mfu"]["peak_flops"]
