@@ -151,7 +151,8 @@ def test_large_reports_embed_compressed_json_that_round_trips(tmp_path):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("job", [H100, "hta/trace_filter", "big"], ids=["single_gpu", "two_ranks", "48_ranks_compressed"])
+@pytest.mark.parametrize("job", [H100, "hta/trace_filter", "hta/nccl_parser_config/nccl_data.json.gz", "big"],
+                         ids=["single_gpu", "two_ranks", "no_shapes_gpu_time_waterfall", "48_ranks_compressed"])
 def test_html_in_headless_chromium(chromium, tmp_path, job):
     out = tmp_path / "report.html"
     if job == "big":

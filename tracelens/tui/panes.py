@@ -296,7 +296,7 @@ class WarningsPane(Horizontal):
         self.rows = views.warning_rows(report)
 
     def compose(self) -> ComposeResult:
-        yield FilterTable("warnings: what is unknown, left out or flagged (enter or a click: the whole text)", [
+        yield FilterTable("warnings: what is unknown, left out or flagged (the highlighted one in full on the right)", [
             Column("n", "#", str, True),
             Column("file", "file", lambda v: v[-40:]),
             Column("warning", "warning"),
