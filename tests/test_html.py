@@ -151,7 +151,8 @@ def test_large_reports_embed_compressed_json_that_round_trips(tmp_path):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("job", [H100, "hta/trace_filter", "big"], ids=["single_gpu", "two_ranks", "48_ranks_compressed"])
+@pytest.mark.parametrize("job", [H100, "hta/trace_filter", "hta/nccl_parser_config/nccl_data.json.gz", "big"],
+                         ids=["single_gpu", "two_ranks", "no_shapes_gpu_time_waterfall", "48_ranks_compressed"])
 def test_html_in_headless_chromium(chromium, tmp_path, job):
     out = tmp_path / "report.html"
     if job == "big":
@@ -212,6 +213,10 @@ def test_compare_finds_the_kernel_that_changed():
         for k in r["kernels"]:
             if k["name"] == name:
                 k["total_ns"] += 4_000_000
+    ranks_with_it = sum(1 for r in new["ranks"] for k in r["kernels"] if k["name"] == name)
+    for k in new["job"]["kernels"]:  # the job's table (every name, merged over the ranks) says the same
+        if k["name"] == name:
+            k["total_ns"] += 4_000_000 * ranks_with_it
     c = compare(base, new)
     top = c["kernels"][0]
     assert top["key"] == name and top["delta_ns"] == pytest.approx(4_000_000 * sum(
@@ -268,18 +273,30 @@ def test_html_and_text_render_every_shared_trace(path):
 
 
 def test_compare_does_not_invent_new_or_gone_kernels_beyond_the_top_n():
-    """Each rank's kernel table keeps its 30 longest kernels: a kernel missing from one run may
-    only be below that run's cut, so its change is unknown ('outside_top'), not counted from 0."""
-    from tracelens.kernels import KERNELS_TOP
-
+    """The report's job.kernels has every kernel name, so a comparison of two reports knows every
+    change.  A report saved before job.kernels existed has only each rank's longest names: a kernel
+    missing from it may only be below that cut, so its change is unknown ('outside_top'), not
+    counted from 0 (the rank's kernels_total says the table was cut; without it, a table of the old
+    cut's 30 rows counts as cut)."""
     base = report_of(JOB)
-    assert all(len(r["kernels"]) == KERNELS_TOP for r in base["ranks"])  # both ranks' tables are cut
-    new = copy.deepcopy(base)
-    for r in new["ranks"]:
-        r["kernels"][-1]["name"] = "renamed_kernel"
-    c = compare(base, new)
-    status = {k["key"]: k["status"] for k in c["kernels"] + [x for x in compare(base, new, top=1000)["kernels"]]}
-    assert status["renamed_kernel"] == "outside_top"
-    assert status[base["ranks"][0]["kernels"][-1]["name"]] == "outside_top"
-    assert all(k["delta_ns"] is None for k in c["kernels"] if k["status"] == "outside_top")
-    assert "renamed_kernel" not in render({**new, "comparison": c}, "text").decode()
+    assert all(len(r["kernels"]) == 30 < r["kernels_total"]["names"] for r in base["ranks"])  # 194 and 183 names
+    assert all(k["status"] != "outside_top" for k in compare(base, copy.deepcopy(base), top=1000)["kernels"])
+    renamed = copy.deepcopy(base)
+    renamed["job"]["kernels"][-1]["name"] = "renamed_kernel"
+    st = {k["key"]: k["status"] for k in compare(base, renamed, top=1000)["kernels"]}
+    assert st["renamed_kernel"] == "new" and st[base["job"]["kernels"][-1]["name"]] == "gone"  # known: both runs are whole
+    cut = copy.deepcopy(base)
+    del cut["job"]["kernels"]  # as saved before job.kernels
+    legacy = copy.deepcopy(cut)
+    for r in legacy["ranks"]:
+        del r["kernels_total"]
+    for old in (cut, legacy):
+        new = copy.deepcopy(old)
+        for r in new["ranks"]:
+            r["kernels"][-1]["name"] = "renamed_kernel"
+        c = compare(old, new)
+        status = {k["key"]: k["status"] for k in c["kernels"] + [x for x in compare(old, new, top=1000)["kernels"]]}
+        assert status["renamed_kernel"] == "outside_top"
+        assert status[old["ranks"][0]["kernels"][-1]["name"]] == "outside_top"
+        assert all(k["delta_ns"] is None for k in c["kernels"] if k["status"] == "outside_top")
+        assert "renamed_kernel" not in render({**new, "comparison": c}, "text").decode()

@@ -136,8 +136,8 @@ def test_waterfall_by_hand(tmp_path):
 
 
 def test_waterfalls_on_real_traces_sum_to_one():
-    """Every shared trace whose MFU is known: step, rank and job waterfalls sum to 1, only the
-    convention bar is signed, and the last bar is the MFU."""
+    """Every shared trace: step, rank and job waterfalls sum to 1, only the convention bar is
+    signed, and the last bar is the MFU (or, where the MFU is unknown, the compute share)."""
     from tests.conftest import real_trace_files
 
     checked = 0
@@ -146,11 +146,12 @@ def test_waterfalls_on_real_traces_sum_to_one():
             d = analyze(load([f], use_cache=False)).to_dict()
         except Exception:
             continue
-        falls = [d["job"]["waterfall"]] + [r["waterfall"] for r in d["ranks"]] + [s["waterfall"] for r in d["ranks"] for s in r["steps"]]
-        for w in falls:
+        falls = ([(d["job"]["waterfall"], d["job"]["mfu"])] + [(r["waterfall"], r["mfu"]["value"]) for r in d["ranks"]]
+                 + [(s["waterfall"], s["mfu"]) for r in d["ranks"] for s in r["steps"]])
+        for w, mfu in falls:
             if not w:
                 continue
-            assert w[-1]["key"] == "mfu"
+            assert w[-1]["key"] == ("mfu" if mfu is not None else "compute")  # MFU unknown: the GPU-time waterfall
             assert abs(sum(b["fraction"] for b in w) - 1.0) < 1e-9, f
             assert all(b["fraction"] >= -1e-12 for b in w if b["key"] != "flop_convention"), f
             for b in w:

@@ -475,3 +475,162 @@ def test_set_the_gpu_in_the_app_reanalyses():
             assert app.query_one(WaterfallChart).kind == "mfu"
 
     run(go())
+
+
+# -- issue 13, item 10: the warnings, the FLOPs key, the report's waterfall, whole tables, no control codes --
+
+def no_flops_trace(tmp_path, kernel_name: str | None = None) -> Path:
+    """The hand-built DeepSeek-style rank of tests/test_frontends.py (an H800, no shapes)."""
+    from tests.test_frontends import deepseek_style
+
+    p = deepseek_style(tmp_path / "rank-0.json")
+    if kernel_name is not None:
+        doc = orjson.loads(p.read_bytes())
+        for e in doc["traceEvents"]:
+            if e["name"].startswith("sm90_xmma_gemm"):
+                e["name"] = kernel_name
+        p.write_bytes(orjson.dumps(doc))
+    return p
+
+
+def test_warnings_view_lists_every_warning_and_the_overview_leads_there():
+    async def go():
+        async with opened(JOB, (120, 40)) as (app, pilot):
+            warnings = app.report["warnings"]
+            assert warnings  # no GPU named in the trace, and more
+            headline = str(app.query_one("#headline").render())
+            assert f"{len(warnings)} warning(s): press 8 to read them" in headline
+            await pilot.press("8")
+            await pilot.pause()
+            assert active_tab(app) == "warnings"
+            table = app.query_one("#warnings-table", FilterTable)
+            assert [r["text"] for r in table.shown] == warnings
+            assert f"({len(warnings)})" in str(table.query_one(".title").render())
+            detail = str(app.query_one("#warning-detail").render())
+            assert table.shown[0]["warning"] in detail
+            await pilot.press("down")
+            await pilot.pause()
+            assert table.shown[1]["warning"] in str(app.query_one("#warning-detail").render())
+
+    run(go())
+
+
+def test_set_the_model_flops_in_the_app_reanalyses(tmp_path):
+    """A trace without shapes on a known GPU (an H800): the overview says the FLOPs are missing
+    (not the GPU) and F asks for them; 1e12 gives the MFU that `report --model-flops-per-step 1e12`
+    gives; a non-number is refused and changes nothing."""
+    from tracelens.analysis import Options
+
+    path = no_flops_trace(tmp_path)
+
+    async def go():
+        app = make_app([str(path)], use_cache=False)
+        async with app.run_test(size=(120, 40)) as pilot:
+            await settle(app, pilot)
+            assert app.report["job"]["mfu"] is None
+            headline = str(app.query_one("#headline").render())
+            assert "model FLOPs are missing" in headline and "press F" in headline and "press G" not in headline
+            assert "NVIDIA H800" in headline
+            chart = app.query_one(WaterfallChart)
+            assert chart.kind == "time" and chart.bars == app.report["job"]["waterfall"] and chart.bars[-1]["key"] == "compute"
+            await pilot.press("F")
+            await pilot.pause()
+            await pilot.press(*"lots", "enter")
+            await settle(app, pilot)
+            assert app.report["job"]["mfu"] is None  # refused
+            await pilot.press("F")
+            await pilot.pause()
+            app.screen.query_one("#flops-input").value = ""
+            await pilot.press(*"1e12", "enter")
+            await settle(app, pilot)
+            want = analyze(load([path], use_cache=False), Options(model_flops_per_step=1e12)).to_dict()["job"]["mfu"]
+            assert want is not None and app.report["job"]["mfu"] == want
+            assert f"MFU {100 * want:.2f}%" in str(app.query_one("#headline").render())
+            assert app.query_one(WaterfallChart).kind == "mfu"
+
+    run(go())
+
+
+def test_waterfall_chart_draws_the_shared_layout():
+    """The chart's rows are views.waterfall_layout's: each bar, then its parts (the first four and
+    one row for the rest), as the text report and the HTML page show them."""
+    from tracelens import views
+
+    async def go():
+        async with opened(JOB, (120, 40)) as (app, pilot):
+            chart = app.query_one(WaterfallChart)
+            table = chart.render()
+            labels = [str(c).strip() for c in table.columns[0]._cells]
+            want = []
+            for r in views.waterfall_layout(chart.bars):
+                want.append(r["label"])
+                want += [p["label"] for p in r["parts"]]
+            assert labels == want and any(lb.startswith("… ") for lb in labels)
+
+    run(go())
+
+
+def test_kernel_table_shows_every_kernel_with_the_true_total():
+    from tracelens import views
+
+    async def go():
+        async with opened(JOB, (120, 40)) as (app, pilot):
+            await pilot.press("4")
+            await pilot.pause()
+            table = app.query_one("#kernels-table", FilterTable)
+            rows = views.kernel_rows(app.report)
+            assert len(table.all_rows) == len(rows) == len(app.report["job"]["kernels"]) > 60  # it showed the ranks' 30 longest
+            title = str(table.query_one(".title").render())
+            assert f"{len(rows):,} names" in title
+            await pilot.press("end")
+            await pilot.pause()
+            assert table.table.cursor_row == len(rows) - 1
+
+    run(go())
+
+
+def test_names_from_the_trace_never_reach_the_terminal_as_control_codes_or_markup(tmp_path):
+    """A kernel named with an escape sequence, a bell, a newline and Rich markup: in the kernel table,
+    the timeline's status line and the notification it is shown as text, with U+FFFD for each
+    control sequence, the brackets as they are."""
+    evil = "gemm\x1b[31m\x07[bold]x[/bold]\nline"
+    path = no_flops_trace(tmp_path, kernel_name=evil)
+
+    async def go():
+        app = make_app([str(path)], use_cache=False)
+        async with app.run_test(size=(120, 40)) as pilot:
+            await settle(app, pilot)
+            await pilot.press("4")
+            await pilot.pause()
+            table = app.query_one("#kernels-table", FilterTable)
+            top = table.shown[0]
+            assert top["name"] == "gemm\ufffd\ufffd[bold]x[/bold]\ufffdline"
+            await pilot.press("enter")
+            await settle(app, pilot)
+            status = str(app.query_one("#timeline-status").render())
+            assert "[bold]x[/bold]" in status and "\x1b" not in status
+            for key in "12345678":
+                await pilot.press(key)
+                await pilot.pause()
+            svg = app.export_screenshot()
+            assert not any(ch in svg for ch in "\x1b\x07\x9b")
+
+    run(go())
+
+
+def test_overview_shows_the_same_headline_numbers_as_the_text_and_html():
+    from tracelens import views
+    from tracelens.units import fmt_ns, fmt_pct
+
+    async def go():
+        async with opened(H100, (120, 40)) as (app, pilot):
+            d = app.report
+            head = str(app.query_one("#headline").render()) + " " + str(app.query_one("#stats").render())
+            st, g = d["job"]["step_time_ns"], d["job"]["gpu_time_ns"]
+            w = sum(g[k] for k in ("idle", "compute", "exposed_comm", "exposed_memcpy"))
+            for x in (f"MFU {100 * d['job']['mfu']:.2f}%", views.mfu_text(views.headline(d)), f"mean {fmt_ns(st['mean'])}",
+                      f"p50 {fmt_ns(st['p50'])}", f"max {fmt_ns(st['max'])}", f"compute {fmt_pct(g['compute'] / w)}",
+                      f"idle {fmt_pct(g['idle'] / w)}"):
+                assert x in head, x
+
+    run(go())

@@ -31,6 +31,7 @@ import polars as pl
 
 from tracelens import gpus, segments, waterfall
 from tracelens import intervals as iv
+from tracelens.kernels import KERNELS_TOP
 from tracelens.load import Trace
 from tracelens.schema import NON_COMPUTE_KCLASSES, SCHEMA_VERSION
 from tracelens.suggest import suggest
@@ -132,6 +133,7 @@ class Step:
     mfu: float | None = None
     waterfall: Any = None  # tracelens.waterfall.Waterfall, when the MFU is known
     untraced_tail_ns: int = 0  # the last ProfilerStep's CPU span past all traced work (outside the window)
+    time_waterfall: Any = None  # the GPU-time waterfall (waterfall.build_time), shown when the MFU is unknown
 
     @property
     def dur_ns(self) -> int:
@@ -163,10 +165,14 @@ class RankResult:
     hfu: float | None = None  # (model + recompute FLOPs) / (peak x window)
     peak_bandwidth: float | None = None  # memory bandwidth of the GPU, bytes/s (the roofline's slope)
     facts: dict[str, Any] = field(default_factory=dict)  # for the suggestion rules
-    kernels: tuple[dict[str, Any], ...] = ()  # by name: class, count, time
+    kernels: tuple[dict[str, Any], ...] = ()  # by name: class, count, time; every name (the report keeps the longest)
     matmuls: tuple[dict[str, Any], ...] = ()  # per op shape: TFLOP/s, % of peak, roofline bound
     window_basis: str = "steps"  # "steps" | "ranges" (--step-range) | "gpu_activity" (no steps) | "host" (no GPU activity)
     untraced_tail_ns: int = 0  # over the steps kept: CPU time after all traced work, left out of the window
+    time_waterfall: Any = None  # the GPU-time waterfall over the steps kept, shown when the MFU is unknown
+    kernels_total: dict[str, int] | None = None  # the whole kernel table's size: names, launches, total_ns
+    matmuls_total: int = 0  # op shapes before the cut at kernels.MATMULS_TOP
+    gpu_notes: tuple[str, ...] = ()  # how the peaks were had (a sibling's row, a MIG slice)
 
 
 @dataclass(frozen=True)
@@ -181,10 +187,40 @@ class Analysis:
     separate_runs: bool = False  # the files look like separate runs, not one job (tracelens.load; a warning says why)
 
     def job_waterfall(self) -> list[dict[str, Any]]:
-        if not self.ranks or any(r.waterfall is None for r in self.ranks):
+        """The MFU waterfall when every rank has one, else the GPU-time waterfall (last bar
+        ``compute``) of the ranks with GPU time."""
+        if not self.ranks:
             return []
-        w = waterfall.combine([r.waterfall for r in self.ranks])
+        if all(r.waterfall is not None for r in self.ranks):
+            w = waterfall.combine([r.waterfall for r in self.ranks])
+        else:
+            w = waterfall.combine([r.time_waterfall for r in self.ranks])
         return w.to_list() if w else []
+
+    def job_kernels(self) -> list[dict[str, Any]]:
+        """Every kernel name over all ranks (each rank's whole table, merged): class, launches,
+        total and mean time, FLOPs, TFLOP/s and share of peak (the ranks' ideal time over the
+        kernel time, as each rank's table has it); longest first."""
+        rows = [k for r in self.ranks for k in r.kernels]
+        if not rows:
+            return []
+        df = pl.DataFrame(
+            {"name": [k["name"] for k in rows], "kclass": [k["kclass"] for k in rows], "count": [k["count"] for k in rows],
+             "total_ns": [k["total_ns"] for k in rows], "flops": [k["flops"] for k in rows],
+             "ideal_ns": [k["of_peak"] * k["total_ns"] if k["of_peak"] is not None else None for k in rows]},
+            schema={"name": pl.String, "kclass": pl.String, "count": pl.Int64, "total_ns": pl.Int64, "flops": pl.Float64,
+                    "ideal_ns": pl.Float64},
+        )
+        g = (df.group_by("name", "kclass").agg(pl.col("count").sum(), pl.col("total_ns").sum(), pl.col("flops").drop_nulls(),
+                                              pl.col("ideal_ns").drop_nulls())
+             .sort("total_ns", "name", "kclass", descending=[True, False, False]))
+        out = []
+        for name, kclass, count, t, f, ideal in g.iter_rows():  # one row per kernel name: a summary, not the events
+            flops = fsum(f) if f else None  # exact sums: the same report to the last bit, whatever the threads
+            out.append({"name": name, "kclass": kclass, "count": count, "total_ns": t, "mean_ns": t / count,
+                        "flops": flops, "achieved_tflops": flops / (t / 1e9) / 1e12 if (flops is not None and t) else None,
+                        "of_peak": fsum(ideal) / t if (ideal and t) else None})
+        return out
 
     def job_mfu(self) -> float | None:
         """Σ model FLOPs / Σ (peak × window) over the ranks; null if any rank's is unknown."""
@@ -216,6 +252,8 @@ class Analysis:
                 },
                 "gpu_time_ns": _gpu_dict(job_gpu) if any(r.gpu for r in self.ranks) else None,
                 "waterfall": self.job_waterfall(),
+                "kernels": self.job_kernels(),
+                "waterfall_kind": "mfu" if self.ranks and all(r.waterfall is not None for r in self.ranks) else "gpu_time",
                 "stragglers": [
                     {"rank": st.rank, "excess_ns": st.excess_ns, "evidence": st.evidence, "last_in": st.last_in,
                      "of": st.of, "p_value": st.p_value}
@@ -315,17 +353,20 @@ def _rank_dict(r: RankResult) -> dict[str, Any]:
                 "data_loading": asdict(s.data) if s.data is not None else None,
                 "model_flops": s.flops,
                 "mfu": s.mfu,
-                "waterfall": s.waterfall.to_list() if s.waterfall else [],
+                "waterfall": (s.waterfall or s.time_waterfall).to_list() if (s.waterfall or s.time_waterfall) else [],
             }
             for s in r.steps
         ],
         "gpu_time_ns": _gpu_dict(r.gpu),
         "idle_ns": asdict(r.idle) if r.idle is not None else None,
         "mfu": {"value": r.mfu, "model_flops": r.flops, "flops_source": r.flops_source, "peak_flops": r.peak_flops,
-                "gpu_model": r.gpu_model, "gpu_source": r.gpu_source, "hfu": r.hfu, "recompute_flops": r.recompute_flops},
-        "waterfall": r.waterfall.to_list() if r.waterfall else [],
-        "kernels": list(r.kernels),
+                "gpu_model": r.gpu_model, "gpu_source": r.gpu_source, "hfu": r.hfu, "recompute_flops": r.recompute_flops,
+                "gpu_notes": list(r.gpu_notes)},
+        "waterfall": (r.waterfall or r.time_waterfall).to_list() if (r.waterfall or r.time_waterfall) else [],
+        "kernels": list(r.kernels[:KERNELS_TOP]),
+        "kernels_total": r.kernels_total,
         "matmul_efficiency": list(r.matmuls),
+        "matmul_efficiency_total": r.matmuls_total,
         # the pipeline and critical-path analyses are later issues: what is known now
         "pipeline": {
             "stage": None,
@@ -606,17 +647,21 @@ def _analyze_rank(df: pl.DataFrame, fi: int, meta, options: Options) -> RankResu
     rflops = sum(recompute_flops.get(i, 0.0) for i, s in enumerate(steps) if s in kept)
     hfu = (flops + rflops) / (peak * total.window / 1e9) if mfu is not None else None
     fall = waterfall.combine([s.waterfall for s in kept]) if all(s.waterfall for s in kept) else None
+    time_fall = waterfall.combine([s.time_waterfall for s in kept])
     facts = _facts(df, counted, gpu_rows, kept, spec, steps, attr) if has_gpu else {}
     from tracelens import kernels as kt
 
-    kernel_table, matmuls = [], []
+    kernel_table, matmuls, kernels_total = [], [], None
     if has_gpu:
         kernels = gpu_rows.filter(pl.col("kind") == "kernel")
         linked = kt.kernel_ops(df, counted, kernels, spec)
-        kernel_table = kt.by_name(kernels, linked)
+        kernel_table = kt.by_name(kernels, linked, top=max(1, kernels.height))  # every name; the report cuts each rank's
+        kernels_total = dict(zip(("names", "launches", "total_ns"), kernels.select(
+            pl.col("name").n_unique(), pl.len(), pl.col("dur_ns").sum()).row(0)))
         matmuls = kt.matmul_efficiency(df, counted, linked, spec, top=None)
     if fall is not None and matmuls:
         fall = waterfall.with_parts(fall, "matmul_below_peak", kt.below_peak_by_shape(matmuls))
+    matmuls_total = len(matmuls)
     matmuls = matmuls[: kt.MATMULS_TOP]
     if not has_gpu:
         warnings.append(f"{meta.path}: no GPU activity in the selected steps; GPU time is unknown")
@@ -648,6 +693,10 @@ def _analyze_rank(df: pl.DataFrame, fi: int, meta, options: Options) -> RankResu
         matmuls=tuple(matmuls),
         window_basis=basis,
         untraced_tail_ns=sum(s.untraced_tail_ns for s in kept),
+        time_waterfall=time_fall,
+        kernels_total=kernels_total,
+        matmuls_total=matmuls_total,
+        gpu_notes=spec.notes if spec else (),
     ), C
 
 
@@ -771,13 +820,17 @@ def _workload(df: pl.DataFrame, kernels: pl.DataFrame) -> dict[str, Any]:
 
 
 def _waterfalls(steps: list[Step], cuts: list[segments.StepCut], ideal: dict[int, float]) -> list[Step]:
-    """Each step's MFU waterfall (when its MFU is known), from its window's segment sums."""
+    """Each step's MFU waterfall (when its MFU is known) and GPU-time waterfall, from its
+    window's segment sums."""
     out = []
     for i, st in enumerate(steps):
+        k = cuts[i]
+        st = replace(st, time_waterfall=waterfall.build_time(
+            T=st.gpu.window, idle=asdict(st.idle), exposed_comm=k.comm_by_group, exposed_memcpy=st.gpu.exposed_memcpy,
+            compute={"matmul": k.matmul, "recompute": k.recompute, **k.non_matmul}))
         if st.mfu is None or st.gpu.window <= 0:
             out.append(st)
             continue
-        k = cuts[i]
         fall = waterfall.build(
             T=st.gpu.window,
             idle=asdict(st.idle),

@@ -118,14 +118,21 @@ def main(argv: list[str] | None = None) -> int:
         if os.environ.get("TRACELENS_DEBUG"):
             raise
         if isinstance(e, TraceInputError):
-            print(f"tracelens: error: {e}", file=sys.stderr)
+            print(f"tracelens: error: {_clean(e)}", file=sys.stderr)
             return EXIT_BAD_INPUT
-        print(f"tracelens: internal error: {type(e).__name__}: {e} (set TRACELENS_DEBUG=1 for the traceback)", file=sys.stderr)
+        print(f"tracelens: internal error: {type(e).__name__}: {_clean(e)} (set TRACELENS_DEBUG=1 for the traceback)", file=sys.stderr)
         return EXIT_INTERNAL
     finally:
         if gc_was_on:
             gc.enable()
     return EXIT_USAGE
+
+
+def _clean(text: object) -> str:
+    """A message for the terminal: what came from a file carries no control codes (views.printable)."""
+    from tracelens.views import printable
+
+    return printable(str(text))
 
 
 def _cmd_info(args: argparse.Namespace) -> int:
@@ -134,6 +141,7 @@ def _cmd_info(args: argparse.Namespace) -> int:
     from tracelens.parsers import SQLITE_MAGIC
     from tracelens.info import nsys_summary, render_nsys_text, render_text, summarize
     from tracelens.load import load
+    from tracelens.views import printable_report
 
     def is_nsys(p: str) -> bool:
         try:
@@ -156,11 +164,11 @@ def _cmd_info(args: argparse.Namespace) -> int:
         sys.stdout.buffer.write(orjson.dumps(summary, option=orjson.OPT_INDENT_2) + b"\n")
     else:
         if rest:
-            sys.stdout.write(render_text(summary))
+            sys.stdout.write(render_text(printable_report(summary)))
         for n in summary["nsys"]:
-            sys.stdout.write(render_nsys_text(n))
+            sys.stdout.write(render_nsys_text(printable_report(n)))
     for w in trace.all_warnings if trace else []:
-        print(f"tracelens: warning: {w}", file=sys.stderr)
+        print(f"tracelens: warning: {_clean(w)}", file=sys.stderr)
     return EXIT_OK
 
 
@@ -206,7 +214,7 @@ def _cmd_report(args: argparse.Namespace) -> int:
         sys.stdout.buffer.write(data)
     if not args.load:
         for w in d["warnings"]:
-            print(f"tracelens: warning: {w}", file=sys.stderr)
+            print(f"tracelens: warning: {_clean(w)}", file=sys.stderr)
     reasons = _gate(d, args.fail_under_mfu, args.fail_over_step_ms)
     if reasons:
         from tracelens.errors import EXIT_GATE
@@ -298,7 +306,7 @@ def _cmd_open(args: argparse.Namespace) -> int:
         app = make_app(args.paths, options=_options(args, steps), use_cache=not args.no_cache, jobs=args.jobs)
     app.run()
     if app.error:
-        print(f"tracelens: error: {app.error}", file=sys.stderr)
+        print(f"tracelens: error: {_clean(app.error)}", file=sys.stderr)
         return EXIT_BAD_INPUT
     return EXIT_OK
 

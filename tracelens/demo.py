@@ -13,6 +13,7 @@ import sys
 from pathlib import Path
 
 from tracelens.errors import EXIT_OK, TraceInputError
+from tracelens.views import printable
 
 JOB = "job_2ranks"
 
@@ -53,7 +54,7 @@ def run(html_out: str, tui: bool) -> int:
         app = make_app([job], options=options(job))
         app.run()
         if app.error:
-            print(f"tracelens: error: {app.error}", file=sys.stderr)
+            print(f"tracelens: error: {printable(app.error)}", file=sys.stderr)
             return EXIT_BAD_INPUT
         return EXIT_OK
     from tracelens.analysis import analyze
@@ -65,7 +66,7 @@ def run(html_out: str, tui: bool) -> int:
     sys.stdout.buffer.write(render(d, "text"))
     write_bytes(html_out, render(d, "html"))
     for w in d["warnings"]:
-        print(f"tracelens: warning: {w}", file=sys.stderr)
+        print(f"tracelens: warning: {printable(w)}", file=sys.stderr)
     print(f"\nThe same report as one HTML page: {os.path.abspath(html_out)} (open it in a browser; it works offline)")
     print(f"This was `tracelens report {job}`; with a terminal, `tracelens {job}` opens the terminal UI.")
     return EXIT_OK

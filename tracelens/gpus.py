@@ -55,10 +55,10 @@ TABLE: tuple[tuple[str, GpuSpec], ...] = (
     (r"h200", _g("NVIDIA H200 SXM", 989.4, 989.4, 494.7, 66.9, 1978.9, 4.8, 132)),
     (r"h100.*nvl", _g("NVIDIA H100 NVL", 835, 835, 418, 60, 1671, 3.9, 132)),
     (r"h100.*pcie", _g("NVIDIA H100 PCIe", 756, 756, 378, 51.2, 1513, 2.0, 114)),
-    (r"h100|h800", _g("NVIDIA H100 SXM", 989.4, 989.4, 494.7, 66.9, 1978.9, 3.35, 132)),
+    (r"h100", _g("NVIDIA H100 SXM", 989.4, 989.4, 494.7, 66.9, 1978.9, 3.35, 132)),
     (r"\bh20\b", _g("NVIDIA H20", 148, 148, 74, 44, 296, 4.0, 78)),
     (r"a100.*40gb", _g("NVIDIA A100 40GB", 312, 312, 156, 19.5, None, 1.555, 108)),
-    (r"a100|a800", _g("NVIDIA A100", 312, 312, 156, 19.5, None, 2.039, 108)),
+    (r"a100", _g("NVIDIA A100", 312, 312, 156, 19.5, None, 2.039, 108)),
     (r"a10g", _g("NVIDIA A10G", 70, 70, 35, 35, None, 0.60, 80)),
     (r"\ba10\b", _g("NVIDIA A10", 125, 125, 62.5, 31.2, None, 0.60, 72)),
     (r"l40s", _g("NVIDIA L40S", 362, 362, 183, 91.6, 733, 0.864, 142)),
@@ -75,8 +75,23 @@ TABLE: tuple[tuple[str, GpuSpec], ...] = (
 )
 
 
+# Parts sold under their own name whose dense peaks are a sibling's (the China export parts: the
+# same chip and clocks, less NVLink bandwidth): the spec is named for the part itself, its peaks
+# are the sibling row's, and a note says so.  Matched before TABLE, first match wins.
+SIBLINGS: tuple[tuple[str, str, str], ...] = (
+    (r"h800.*pcie", "NVIDIA H800 PCIe", "NVIDIA H100 PCIe"),
+    (r"h800", "NVIDIA H800", "NVIDIA H100 SXM"),
+    (r"a800.*40gb", "NVIDIA A800 40GB", "NVIDIA A100 40GB"),
+    (r"a800", "NVIDIA A800", "NVIDIA A100"),
+)
+
+
 def lookup(name: str) -> GpuSpec | None:
     low = name.lower()
+    for pattern, own, sibling in SIBLINGS:
+        if re.search(pattern, low):
+            base = next(spec for _, spec in TABLE if spec.name == sibling)
+            return replace(base, name=own, notes=base.notes + (f"peaks of the {sibling}, the same chip",))
     for pattern, spec in TABLE:
         if re.search(pattern, low):
             return spec
@@ -92,8 +107,11 @@ def identify(properties: dict, name: str | None) -> tuple[GpuSpec | None, str | 
         return None, f"GPU {name!r} is not in tracelens' peak table (give --gpu NAME or --peak-tflops X)"
     sms = properties.get("numSms") if isinstance(properties, dict) else None
     if isinstance(sms, int) and spec.sms and 0 < sms < spec.sms:
-        spec = replace(spec, scale=sms / spec.sms, notes=(f"{sms} of {spec.sms} SMs: a MIG slice or partition; peaks scaled",))
+        spec = replace(spec, scale=sms / spec.sms, notes=spec.notes + (f"{sms} of {spec.sms} SMs: a MIG slice or partition; peaks scaled",))
     return spec, None
+
+
+USER_PEAK = "user-given peak"  # the name of a spec that is only a peak the user gave (no GPU named)
 
 
 def override(spec: GpuSpec | None, gpu: str | None, peak_tflops: float | None,
@@ -106,6 +124,6 @@ def override(spec: GpuSpec | None, gpu: str | None, peak_tflops: float | None,
             where = "--gpu" if given_by == "--gpu" else f"gpu in {given_by}"
             return None, f"{where} {gpu!r} is not in tracelens' peak table (give peak_tflops instead)"
     if peak_tflops:
-        base = spec or GpuSpec("user-given peak", {}, None, None)
+        base = spec or GpuSpec(USER_PEAK, {}, None, None)
         spec = replace(base, peak_tflops={**base.peak_tflops, "bf16": peak_tflops}, scale=1.0, notes=(f"peak {peak_tflops} TFLOP/s given by the user",))
     return spec, why

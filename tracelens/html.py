@@ -107,7 +107,7 @@ _JS = """
 
 def _td(v: Any, text: str | None = None, cls: str = "n") -> str:
     shown = escape(text if text is not None else ("–" if v is None else str(v)))
-    raw = "" if v is None or isinstance(v, str) else f' data-v="{v}"'
+    raw = "" if v is None or isinstance(v, str) else f' data-v="{escape(str(v))}"'  # a saved report may hold anything
     return f'<td class="{cls}"{raw}>{shown}</td>'
 
 
@@ -125,61 +125,57 @@ def _summary(d: dict[str, Any]) -> str:
     g = d["job"]["gpu_time_ns"]
     cards = []
     if h["mfu"] is not None:
-        note = f"; {h['gpu_note']}" if h["gpu_note"] else ""
-        cards.append(("MFU", f"{100 * h['mfu']:.2f}%", f"of {h['gpu_model']} dense peak ({h['peak_flops'] / 1e12:,.0f} TFLOP/s{note})"))
+        cards.append(("MFU", f"{100 * h['mfu']:.2f}%", views.mfu_text(h)))
     else:
-        cards.append(("MFU", "unknown", h["why_unknown"]))
+        cards.append(("MFU", "unknown", h["why_unknown"].removeprefix("MFU unknown: ")))
     if h["hfu"] is not None:
         cards.append(("HFU", f"{100 * h['hfu']:.2f}%", "with recomputed FLOPs"))
     if s["count"]:
         cards.append(("step time", fmt_ns(s["mean"]), f"mean of {s['count']} steps; p50 {fmt_ns(s['p50'])}, max {fmt_ns(s['max'])}"))
     cards.append(("ranks", str(h["ranks"]), h["device"] or "unknown GPU"))
+    if h["warnings"]:
+        cards.append(("warnings", str(h["warnings"]), "what is unknown, left out or flagged: see the list at the end"))
     if g:
         w = g["idle"] + g["compute"] + g["exposed_comm"] + g["exposed_memcpy"]
         if w:
             cards.append(("GPU idle", fmt_pct(g["idle"] / w), f"compute {fmt_pct(g['compute'] / w)}, exposed comm {fmt_pct(g['exposed_comm'] / w)}"))
     out = ['<div class="cards" id="summary">']
     for k, v, sub in cards:
+        link = " <a href='#warnings'>(the warnings)</a>" if k == "warnings" or (k == "MFU" and h["mfu"] is None and h["warnings"]) else ""
         out.append(f'<div class="card"><div class="k">{escape(k)}</div><div class="v">{escape(v)}</div>'
-                   f'<div class="muted">{escape(sub or "")}</div></div>')
+                   f'<div class="muted">{escape(sub or "")}{link}</div></div>')
     out.append("</div>")
     return "".join(out)
 
 
 def _waterfall(d: dict[str, Any]) -> str:
     bars, kind = views.waterfall(d)
-    title = ("MFU loss waterfall: from 100% of the GPU's dense peak down to the MFU" if kind == "mfu"
-             else "GPU time (the MFU is unknown: the bars end at the compute share)")
+    title = views.waterfall_title(kind)
     if not bars:
         return f'<h2>{escape(title)}</h2><p class="muted">no GPU time in the window</p>'
     out = [f'<h2>{escape(title)}</h2><div class="wf" id="waterfall" data-kind="{kind}">']
-    start = 0.0
-    for b in bars:
-        key, f = b["key"], b["fraction"]
+    for row in views.waterfall_layout(bars):  # the rows, parts and positions the text and the TUI draw
+        key, f = row["key"], float(row["fraction"])
         colour = BAR_COLOURS.get(key, "#999")
-        final = key in ("mfu", "compute")
-        left = (1.0 - f) if key == "mfu" else (start + min(f, 0))
-        tip = f"{b['label']}: {100 * f:.2f}% ({fmt_ns(b['ns'])})"
-        if b.get("parts"):
-            tip += "\n" + "\n".join(f"  {p['label']}: {100 * p['fraction']:.2f}% ({fmt_ns(p['ns'])})" for p in b["parts"][:8])
-        cls = "final" if final else ""
+        left = row["start"] + min(f, 0)
+        tip = f"{row['label']}: {fmt_pct(f, 2)} ({fmt_ns(row['ns'])})"
+        if row["parts"]:
+            tip += "\n" + "\n".join(f"  {p['label']}: {fmt_pct(p['fraction'], 2)} ({fmt_ns(p['ns'])})" for p in row["parts"])
+        cls = "final" if row["final"] else ""
         out.append(
-            f'<div class="label {cls}">{escape(b["label"])}</div>'
+            f'<div class="label {cls}">{escape(row["label"])}</div>'
             f'<div class="track"><div class="bar" data-key="{escape(key)}" data-fraction="{f!r}" title="{escape(tip)}" '
             f'style="left:{100 * max(left, 0):.4f}%;width:{100 * abs(f):.4f}%;background:{colour}{";display:none" if f == 0 else ""}"></div></div>'
-            f'<div class="num {cls}">{100 * f:.2f}%</div><div class="num muted">{escape(fmt_ns(b["ns"]))}</div>'
+            f'<div class="num {cls}">{fmt_pct(f, 2)}</div><div class="num muted">{escape(fmt_ns(row["ns"]))}</div>'
         )
-        pstart = start
-        for p in b.get("parts", [])[:5]:
+        for p in row["parts"]:
+            pf = float(p["fraction"])
             out.append(
                 f'<div class="label part">{escape(p["label"][:70])}</div>'
-                f'<div class="track"><div class="bar part" title="{escape(p["label"])}: {100 * p["fraction"]:.2f}%" '
-                f'style="left:{100 * pstart:.4f}%;width:{100 * p["fraction"]:.4f}%;background:{colour}"></div></div>'
-                f'<div class="num muted">{100 * p["fraction"]:.2f}%</div><div class="num muted">{escape(fmt_ns(p["ns"]))}</div>'
+                f'<div class="track"><div class="bar part" title="{escape(p["label"])}: {fmt_pct(pf, 2)}" '
+                f'style="left:{100 * max(p["start"], 0):.4f}%;width:{100 * abs(pf):.4f}%;background:{colour}"></div></div>'
+                f'<div class="num muted">{fmt_pct(pf, 2)}</div><div class="num muted">{escape(fmt_ns(p["ns"]))}</div>'
             )
-            pstart += p["fraction"]
-        if key != "mfu":
-            start += f
     out.append("</div>")
     return "".join(out)
 
@@ -202,7 +198,7 @@ def _suggestions(d: dict[str, Any]) -> str:
         w = ev.get("where")
         where = ""
         if w and w.get("start_ns") is not None:
-            where = f"<div class='muted'>most visible in rank {w['rank']}, {escape(str(w.get('step_name') or ''))}</div>"
+            where = f"<div class='muted'>most visible in rank {escape(str(w['rank']))}, {escape(str(w.get('step_name') or ''))}</div>"
         out.append(f'<div class="sugg" data-id="{escape(s["id"])}">{win}<div class="t">{escape(s["title"])}</div>'
                    f"<div><b>fix:</b> {escape(s['detail'])}</div><div class='muted'>evidence: {evid}</div>{where}</div>")
     return "".join(out)
@@ -222,14 +218,14 @@ def _ranks(d: dict[str, Any]) -> str:
             shown = fmt_pct(v, 2) if "MFU" in label else f"{v:,.2f} ms"
             cls = "straggler" if r["rank"] in strag else "outlier" if r["rank"] in odd else ""
             extra = f", {100 * odd[r['rank']]:.1f}% worse than the median" if r["rank"] in odd else ""
-            out.append(f'<div class="{cls}" style="height:{100 * v / top:.2f}%" title="rank {r["rank"]}: {shown}{extra}"></div>')
+            out.append(f'<div class="{cls}" style="height:{100 * v / top:.2f}%" title="rank {escape(str(r["rank"]))}: {shown}{extra}"></div>')
         out.append("</div>")
         if odd:
             worst = sorted(odd.items(), key=lambda kv: -kv[1])[:8]
             out.append("<p class='outlier-text'>worse than the median rank by more than 5%: "
-                       + ", ".join(f"rank {rk} ({100 * off:.1f}%)" for rk, off in worst) + "</p>")
+                       + ", ".join(f"rank {escape(str(rk))} ({100 * off:.1f}%)" for rk, off in worst) + "</p>")
     for st in d["job"]["stragglers"]:
-        out.append(f'<p class="bad">rank {st["rank"]} is a straggler: {escape(st["evidence"])}</p>')
+        out.append(f'<p class="bad">rank {escape(str(st["rank"]))} is a straggler: {escape(st["evidence"])}</p>')
     if len(rows) > 1 and not d["job"]["stragglers"]:
         out.append('<p class="muted">no straggler: no rank arrives last at collectives more often than chance</p>')
     trs = []
@@ -281,7 +277,7 @@ def _steps_chart(d: dict[str, Any]) -> str:
         x = pad + i * bw
         h = H * med / top
         slowest = max(vals)
-        tip = f"{vals[0][2]}: median {fmt_ns(med)} over {len(ts)} rank(s), min {fmt_ns(lo)}, max {fmt_ns(hi)} (rank {slowest[1]})"
+        tip = f"{vals[0][2]}: median {fmt_ns(med)} over {len(ts)} rank(s), min {fmt_ns(lo)}, max {fmt_ns(hi)} (rank {slowest[1]})"  # escaped below
         colour = "#c0bfbc" if i in warm else "#3584e4"
         w = min(bw * 0.7, 60)
         out.append(f'<rect x="{x + (bw - w) / 2:.1f}" y="{H - h:.1f}" width="{w:.1f}" height="{h:.1f}" fill="{colour}"><title>{escape(tip)}</title></rect>')
@@ -346,15 +342,16 @@ def _roofline(d: dict[str, Any]) -> str:
 
 def _kernels(d: dict[str, Any]) -> str:
     out = ["<h2>Kernels</h2>"]
-    classes = views.class_rows(d)
+    ks = views.kernel_rows(d)
+    classes = views.class_rows(d, ks)
     out.append(_table([("class", False), ("kernels", True), ("launches", True), ("time", True), ("share", True)], [
         "<tr>" + _td(None, c["kclass"], cls="") + _td(c["kernels"]) + _td(c["count"]) + _td(c["total_ns"], fmt_ns(c["total_ns"]))
         + _td(c["share"], fmt_pct(c["share"])) + "</tr>" for c in classes], empty="no GPU kernels"))
-    ks = views.kernel_rows(d)
     trs = ["<tr>" + f'<td class="name" title="{escape(k["name"])}">{escape(k["name"][:160])}{"…" if len(k["name"]) > 160 else ""}</td>' + _td(None, k["kclass"], cls="") + _td(k["count"])
            + _td(k["total_ns"], fmt_ns(k["total_ns"])) + _td(k["mean_ns"], fmt_ns(int(k["mean_ns"] or 0)))
            + _td(k["tflops"], fmt_num(k["tflops"])) + _td(k["of_peak"], fmt_pct(k["of_peak"])) + "</tr>" for k in ks[:200]]
-    out.append(f"<details open><summary>by name ({len(ks)} kernels{', the 200 longest' if len(ks) > 200 else ''}; click a header to sort)</summary>")
+    out.append(f"<details open><summary>{escape(views.kernel_table_title(d, ks))}{'; the 200 longest shown' if len(ks) > 200 else ''}"
+               "; click a header to sort</summary>")
     out.append(_table([("kernel", False), ("class", False), ("count", True), ("total", True), ("mean", True), ("TFLOP/s", True),
                        ("% peak", True)], trs, empty="no GPU kernels"))
     out.append("</details>")
@@ -365,8 +362,8 @@ def _kernels(d: dict[str, Any]) -> str:
                + _td(m["calls"]) + _td(m["kernel_ns"], fmt_ns(m["kernel_ns"])) + _td(m["achieved_tflops"], fmt_num(m["achieved_tflops"]))
                + _td(m.get("of_peak"), fmt_pct(m.get("of_peak"))) + _td(m["arithmetic_intensity"], fmt_num(m["arithmetic_intensity"], 0))
                + _td(None, m["bound"] or "–", cls="") + "</tr>" for m in mm]
-        out.append(f"<details open><summary>matmul ops by shape ({len(mm_all)} rows over all ranks"
-                   f"{', the 100 longest' if len(mm_all) > 100 else ''})</summary>")
+        out.append(f"<details open><summary>{escape(views.matmul_table_title(d))}"
+                   f"{'; the 100 longest shown' if len(mm_all) > 100 else ''}</summary>")
         out.append(_table([("rank", True), ("op", False), ("shapes", False), ("dtype", False), ("calls", True), ("time", True),
                            ("TFLOP/s", True), ("% peak", True), ("FLOP/B", True), ("bound", False)], trs))
         out.append("</details>")
@@ -425,8 +422,8 @@ def _timeline(d: dict[str, Any]) -> str:
     out.append(f'<svg id="step-timeline" viewBox="0 0 {W} {H}" width="100%" role="img" aria-label="step timeline">')
     y = 0
     for r in ranks:
-        out.append(f'<g><title>rank {r["rank"]}, {escape(r["name"])}: {escape(fmt_ns(r["dur_ns"]))}; a cell is '
-                   f'{escape(fmt_ns(r["dur_ns"] // bins))}</title><text x="0" y="{y + row_h + 4}">rank {r["rank"]}</text>')
+        out.append(f'<g><title>rank {escape(str(r["rank"]))}, {escape(r["name"])}: {escape(fmt_ns(r["dur_ns"]))}; a cell is '
+                   f'{escape(fmt_ns(r["dur_ns"] // bins))}</title><text x="0" y="{y + row_h + 4}">rank {escape(str(r["rank"]))}</text>')
         for j, row in enumerate(r["rows"]):
             ry = y + j * (row_h + 1)
             out.append(f'<rect x="{label_w}" y="{ry}" width="{W - label_w}" height="{row_h}" fill="#f5f5f7"/>')
@@ -449,12 +446,17 @@ def _timeline(d: dict[str, Any]) -> str:
     return "".join(out)
 
 
+WARNINGS_SHOWN = 500  # warnings listed in the page (all of them are in the embedded report)
+
+
 def _warnings(d: dict[str, Any]) -> str:
     w = d["warnings"]
     if not w:
         return ""
-    items = "".join(f"<li>{escape(x)}</li>" for x in w[:200])
-    return f"<details><summary>{len(w)} warning(s)</summary><ul>{items}</ul></details>"
+    items = "".join(f"<li>{escape(str(x))}</li>" for x in w[:WARNINGS_SHOWN])
+    more = f"; the first {WARNINGS_SHOWN} listed, all in the embedded JSON" if len(w) > WARNINGS_SHOWN else ""
+    return (f"<h2 id='warnings'>Warnings</h2><details open><summary>{len(w)} warning(s): what is unknown, left out or "
+            f"flagged{more}</summary><ul>{items}</ul></details>")
 
 
 EMBED_PLAIN_MAX = 512 * 1024  # above this the embedded JSON is gzip + base64 (a 64-rank report: 2.8 MB -> 0.4 MB)
@@ -488,9 +490,11 @@ def render_html(d: dict[str, Any], comparison: dict[str, Any] | None = None) -> 
     """The whole page.  ``comparison`` (tracelens.compare.compare) adds a 'what changed' section."""
     from tracelens.compare import html_section
 
+    embedded = embed_report(d)  # the report as it is; what the page shows has no control characters
+    d = views.printable_report(d)
+    comparison = views.printable_report(comparison) if comparison else comparison
     h = views.headline(d)
     title = f"tracelens report: {h['ranks']} rank(s), {h['device'] or 'unknown GPU'}"
-    embedded = embed_report(d)
     inputs = ", ".join(i["path"] for i in d["inputs"][:4]) + (f" and {len(d['inputs']) - 4} more" if len(d["inputs"]) > 4 else "")
     body = [
         f"<h1>{escape(title)}</h1>",

@@ -10,7 +10,7 @@ import polars as pl
 
 from tracelens.gpus import GpuSpec
 
-KERNELS_TOP = 30  # kernels by name kept in the report, per rank (the longest)
+KERNELS_TOP = 30  # kernels by name kept in each rank of the report (the longest; job.kernels has them all, merged)
 MATMULS_TOP = 20  # matmul op shapes kept in the report, per rank (the longest)
 
 

@@ -7,8 +7,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from tracelens.units import fmt_ns
 from tracelens import views
+from tracelens.units import fmt_ns
 from tracelens.views import fmt_speedup
 
 
@@ -25,21 +25,22 @@ def _pct(part: int | None, whole: int | None) -> str:
 
 
 def render_text(d: dict[str, Any]) -> str:
+    """The terminal summary.  Every string from a trace or a saved report is made printable
+    first (``views.printable``): no control character or escape sequence reaches the terminal."""
+    d = views.printable_report(d)
     job = d["job"]
     lines = [f"tracelens {d['tool']['version']} — {job['ranks']} rank(s)"]
     mfus = [(r["rank"], r["mfu"]) for r in d["ranks"]]
+    h = views.headline(d)
+    nwarn = f" ({h['warnings']} warning(s) at the end)" if h["warnings"] else ""
     if job["mfu"] is not None:
         r0 = d["ranks"][0]["mfu"]
-        hfu = f", HFU {100 * r0['hfu']:.1f}% (with recompute)" if r0.get("hfu") and r0.get("recompute_flops") else ""
-        note = views.gpu_given_note(r0.get("gpu_source"))
-        lines.append(
-            f"MFU: {100 * job['mfu']:.2f}% of {r0['gpu_model']} dense peak ({r0['peak_flops'] / 1e12:.0f} TFLOP/s"
-            f"{'; ' + note if note else ''}), model FLOPs from {r0['flops_source']}{hfu}"
-        )
-    elif any(m["value"] is not None for _, m in mfus):
-        lines.append("MFU: " + ", ".join(f"rank {rk} {100 * m['value']:.1f}%" for rk, m in mfus if m["value"] is not None))
+        hfu = f", HFU {100 * r0['hfu']:.2f}% (with recompute)" if r0.get("hfu") and r0.get("recompute_flops") else ""
+        lines.append(f"MFU: {100 * job['mfu']:.2f}% {views.mfu_text(h)}{hfu}")
     else:
-        lines.append("MFU: unknown (see the warnings)")
+        lines.append(f"{h['why_unknown']}{nwarn}")
+        if any(m["value"] is not None for _, m in mfus):
+            lines.append("  known on: " + ", ".join(f"rank {rk} {100 * m['value']:.2f}%" for rk, m in mfus if m["value"] is not None))
     st = job["step_time_ns"]
     if st["mean"] is not None:
         lines.append(f"step time: mean {fmt_ns(st['mean'])}, p50 {fmt_ns(st['p50'])}, max {fmt_ns(st['max'])} (warm-up step excluded)")
@@ -60,7 +61,7 @@ def render_text(d: dict[str, Any]) -> str:
         name = views.device_label(r)[:24]
         lines.append(
             f"{r['rank']:>4}  {name:<24} {len(r['steps']):>5} {fmt_ns(mean):>10} "
-            + (f"{100 * r['mfu']['value']:5.1f}% " if r["mfu"]["value"] is not None else f"{'-':>6} ")
+            + (f"{100 * r['mfu']['value']:5.2f}% " if r["mfu"]["value"] is not None else f"{'-':>6} ")
             + " ".join(f"{_pct(g[k] if g else None, w):>8}" for k in ("compute", "idle", "exposed_comm", "exposed_memcpy"))
         )
     idle_rows = [(r["rank"], r["idle_ns"], r["window_ns"]) for r in d["ranks"] if r["idle_ns"]]
@@ -102,10 +103,11 @@ def render_text(d: dict[str, Any]) -> str:
     elif job["ranks"] > 1:
         lines.append("")
         lines.append("straggler ranks: none (no rank arrives last at collectives more often than chance)")
-    if job["waterfall"]:
+    bars, kind = views.waterfall(d)
+    if bars:
         lines.append("")
-        lines.append("MFU loss waterfall (job, % of the GPU's dense peak):")
-        lines.append(waterfall_text(job["waterfall"]))
+        lines.append(views.waterfall_title(kind, " of the job") + ":")
+        lines.append(waterfall_text(bars))
     if d["suggestions"]:
         lines.append("")
         lines.append("suggestions (largest possible win first):")
@@ -162,22 +164,16 @@ def format_for(path: str | None) -> str:
 
 
 def waterfall_text(bars: list[dict[str, Any]], width: int = 40) -> str:
-    """Horizontal bars: each loss bar starts where the previous one ended."""
+    """Horizontal bars laid out by ``views.waterfall_layout`` (the rows, parts and positions the
+    TUI and the HTML draw): each loss bar starts where the previous one ended, the last ends at
+    100%; glyphs from ``views.bar_cells``, so a bar is never drawn wider than a larger one."""
+    from tracelens.units import fmt_pct
+
     out = []
-    level = 1.0
-    for b in bars:
-        f = b["fraction"]
-        if b["key"] == "mfu":
-            fill = round(f * width)
-            out.append(f"  {b['label']:<38} {'█' * fill:<{width}} {100 * f:6.2f}%")
-            continue
-        if abs(f) < 0.0005 and not b["parts"]:
-            level -= f
-            continue
-        start = round((level - max(f, 0)) * width)
-        length = max(round(abs(f) * width), 1 if abs(f) >= 0.005 else 0)
-        out.append(f"  {b['label']:<38} {' ' * start}{'▒' * length:<{width - start}} {100 * f:6.2f}%")
-        for p in b["parts"][:3]:
-            out.append(f"      {p['label'][:34]:<34} {'':<{width}} {100 * p['fraction']:6.2f}%")
-        level -= f
+    for row in views.waterfall_layout(bars):
+        lead, glyphs = views.bar_cells(row["start"], row["fraction"], width)
+        cells = (" " * lead + glyphs)[:width]
+        out.append(f"  {row['label'][:38]:<38} {cells:<{width}} {fmt_pct(row['fraction'], 2):>7}")
+        for p in row["parts"]:
+            out.append(f"      {p['label'][:34]:<34} {'':<{width}} {fmt_pct(p['fraction'], 2):>7}")
     return "\n".join(out)

@@ -88,7 +88,15 @@ class Timeline:
         """The longest instance of the kernel ``name`` (on a stream track): track, ts, end, dur_ns."""
         q = self.events.filter(pl.col("name") == name)
         if q.height == 0:
-            return None
+            from tracelens.views import REPLACEMENT, printable
+
+            if REPLACEMENT not in name:
+                return None
+            # the TUI shows the report's names made printable (views.printable): match those
+            raw = [n for n in self.events.get_column("name").unique().to_list() if n is not None and printable(n) == name]
+            q = self.events.filter(pl.col("name").is_in(raw))
+            if q.height == 0:
+                return None
         return q.sort("dur_ns", descending=True).row(0, named=True)
 
     def cells(self, tracks: list[int], t0: int, t1: int, width: int) -> dict[int, dict[int, Cell]]:

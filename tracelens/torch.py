@@ -265,14 +265,16 @@ def _export(prof: Any, dest: Path) -> None:
 
 
 def _print_summary(path: Path, rank: int, cycle: int, options: Any) -> None:
+    from tracelens.views import printable
+
     try:
         line = _summary_line(path, rank, cycle, options)
     except Exception as e:  # never the training job's problem
-        msg = " ".join(f"{type(e).__name__}: {e}".split())
+        msg = printable(" ".join(f"{type(e).__name__}: {e}".split()))
         print(f"tracelens: warning: rank {rank} cycle {cycle}: no summary ({msg}); the trace is written: {path}",
               file=sys.stderr, flush=True)
         return
-    print(line, flush=True)
+    print(printable(line), flush=True)  # names and paths from the trace: no control codes on the terminal
 
 
 def _summary_line(path: Path, rank: int | None, cycle: int | None, options: Any) -> str:

@@ -7,9 +7,39 @@ report.  Everything here is plain data (dicts and lists); no Textual, no polars.
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from tracelens.units import fmt_pct
+
+# What may not reach a terminal from a trace or a saved report: whole ESC sequences (CSI colours and
+# cursor moves, OSC titles and hyperlinks, DCS/APC strings, two-byte escapes), the other C0 and C1
+# control characters (newlines too: every field is one line), and the bidi controls that reorder text.
+_ESCAPE_SEQ = r"\x1b(?:\[[0-?]*[ -/]*[@-~]?|[\]PX^_][^\x07\x1b]*(?:\x07|\x1b\\)?|[ -/]*[0-~]?)|\x9b[0-?]*[ -/]*[@-~]?"
+_UNPRINTABLE = re.compile(_ESCAPE_SEQ + r"|[\x00-\x08\x0a-\x1f\x7f-\x9f\u061c\u200e\u200f\u2028-\u202e\u2066-\u2069]")
+REPLACEMENT = "\ufffd"
+
+
+def printable(s: str) -> str:
+    """``s`` safe to print on a terminal: each ESC sequence and every other control character
+    becomes one U+FFFD (shown, not obeyed), a tab a space.  Used by the text report, the TUI and
+    the CLI's messages on every string that came from a file (the HTML page shows the same text,
+    escaped)."""
+    if not _UNPRINTABLE.search(s) and "\t" not in s:
+        return s
+    return _UNPRINTABLE.sub(REPLACEMENT, s).replace("\t", " ")
+
+
+def printable_report(d: Any) -> Any:
+    """A copy of a report (or any part of one) with every string, dict keys included, made
+    ``printable``; numbers and structure unchanged."""
+    if isinstance(d, str):
+        return printable(d)
+    if isinstance(d, dict):
+        return {printable(k) if isinstance(k, str) else k: printable_report(v) for k, v in d.items()}
+    if isinstance(d, list):
+        return [printable_report(v) for v in d]
+    return d
 
 # One colour per cause (waterfall bars) and per kernel class (timeline), shared by the TUI and
 # the HTML report.  Idle causes are greys/oranges, communication red, compute blues/greens.
@@ -99,23 +129,97 @@ def sum_idle(ranks: list[dict[str, Any]]) -> dict[str, int] | None:
     return {k: sum(i.get(k, 0) for i in idles) for k in idles[0]}
 
 
+def bars_kind(bars: list[dict[str, Any]]) -> str:
+    """"mfu" for an MFU waterfall (its last bar is the MFU), "time" for the GPU-time waterfall
+    (its last bar is the compute share, FLOP efficiency unknown)."""
+    return "mfu" if bars and bars[-1]["key"] == "mfu" else "time"
+
+
+def _bars_of(where: dict[str, Any], gpu: dict[str, int] | None, idle: dict[str, int] | None) -> tuple[list[dict[str, Any]], str]:
+    bars = where["waterfall"]
+    if bars:
+        return bars, bars_kind(bars)
+    return time_bars(gpu, idle), "time"  # a report saved before the GPU-time waterfall was in the JSON
+
+
 def waterfall(report: dict[str, Any], rank: int | None = None, step: int | None = None) -> tuple[list[dict[str, Any]], str]:
     """The bars to draw and what they are: ("mfu", the MFU waterfall) or ("time", the GPU-time
-    partition when the MFU is unknown).  ``rank``/``step`` narrow it to one rank or step."""
+    waterfall when the MFU is unknown).  ``rank``/``step`` narrow it to one rank or step."""
     if rank is None:
-        bars = report["job"]["waterfall"]
-        if bars:
-            return bars, "mfu"
-        return time_bars(report["job"]["gpu_time_ns"], sum_idle(report["ranks"])), "time"
+        return _bars_of(report["job"], report["job"]["gpu_time_ns"], sum_idle(report["ranks"]))
     r = rank_by_id(report, rank)
     if r is None:
         return [], "time"
     if step is None:
-        return (r["waterfall"], "mfu") if r["waterfall"] else (time_bars(r["gpu_time_ns"], r["idle_ns"]), "time")
+        return _bars_of(r, r["gpu_time_ns"], r["idle_ns"])
     s = next((s for s in r["steps"] if s["step"] == step), None)
     if s is None:
         return [], "time"
-    return (s["waterfall"], "mfu") if s["waterfall"] else (time_bars(s["gpu_time_ns"], s["idle_ns"]), "time")
+    return _bars_of(s, s["gpu_time_ns"], s["idle_ns"])
+
+
+def waterfall_title(kind: str, what: str = "") -> str:
+    """The chart's title, the same in every front end (``what``: " of rank 3", ...)."""
+    if kind == "mfu":
+        return f"MFU loss waterfall{what}: from 100% of the GPU's dense peak down to the MFU"
+    return f"GPU-time waterfall{what} (MFU unknown): it ends at the compute share, FLOP efficiency unknown"
+
+
+PARTS_SHOWN = 4  # sub-rows per bar in every front end; the rest are summed in one "… more" row
+FINAL_KEYS = ("mfu", "compute")  # the bar a waterfall ends at
+
+
+def waterfall_layout(bars: list[dict[str, Any]], parts: int = PARTS_SHOWN) -> list[dict[str, Any]]:
+    """The rows every front end draws for a waterfall, in order: per bar its key, label, ns,
+    fraction, ``start`` (where it begins on the 0..1 axis: loss bars walk from 0 rightwards, each
+    from where the previous ended, a negative bar leftwards; the final bar ends at 1), whether
+    it is the ``final`` bar, and its sub-rows: the first ``parts`` of its parts (as the report
+    orders them) and, when two or more are left, one row summing those, each with its own start
+    inside the bar.  Labels and keys come from the report, so a new bar or part shows
+    everywhere without a change here."""
+    rows = []
+    level = 0.0
+    for b in bars:
+        f = b["fraction"]
+        final = b["key"] in FINAL_KEYS and b is bars[-1]
+        start = 1.0 - f if final else level
+        subs = []
+        ps = b.get("parts") or []
+        shown = ps[:parts] if len(ps) > parts + 1 else ps  # one part more is shown, not summed
+        if len(shown) < len(ps):
+            rest = ps[parts:]
+            shown = shown + [{"key": "", "label": f"… {len(rest)} more", "ns": sum(p["ns"] for p in rest),
+                              "fraction": sum(p["fraction"] for p in rest)}]
+        pstart = start
+        for p in shown:
+            subs.append({"key": p["key"], "label": p["label"], "ns": p["ns"], "fraction": p["fraction"], "start": pstart})
+            pstart += p["fraction"]
+        rows.append({"key": b["key"], "label": b["label"], "ns": b["ns"], "fraction": f, "start": start, "final": final,
+                     "parts": subs})
+        if not final:
+            level += f
+    return rows
+
+
+EIGHTHS = " ▏▎▍▌▋▊▉█"
+
+
+def bar_cells(start: float, frac: float, width: int) -> tuple[int, str]:
+    """A bar of a chart ``width`` cells wide, from ``start`` to ``start + frac`` (fractions of the
+    width; leftwards when ``frac`` < 0), as (blank cells before it, its glyphs).  The length is
+    the fraction in eighths of a cell (at least one eighth, so no non-zero bar vanishes), drawn
+    from the cell its start falls in: a bar is never wider than a larger one, wherever it lies
+    (a terminal cannot start a glyph mid-cell).  A negative bar is drawn in ░, whole cells."""
+    if width <= 0 or frac == 0:
+        return 0, ""
+    lo = start + min(frac, 0.0)
+    eighths = max(1, round(abs(frac) * width * 8))
+    lead = min(max(0, int(lo * width)), width - 1)
+    eighths = min(eighths, (width - lead) * 8)
+    if frac < 0:
+        return lead, "░" * max(1, -(-eighths // 8))
+    full, rem = divmod(eighths, 8)
+    return lead, "█" * full + (EIGHTHS[rem] if rem else "")
 
 
 def rank_by_id(report: dict[str, Any], rank: int) -> dict[str, Any] | None:
@@ -178,9 +282,41 @@ def step_rows(report: dict[str, Any], rank: int | None = None) -> list[dict[str,
     return rows
 
 
+def kernel_table_title(report: dict[str, Any], rows: list[dict[str, Any]] | None = None) -> str:
+    """The kernel table's title with its true size: the kernel names and launches over all ranks
+    (``rows``: ``kernel_rows(report)`` when already made), and, for a report without
+    ``job.kernels`` whose ranks' tables were cut (``kernels_total`` says how many they had), how."""
+    rows = kernel_rows(report) if rows is None else rows
+    launches = sum(k["count"] for k in rows)
+    cut = [] if report["job"].get("kernels") is not None else [
+        r for r in report["ranks"] if (r.get("kernels_total") or {}).get("names", 0) > len(r["kernels"])]
+    title = f"kernels by name, all ranks: {len(rows):,} names, {launches:,} launches"
+    if cut:
+        total = sum(r["kernels_total"]["names"] for r in cut)
+        kept = sum(len(r["kernels"]) for r in cut)
+        title += (f" (the longest {kept:,} of {total:,} names kept on {len(cut)} rank(s): "
+                  "the totals of the rest are not in the report)")
+    return title
+
+
+def matmul_table_title(report: dict[str, Any]) -> str:
+    """The matmul table's title with its true size (each rank keeps its longest op shapes)."""
+    rows = matmul_rows(report)
+    total = sum(r.get("matmul_efficiency_total") or len(r["matmul_efficiency"]) for r in report["ranks"])
+    title = f"matmul ops by shape: {len(rows):,} rows over all ranks"
+    if total > len(rows):
+        title += f", the longest per rank of {total:,}"
+    return title
+
+
 def kernel_rows(report: dict[str, Any]) -> list[dict[str, Any]]:
     """Kernels by name over all ranks: class, count, total and mean time, TFLOP/s and % of
-    peak where their FLOPs are known."""
+    peak where their FLOPs are known: the report's ``job.kernels`` (every name, merged from each
+    rank's whole table), else (a report saved before it) the ranks' cut tables merged here."""
+    job = report["job"].get("kernels")
+    if job is not None:
+        return [{"name": k["name"], "kclass": k["kclass"], "count": k["count"], "total_ns": k["total_ns"], "flops": k["flops"],
+                 "mean_ns": k["mean_ns"], "tflops": k["achieved_tflops"], "of_peak": k["of_peak"]} for k in job]
     merged: dict[str, dict[str, Any]] = {}
     for r in report["ranks"]:
         peak = r["mfu"]["peak_flops"]
@@ -204,10 +340,10 @@ def kernel_rows(report: dict[str, Any]) -> list[dict[str, Any]]:
     return rows
 
 
-def class_rows(report: dict[str, Any]) -> list[dict[str, Any]]:
-    """Kernel time by class over all ranks, largest first."""
+def class_rows(report: dict[str, Any], rows: list[dict[str, Any]] | None = None) -> list[dict[str, Any]]:
+    """Kernel time by class over all ranks, largest first (``rows``: ``kernel_rows(report)``)."""
     by: dict[str, dict[str, Any]] = {}
-    for k in kernel_rows(report):
+    for k in kernel_rows(report) if rows is None else rows:
         c = by.setdefault(k["kclass"], {"kclass": k["kclass"], "kernels": 0, "count": 0, "total_ns": 0})
         c["kernels"] += 1
         c["count"] += k["count"]
@@ -250,12 +386,12 @@ def slow_collective_rows(report: dict[str, Any]) -> list[dict[str, Any]]:
 
 
 def step_stats(report: dict[str, Any]) -> dict[str, Any]:
-    """Step-time statistics over the kept steps of every rank."""
+    """Step-time statistics over the kept steps of every rank (the mean rounded as job.step_time_ns.mean is)."""
     times = sorted(s["dur_ns"] for r in report["ranks"] for s in _kept(r["steps"]))
     if not times:
         return {"count": 0, "mean": None, "p50": None, "p90": None, "min": None, "max": None}
     n = len(times)
-    return {"count": n, "mean": sum(times) // n, "p50": times[(n - 1) // 2], "p90": times[min(n - 1, (9 * n) // 10)],
+    return {"count": n, "mean": round(sum(times) / n), "p50": times[(n - 1) // 2], "p90": times[min(n - 1, (9 * n) // 10)],
             "min": times[0], "max": times[-1]}
 
 
@@ -282,26 +418,122 @@ def device_label(r: dict[str, Any]) -> str:
     return "unknown GPU"
 
 
+def _about(w: str, paths: set[str]) -> str | None:
+    """The path a warning is about (warnings about a file start with "PATH: "), else None; the
+    longest such prefix, found in the few ": " of the warning (not by trying every path)."""
+    found, i = None, w.find(": ")
+    while i >= 0:
+        if w[:i] in paths:
+            found = w[:i]
+        i = w.find(": ", i + 1)
+    return found
+
+
+def _reason(report: dict[str, Any], ranks: list[dict[str, Any]], words: tuple[str, ...]) -> str | None:
+    """The first warning about one of ``ranks`` (it starts with the rank's path) that says one of
+    ``words``, without the path in front."""
+    paths = {r["path"] for r in ranks}
+    # a warning about the MFU first (others may name the GPU in passing: "past its last GPU activity")
+    for about_mfu in (True, False):
+        for w in report["warnings"]:
+            if ("MFU" in w) == about_mfu and any(x in w for x in words) and (p := _about(w, paths)) is not None:
+                return w[len(p) + 2:].removeprefix("MFU unknown: ")
+    return None
+
+
+def mfu_missing(report: dict[str, Any]) -> dict[str, Any]:
+    """Why the job's MFU is unknown, from the report's numbers (not its wording): which inputs
+    are missing ("gpu": a rank's dense peak; "flops": a rank's model FLOPs; "gpu_time": no GPU
+    activity at all; "other": none of these, e.g. an empty window) and the reason the warnings
+    give for each.  Empty when the MFU is known."""
+    if report["job"]["mfu"] is not None:
+        return {"missing": [], "reasons": {}}
+    ranks = report["ranks"]
+    timed = [r for r in ranks if r["gpu_time_ns"]]
+    if not timed:
+        return {"missing": ["gpu_time"], "reasons": {"gpu_time": "no GPU activity in the traces (a CPU-only trace?)"}}
+    no_peak = [r for r in timed if not r["mfu"]["peak_flops"]]
+    no_flops = [r for r in timed if r["mfu"]["model_flops"] is None]
+    missing, reasons = [], {}
+    if no_flops:
+        missing.append("flops")
+        reasons["flops"] = "the model FLOPs are missing — " + (
+            _reason(report, no_flops, ("FLOPs", "shapes")) or "no op the FLOPs can be counted from (give --model-flops-per-step)")
+    if no_peak:
+        missing.append("gpu")
+        reasons["gpu"] = "the GPU's peak is missing — " + (
+            _reason(report, no_peak, ("GPU", "peak")) or "the GPU is not known (give --gpu NAME or --peak-tflops X)")
+    if not missing:
+        missing.append("other")
+        reasons["other"] = "see the warnings"
+    return {"missing": missing, "reasons": reasons}
+
+
+def why_unknown(report: dict[str, Any], m: dict[str, Any] | None = None) -> str | None:
+    """One line: what the MFU lacks, e.g. "MFU unknown: the model FLOPs are missing — shapes were
+    not recorded ...; the GPU is known (NVIDIA H800, 989 TFLOP/s)".  None when the MFU is known."""
+    m = m or mfu_missing(report)
+    if not m["missing"]:
+        return None
+    parts = [m["reasons"][k] for k in m["missing"]]
+    r0 = next((r for r in report["ranks"] if r["mfu"]["peak_flops"]), None)
+    if "gpu" not in m["missing"] and r0 is not None:
+        parts.append(f"the GPU is known ({r0['mfu']['gpu_model']}, {r0['mfu']['peak_flops'] / 1e12:,.0f} TFLOP/s)")
+    return "MFU unknown: " + "; ".join(parts)
+
+
+def mfu_hint(report: dict[str, Any], m: dict[str, Any] | None = None) -> str:
+    """What the user can give to get the MFU: the TUI's keys (and the options that do the same)."""
+    m = m or mfu_missing(report)
+    out = []
+    if "flops" in m["missing"]:
+        out.append("press F to enter the model FLOPs per step (or --model-flops-per-step F / --params N --tokens-per-step T)")
+    if "gpu" in m["missing"]:
+        out.append("press G to set the GPU (or --gpu NAME / --peak-tflops X)")
+    return "; ".join(out)
+
+
+def mfu_text(h: dict[str, Any]) -> str:
+    """The MFU's line under the number, the same in every front end: "of NVIDIA A100 dense peak
+    (312 TFLOP/s; GPU given in ...), model FLOPs from shapes"."""
+    notes = "; ".join(x for x in [*h["gpu_notes"], h["gpu_note"]] if x)
+    return (f"of {h['gpu_model']} dense peak ({h['peak_flops'] / 1e12:,.0f} TFLOP/s{'; ' + notes if notes else ''}), "
+            f"model FLOPs from {h['flops_source']}")
+
+
 def headline(report: dict[str, Any]) -> dict[str, Any]:
-    """The one-line answer: job MFU (or why it is unknown), the GPU model, the number of ranks."""
+    """The one-line answer: job MFU (or why it is unknown, and what would give it), the GPU
+    model, the number of ranks and of warnings."""
     ranks = report["ranks"]
     r0 = ranks[0] if ranks else None
     mfu = report["job"]["mfu"]
-    why = None
-    if mfu is None:
-        w = next((w for w in report["warnings"] if "MFU unknown" in w), "MFU unknown (see the warnings)")
-        why = w[w.index("MFU unknown"):]  # without the file name in front
+    m = mfu_missing(report)
     return {
         "mfu": mfu,
-        "why_unknown": why,
+        "why_unknown": why_unknown(report, m),
+        "missing": m["missing"],
+        "hint": mfu_hint(report, m),
         "gpu_model": r0["mfu"]["gpu_model"] if r0 else None,
         "gpu_note": gpu_given_note(r0["mfu"].get("gpu_source")) if r0 else "",
+        "gpu_notes": list(r0["mfu"].get("gpu_notes") or []) if r0 else [],
         "device": device_label(r0) if r0 else None,
         "peak_flops": r0["mfu"]["peak_flops"] if r0 else None,
         "flops_source": r0["mfu"]["flops_source"] if r0 else None,
         "hfu": r0["mfu"]["hfu"] if r0 and r0["mfu"]["recompute_flops"] else None,
         "ranks": len(ranks),
+        "warnings": len(report["warnings"]),
     }
+
+
+def warning_rows(report: dict[str, Any]) -> list[dict[str, Any]]:
+    """One row per warning, in the report's order: its number, the file it is about (the input
+    whose path it starts with, else none: a job-wide warning) and the text."""
+    paths = {i["path"] for i in report["inputs"]}
+    rows = []
+    for i, w in enumerate(report["warnings"]):
+        about = _about(w, paths)
+        rows.append({"n": i + 1, "file": about, "warning": w[len(about) + 2:] if about else w, "text": w})
+    return rows
 
 
 OUTLIER = 0.05  # a rank this much worse than the median rank is flagged

@@ -7,6 +7,10 @@ recompute (compute time of recomputed forward ops), non-matmul compute (by kerne
 would take at peak), the signed FLOP-convention bar (ideal matmul time / T minus MFU: precision
 and counting conventions) and the MFU.  Everything but the last two is a length of GPU time,
 and those lengths partition T; so the fractions sum to exactly 1 (up to float rounding).
+
+When the MFU is unknown (no model FLOPs, or no peak), ``build_time`` gives the GPU-time
+waterfall instead: the same bars up to exposed memcpy, then one ``compute`` bar (its FLOP
+efficiency unknown, its parts matmul / recompute / the non-matmul classes); it sums to 1 too.
 """
 
 from __future__ import annotations
@@ -70,14 +74,7 @@ def build(
     op's own dtype peak; ``mfu`` uses the reference peak."""
     if T <= 0:
         return None
-    bars: list[Bar] = []
-    for key, label in IDLE_BARS:
-        bars.append(Bar(f"idle_{key}", label, idle.get(key, 0), idle.get(key, 0) / T))
-    pp = idle.get("pipeline_bubble", 0)
-    bars.append(Bar("pipeline_bubble", "pipeline bubble", pp, pp / T))
-    xc = sum(exposed_comm.values())
-    bars.append(Bar("exposed_comm", "exposed communication", xc, xc / T, _parts(exposed_comm, T)))
-    bars.append(Bar("exposed_memcpy", "exposed memcpy / memset", exposed_memcpy, exposed_memcpy / T))
+    bars = _not_compute(T, idle, exposed_comm, exposed_memcpy)
     bars.append(Bar("recompute", "recompute (activation checkpointing)", recompute, recompute / T))
     nm = sum(non_matmul.values())
     bars.append(Bar("non_matmul", "non-matmul kernels", nm, nm / T, _parts(non_matmul, T)))
@@ -86,6 +83,33 @@ def build(
     bars.append(Bar("matmul_below_peak", "matmul below peak", round(below), below / T))
     bars.append(Bar("flop_convention", "FLOP convention / precision (signed)", round(ideal - mfu * T), ideal / T - mfu))
     bars.append(Bar("mfu", "MFU", round(mfu * T), mfu))
+    return Waterfall(T, tuple(bars))
+
+
+def _not_compute(T: int, idle: dict[str, int], exposed_comm: dict[str, int], exposed_memcpy: int) -> list[Bar]:
+    """The bars both waterfalls start with: the idle split, the pipeline bubble, exposed
+    communication (by group) and exposed memcpy."""
+    bars: list[Bar] = []
+    for key, label in IDLE_BARS:
+        bars.append(Bar(f"idle_{key}", label, idle.get(key, 0), idle.get(key, 0) / T))
+    pp = idle.get("pipeline_bubble", 0)
+    bars.append(Bar("pipeline_bubble", "pipeline bubble", pp, pp / T))
+    xc = sum(exposed_comm.values())
+    bars.append(Bar("exposed_comm", "exposed communication", xc, xc / T, _parts(exposed_comm, T)))
+    bars.append(Bar("exposed_memcpy", "exposed memcpy / memset", exposed_memcpy, exposed_memcpy / T))
+    return bars
+
+
+def build_time(T: int, idle: dict[str, int], exposed_comm: dict[str, int], exposed_memcpy: int, compute: dict[str, int]) -> Waterfall | None:
+    """The waterfall of GPU time when the MFU is unknown (no FLOPs, or no peak): the same idle,
+    bubble, exposed-communication (by group) and exposed-memcpy bars as ``build``, then one last
+    ``compute`` bar whose FLOP efficiency is unknown, split into parts (``compute``: its ns by
+    part: matmul, recompute, each non-matmul class).  The bars partition T, so they sum to 1."""
+    if T <= 0:
+        return None
+    bars = _not_compute(T, idle, exposed_comm, exposed_memcpy)
+    c = sum(compute.values())
+    bars.append(Bar("compute", "compute (FLOP efficiency unknown)", c, c / T, _parts(compute, T)))
     return Waterfall(T, tuple(bars))
 
 

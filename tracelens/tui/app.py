@@ -18,6 +18,7 @@ from textual.worker import Worker, WorkerState
 
 from tracelens import views
 from tracelens.tui.panes import VIEWS, MainView
+from tracelens.tui.screens.flops import FlopsScreen
 from tracelens.tui.screens.gpu import GpuScreen
 from tracelens.tui.screens.help import HelpScreen
 from tracelens.tui.widgets.table import FilterTable, RowTable
@@ -70,6 +71,7 @@ class TracelensApp(App):
         Binding("escape", "back", "Back"),
         Binding("p", "toggle_parts", "Bar parts", show=False),
         Binding("G", "set_gpu", "Set GPU"),
+        Binding("F", "set_flops", "Set FLOPs"),
     ] + [Binding(str(i + 1), f"show_tab('{pane_id}')", title, show=False) for i, (pane_id, title, _) in enumerate(VIEWS)]
 
     def __init__(self, *, paths: list[str], options: Any = None, use_cache: bool = True, jobs: int | None = None,
@@ -157,6 +159,32 @@ class TracelensApp(App):
         current = self.options.gpu if self.options is not None else None
         self.push_screen(GpuScreen(current), self._gpu_chosen)
 
+    def action_set_flops(self) -> None:
+        if self.report is None:
+            self.notify("still loading", severity="warning")
+            return
+        if self._trace is None:
+            self.notify("a saved report cannot be re-analysed: open its traces", severity="warning")
+            return
+        current = self.options.model_flops_per_step if self.options is not None else None
+        self.push_screen(FlopsScreen(current), self._flops_chosen)
+
+    def _flops_chosen(self, answer: str | None) -> None:
+        from dataclasses import replace
+
+        from tracelens.analysis import Options
+        from tracelens.units import parse_count
+
+        if not answer:
+            return
+        try:
+            flops = parse_count(answer, "model FLOPs per step")
+        except ValueError as e:
+            self.notify(str(e), severity="error", markup=False)
+            return
+        self.options = replace(self.options or Options(), model_flops_per_step=flops)
+        self.reanalyze()
+
     def _gpu_chosen(self, answer: str | None) -> None:
         from dataclasses import replace
 
@@ -170,7 +198,7 @@ class TracelensApp(App):
             peak = float(answer)
         except ValueError:
             if gpus.lookup(answer) is None:
-                self.notify(f"{answer!r} is not in the peak table; give its dense peak in TFLOP/s instead", severity="error")
+                self.notify(f"{answer!r} is not in the peak table; give its dense peak in TFLOP/s instead", severity="error", markup=False)
                 return
             opts = replace(opts, gpu=answer, peak_tflops=None)
         else:
@@ -197,7 +225,7 @@ class TracelensApp(App):
         self.history.clear()
         self._show(msg.report)
         self.notify(f"re-analysed: MFU {100 * msg.report['job']['mfu']:.2f}%" if msg.report["job"]["mfu"] is not None
-                    else "re-analysed: MFU still unknown (see the warnings)")
+                    else f"re-analysed: {views.why_unknown(self.report)}", markup=False)
 
     def on_progress(self, msg: Progress) -> None:
         if not self.query("#loading-status"):
@@ -226,6 +254,7 @@ class TracelensApp(App):
 
     # -- the views --------------------------------------------------------------------------
     def _show(self, report: dict[str, Any]) -> None:
+        report = views.printable_report(report)  # no control character from a file reaches the terminal
         self.report = report
         for w in self.query("#loading"):
             w.remove()
@@ -319,7 +348,7 @@ class TracelensApp(App):
         elif tid == "kernels-table":
             ev = self.timeline.longest(row["name"]) if self.timeline is not None else None
             if ev is None:
-                self.notify(f"{row['name'][:80]}: {row['count']:,} launches, {fmt_ns(row['total_ns'])} in all")
+                self.notify(f"{row['name'][:80]}: {row['count']:,} launches, {fmt_ns(row['total_ns'])} in all", markup=False)
                 return
             # its longest launch, with ten times its length of context on each side
             pad = max(ev["dur_ns"] * 10, 10_000)

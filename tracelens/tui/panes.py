@@ -35,9 +35,7 @@ class OverviewPane(VerticalScroll):
         bars, kind = views.waterfall(r)
         yield Static(self._headline(h), id="headline")
         yield Static(self._stats(), id="stats")
-        title = ("MFU loss waterfall, all ranks: from 100% of the dense peak down to the MFU" if kind == "mfu"
-                 else "GPU time, all ranks (MFU unknown: no waterfall; bars end at the compute share)")
-        yield Label(title, classes="section")
+        yield Label(Text(views.waterfall_title(kind, ", all ranks")), classes="section")
         yield WaterfallChart(bars, kind, id="waterfall")
         label, series = views.per_rank_series(r)
         yield Label(f"{label}, one bar per rank from zero (stragglers red, >5% worse than the median orange)", classes="section")
@@ -53,15 +51,17 @@ class OverviewPane(VerticalScroll):
         t = Text()
         if h["mfu"] is not None:
             t.append(f"MFU {100 * h['mfu']:.2f}%", style="bold #33d17a")
-            note = f"; {h['gpu_note']}" if h["gpu_note"] else ""
-            t.append(f"  of {h['gpu_model']} dense peak ({h['peak_flops'] / 1e12:,.0f} TFLOP/s{note}), model FLOPs from {h['flops_source']}")
+            t.append(f"  {views.mfu_text(h)}")
             if h["hfu"] is not None:
                 t.append(f", HFU {100 * h['hfu']:.2f}%")
         else:
             t.append("MFU unknown", style="bold #f6d32d")
-            why = h["why_unknown"].removeprefix("MFU unknown").lstrip(": ")
-            t.append(f"  {why}; press G to set the GPU (or --gpu NAME / --peak-tflops X)")
+            t.append(f"  {h['why_unknown'].removeprefix('MFU unknown: ')}")
+            if h["hint"]:
+                t.append(f"\n{h['hint']}", style="bold")
         t.append(f"\n{h['ranks']} rank(s) · {h['device'] or 'unknown GPU'}")
+        if h["warnings"]:
+            t.append(f" · {h['warnings']} warning(s): press {WARNINGS_KEY} to read them", style="#f6d32d")
         return t
 
     def _stats(self) -> Text:
@@ -193,8 +193,7 @@ class TableWithWaterfall(Vertical):
         chart.show_parts = False
         chart.kind, chart.bars = kind, bars
         what = f"rank {r['rank']}" + (f", {r['name']}" if "step" in r else " (its kept steps)")
-        self.query_one(f"#{self.id}-wf-title", Label).update(
-            f"{'MFU loss waterfall' if kind == 'mfu' else 'GPU time (MFU unknown)'} of {what}")
+        self.query_one(f"#{self.id}-wf-title", Label).update(Text(views.waterfall_title(kind, f" of {what}")))
 
 
 class KernelsPane(Vertical):
@@ -203,13 +202,14 @@ class KernelsPane(Vertical):
         self.report = report
 
     def compose(self) -> ComposeResult:
-        classes = views.class_rows(self.report)
+        rows = views.kernel_rows(self.report)
+        classes = views.class_rows(self.report, rows)
         t = Text("time by kernel class: ", style="bold")
         for c in classes:
             t.append("■ ", style=KCLASS_COLOURS.get(c["kclass"], "grey70"))
             t.append(f"{c['kclass']} {fmt_pct(c['share'])}  ")
         yield Static(t, id="kernel-classes")
-        yield FilterTable("kernels by name, all ranks", [
+        yield FilterTable(views.kernel_table_title(self.report, rows), [
             Column("kclass", "class"),
             Column("count", "count", lambda v: f"{v:,}", True),
             Column("total_ns", "total", fmt_ns, True),
@@ -217,8 +217,8 @@ class KernelsPane(Vertical):
             Column("tflops", "TFLOP/s", fmt_num, True),
             Column("of_peak", "% peak", fmt_pct, True),
             Column("name", "kernel", lambda v: v[:160]),
-        ], views.kernel_rows(self.report), id="kernels-table", empty="no GPU kernels")
-        yield FilterTable("matmul ops by shape (roofline: memory- or compute-bound at this GPU's ridge point)", [
+        ], rows, id="kernels-table", empty="no GPU kernels")
+        yield FilterTable(views.matmul_table_title(self.report) + " (roofline: memory- or compute-bound at this GPU's ridge point)", [
             Column("rank", "rank", str, True),
             Column("op", "op"),
             Column("shapes", "shapes", lambda v: v[:48]),
@@ -285,7 +285,40 @@ class TimelinePane(Vertical):
 
     @on(TimelineView.CursorMoved)
     def _status(self, event: TimelineView.CursorMoved) -> None:
-        self.query_one("#timeline-status", Static).update(event.info)
+        self.query_one("#timeline-status", Static).update(Text(views.printable(event.info)))  # names from the trace: no markup
+
+
+class WarningsPane(Horizontal):
+    """Every warning of the report, one row each (filterable), the highlighted one in full."""
+
+    def __init__(self, report: dict[str, Any]):
+        super().__init__(id="warnings-body")
+        self.report = report
+        self.rows = views.warning_rows(report)
+
+    def compose(self) -> ComposeResult:
+        yield FilterTable("warnings: what is unknown, left out or flagged (the highlighted one in full on the right)", [
+            Column("n", "#", str, True),
+            Column("file", "file", lambda v: v[-40:]),
+            Column("warning", "warning"),
+        ], self.rows, id="warnings-table", empty="no warnings")
+        yield Static(self._detail(self.rows[0] if self.rows else None), id="warning-detail")
+
+    def _detail(self, w: dict[str, Any] | None) -> Text:
+        if w is None:
+            return Text("no warnings", style="dim")
+        t = Text()
+        t.append(f"warning {w['n']} of {len(self.rows)}\n\n", style="bold")
+        if w["file"]:
+            t.append("file: ", style="bold")
+            t.append(f"{w['file']}\n\n")
+        t.append(w["warning"])
+        return t
+
+    @on(RowTable.Highlighted)
+    def _show_detail(self, event: RowTable.Highlighted) -> None:
+        if event.row is not None and self.query("#warning-detail"):
+            self.query_one("#warning-detail", Static).update(self._detail(event.row))
 
 
 class MainView(Vertical):
@@ -341,4 +374,6 @@ VIEWS += [
     ("comm", "Communication", lambda report, timeline: CommPane(report)),
     ("suggestions", "Suggestions", lambda report, timeline: SuggestionsPane(report)),
     ("timeline-tab", "Timeline", lambda report, timeline: TimelinePane(timeline, report)),
+    ("warnings", "Warnings", lambda report, timeline: WarningsPane(report)),
 ]
+WARNINGS_KEY = str(1 + next(i for i, (pane_id, _, _) in enumerate(VIEWS) if pane_id == "warnings"))

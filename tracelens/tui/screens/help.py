@@ -13,7 +13,7 @@ HELP = """\
 
 | key | where | what |
 |---|---|---|
-| `1`..`7` | anywhere | Overview, Ranks, Steps, Kernels, Communication, Suggestions, Timeline |
+| `1`..`8` | anywhere | Overview, Ranks, Steps, Kernels, Communication, Suggestions, Timeline, Warnings |
 | `tab` / `shift+tab` | anywhere | move the focus |
 | `enter` | a table | open the row: a rank → its steps → the step's timeline; a suggestion → its evidence in the timeline; a slow collective → its time in the timeline; a kernel → its longest launch |
 | `escape` | anywhere | back to where you came from (or close the filter) |
@@ -28,6 +28,7 @@ HELP = """\
 | `g` | timeline | one "GPU" row per rank (the union of its streams) / every stream again |
 | `p` | overview | show or hide the parts of each waterfall bar |
 | `G` | anywhere | set the GPU (a name or its dense peak in TFLOP/s) when the trace does not say: the analysis runs again |
+| `F` | anywhere | enter the model FLOPs per step (e.g. 4.2e15 or 4.2P) when the trace has no shapes to count them from: the analysis runs again |
 | `?` | anywhere | this help |
 | `q` | anywhere | quit |
 
@@ -35,7 +36,12 @@ HELP = """\
 lost to each cause (idle time split by what the host was doing, exposed communication and
 copies, recompute, non-matmul kernels, matmuls below peak, the FLOP-convention difference)
 down to the MFU.  Bars are disjoint slices of GPU time, so they sum to 100%.  When the GPU or
-the FLOPs are unknown, the chart shows the GPU-time partition and ends at the compute share.
+the FLOPs are unknown, the chart shows the GPU-time waterfall (the same idle, communication and
+copy bars) and ends at the compute share, whose FLOP efficiency is unknown; the overview says
+what is missing and which key supplies it.
+
+**Warnings** (`8`) lists everything the analysis could not measure, left out or flagged, one
+row each; the overview counts them.
 
 **The timeline** draws one line per GPU stream: a cell's height is how busy the stream was in
 that slice of time, its colour the kernel class that took most of it (blue GEMM/conv, purple

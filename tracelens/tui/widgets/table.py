@@ -296,7 +296,7 @@ class FilterTable(Vertical):
         label = self.title + (f"  ({n} of {total} rows match '{self.filter_text}')" if self.filter_text else f"  ({total})")
         if not total:
             label = f"{self.title}  — {self.empty}"
-        self.query_one(".title", Label).update(label)
+        self.query_one(".title", Label).update(Text(label))  # a filter typed with "[" is text, not markup
 
     def sort_by_cursor(self) -> None:
         if self.columns:
