@@ -163,6 +163,8 @@ class Analysis:
     warnings: tuple[str, ...] = field(default_factory=tuple)
     collectives: tuple = ()  # tracelens.comm.Collective, one per (group, seq)
     stragglers: tuple = ()  # tracelens.comm.Straggler
+    straggler_check: Any = None  # tracelens.comm.StragglerCheck: could the test see anything, and if not why
+    comm_notes: dict[str, Any] = field(default_factory=dict)  # why groups or collective types are unknown
     clock_method: str = "none"
     timeline: dict[str, Any] | None = None  # tracelens.timeline.step_strips: one step per rank, binned
 
@@ -208,12 +210,98 @@ class Analysis:
                     for st in self.stragglers
                 ],
                 "clock_alignment": self.clock_method,
+                "straggler_check": _straggler_check_dict(self.straggler_check, self.collectives, len(self.ranks)),
             },
             "ranks": [_rank_dict(r) for r in self.ranks],
-            "communication": _comm_dict(self.collectives),
+            "communication": {**_comm_dict(self.collectives), **_comm_notes_default(self.collectives), **self.comm_notes},
             "suggestions": [sg.to_dict() for sg in suggest(self)],
             "timeline": self.timeline,
         }
+
+
+def _world_size(metas) -> int | None:
+    """The job's size, when the traces that state one agree."""
+    sizes = {m.world_size for m in metas if isinstance(m.world_size, int) and m.world_size > 0}
+    return sizes.pop() if len(sizes) == 1 else None
+
+
+def _seq_source(metas) -> str:
+    """Where the collectives' sequence numbers (the key that matches them across ranks) came from:
+    "trace", "derived" (each rank's order), "mixed", or "none" (no collectives)."""
+    src = {str(m.attributes["seq_source"]).split(":", 1)[0] for m in metas if m.attributes.get("seq_source")}
+    if not src:
+        return "none"
+    return src.pop() if len(src) == 1 else "mixed"
+
+
+def _matching_dict(table, metas) -> dict[str, Any]:
+    shared = [c for c in table if len(c.ranks) > 1]
+    return {
+        "seq_source": _seq_source(metas),
+        "matched": len(shared),  # collectives found on several ranks
+        "refused": sum(1 for c in shared if c.consistent is False),  # matches not believed: no overlap in aligned time
+        "complete": sum(1 for c in shared if c.complete),  # with every member of the group
+    }
+
+
+def _matching_warnings(table, align, metas) -> list[str]:
+    """Say when matches by derived sequence numbers were refused, and when the clock offsets rest
+    on few of the shared collectives."""
+    out = []
+    shared = [c for c in table if len(c.ranks) > 1]
+    refused = [c for c in shared if c.consistent is False]
+    if refused:
+        gaps = []
+        for c in refused:
+            ends = [r.start_ns + r.dur_ns + align.offsets.get(r.file, 0) for r in c.ranks]
+            gaps.append(max(ends) - min(ends))
+        out.append(
+            f"collectives matched across ranks by sequence numbers derived from each rank's order (the traces carry none): "
+            f"{len(refused)} of {len(shared)} matches do not overlap in aligned time (their ends {min(gaps) / 1e6:.1f}-"
+            f"{max(gaps) / 1e6:.1f} ms apart), so they pair different collectives: refused, their wait and the straggler "
+            f"test left unknown"
+        )
+    for f, (agree, of) in sorted(align.support.items()):
+        if of > 1 and agree < of:
+            out.append(
+                f"{metas[f].path}: clock offset "
+                + (f"from {agree} of {of} collectives shared with {metas[0].path} that agree on it"
+                   if agree > 1 else f"not from collectives: none of the {of} shared with {metas[0].path} agree on one")
+            )
+    return out
+
+
+def _comm_notes(table, metas) -> dict[str, Any]:
+    """Why a collective's group or type is unknown, when one is (null when none is)."""
+    notes: dict[str, Any] = {"matching": _matching_dict(table, metas), "group_unknown": None, "collective_unknown": None}
+    if any(c.group is None for c in table):
+        pgs = [m.distributed.get("pg_config") for m in metas if isinstance(m.distributed.get("pg_config"), list)]
+        if not pgs:
+            notes["group_unknown"] = ("the traces name no process group: their collective records carry no 'Process Group Name' "
+                                      "and distributedInfo has no pg_config")
+        else:
+            notes["group_unknown"] = ("no collective record names the group of these collectives (kernels launched without "
+                                      "record_param_comms), and distributedInfo.pg_config lists several groups")
+    if any(c.collective is None for c in table):
+        notes["collective_unknown"] = ("no record names these collectives: their record_param_comms carry no 'Collective name' "
+                                       "and enclose no c10d op or backend annotation, or their kernel (e.g. ncclDevKernel_Generic, "
+                                       "launched before the trace began) does not say")
+    return notes
+
+
+def _comm_notes_default(table) -> dict[str, Any]:
+    shared = [c for c in table if len(c.ranks) > 1]
+    return {"matching": {"seq_source": "none" if not table else "trace", "matched": len(shared),
+                         "refused": sum(1 for c in shared if c.consistent is False), "complete": sum(1 for c in shared if c.complete)},
+            "group_unknown": None, "collective_unknown": None}
+
+
+def _straggler_check_dict(check, table, n_ranks: int) -> dict[str, Any]:
+    if check is None:
+        from tracelens import comm
+
+        check = comm.straggler_check(list(table), n_ranks)
+    return {"known": check.known, "collectives": check.collectives, "reason": check.reason}
 
 
 def _comm_dict(table: tuple, top: int = 20) -> dict[str, Any]:
@@ -253,7 +341,7 @@ def _comm_dict(table: tuple, top: int = 20) -> dict[str, Any]:
         "slowest": [
             {
                 "group": c.group, "seq": c.seq, "collective": c.collective, "bytes": c.bytes, "group_size": c.group_size,
-                "complete": c.complete, "slowest_rank": c.slowest_rank,
+                "complete": c.complete, "consistent": c.consistent, "slowest_rank": c.slowest_rank,
                 "ranks": [
                     {"rank": r.rank, "start_ns": r.start_ns, "dur_ns": r.dur_ns, "exposed_ns": r.exposed_ns,
                      "wait_ns": r.wait_ns, "busbw_gbps": r.busbw_gbps}
@@ -333,7 +421,9 @@ def analyze(trace: Trace, options: Options | None = None) -> Analysis:
         result, computes[fi] = _analyze_rank(mine, fi, meta, options)
         ranks.append(result)
     spans = comm.comm_kernels(ev)
-    align = comm.align_clocks(ev, spans, len(trace.metas))
+    # files whose collectives were numbered by per-rank order, not by the trace's sequence numbers
+    derived = frozenset(i for i, m in enumerate(trace.metas) if m.attributes.get("seq_source", "trace") != "trace")
+    align = comm.align_clocks(ev, spans, len(trace.metas), derived)
     if len(trace.metas) > 1:
         if align.method == "none":
             warnings.append("ranks' clocks could not be aligned (no shared collectives or steps): cross-rank times are as recorded")
@@ -345,9 +435,13 @@ def analyze(trace: Trace, options: Options | None = None) -> Analysis:
                 )
         ranks = [replace(r, clock_offset_ns=align.offsets.get(r.file, 0)) for r in ranks]
     file_rank = {i: m.rank for i, m in enumerate(trace.metas)}
-    table = comm.collective_table(spans, align, computes, file_rank)
+    world = _world_size(trace.metas)
+    table = comm.collective_table(spans, align, computes, file_rank, derived,
+                                  world if world and sorted(file_rank.values()) == list(range(world)) else None)
+    warnings += _matching_warnings(table, align, trace.metas)
     total = sum(r.gpu.window for r in ranks if r.gpu is not None)
     slow = comm.stragglers(table, len(trace.metas), total_ns=total // max(len(ranks), 1), align=align)
+    check = comm.straggler_check(table, len(trace.metas), world)
     inputs = tuple(
         {"path": m.path, "format": m.format, "rank": m.rank, "size_bytes": m.size_bytes} for m in trace.metas
     )
@@ -357,6 +451,8 @@ def analyze(trace: Trace, options: Options | None = None) -> Analysis:
         warnings=tuple(trace.warnings + warnings),
         collectives=tuple(table),
         stragglers=tuple(slow),
+        straggler_check=check,
+        comm_notes=_comm_notes(table, trace.metas),
         clock_method=align.method,
         timeline=step_strips(ev, ranks),
     )

@@ -230,8 +230,9 @@ def _ranks(d: dict[str, Any]) -> str:
                        + ", ".join(f"rank {rk} ({100 * off:.1f}%)" for rk, off in worst) + "</p>")
     for st in d["job"]["stragglers"]:
         out.append(f'<p class="bad">rank {st["rank"]} is a straggler: {escape(st["evidence"])}</p>')
-    if len(rows) > 1 and not d["job"]["stragglers"]:
-        out.append('<p class="muted">no straggler: no rank arrives last at collectives more often than chance</p>')
+    verdict = views.straggler_verdict(d)
+    if verdict and verdict[0] != "found":
+        out.append(f'<p class="muted">straggler ranks: {escape(verdict[1])}</p>')
     trs = []
     for r in rows:
         trs.append("<tr>" + _td(r["rank"]) + _td(r["device"], cls="") + _td(r["steps"]) + _td(r["step_ns"], fmt_ns(r["step_ns"]))
@@ -382,6 +383,7 @@ def _comm(d: dict[str, Any]) -> str:
            + _td(g["busbw_gbps_median"], fmt_num(g["busbw_gbps_median"])) + "</tr>" for g in views.comm_rows(d)]
     out.append(_table([("group", False), ("desc", False), ("collective", False), ("count", True), ("bytes", True), ("time", True),
                        ("exposed", True), ("wait", True), ("busbw GB/s", True)], trs, empty="no collectives in these traces"))
+    out += [f'<p class="muted">{escape(note)}</p>' for note in views.comm_notes(d)]
     slow = views.slow_collective_rows(d)
     if slow:
         trs = ["<tr>" + _td(None, c["group"] or "–", cls="") + _td(c["seq"]) + _td(None, c["collective"], cls="")

@@ -94,14 +94,17 @@ def render_text(d: dict[str, Any]) -> str:
                 f"  {grp[:14]:<14} {(g['collective'] or '?'):<14} {g['count']:>6} {fmt_ns(g['time_ns']):>10} "
                 f"{fmt_ns(g['exposed_ns']):>10} {wait:>10} {bw:>11}"
             )
-    if job["stragglers"]:
+        for note in views.comm_notes(d):
+            lines.append(f"  {note}")
+    verdict = views.straggler_verdict(d)
+    if verdict and verdict[0] == "found":
         lines.append("")
         lines.append("straggler ranks:")
         for st in job["stragglers"]:
             lines.append(f"  rank {st['rank']}: {st['evidence']}")
-    elif job["ranks"] > 1:
+    elif verdict:
         lines.append("")
-        lines.append("straggler ranks: none (no rank arrives last at collectives more often than chance)")
+        lines.append(f"straggler ranks: {verdict[1]}")
     if job["waterfall"]:
         lines.append("")
         lines.append("MFU loss waterfall (job, % of the GPU's dense peak):")

@@ -97,8 +97,8 @@ class OverviewPane(VerticalScroll):
         if strag:
             t.append("\nstragglers: " + ", ".join(f"rank {s['rank']} (+{fmt_ns(s['excess_ns'])}, last in {s['last_in']}/{s['of']})"
                                                   for s in strag), style="bold #e01b24")
-        elif len(rows) > 1:
-            t.append("\nno straggler: no rank arrives last at collectives more often than chance", style="dim")
+        elif views.straggler_verdict(self.report):
+            t.append(f"\nstraggler ranks: {views.straggler_verdict(self.report)[1]}", style="dim")
         return t
 
     def _suggestions(self) -> Group | Text:
@@ -260,6 +260,8 @@ class CommPane(Vertical):
             Column("busbw_gbps", "busbw GB/s", fmt_num, True),
             Column("slowest_rank", "slowest rank", str, True),
         ], views.slow_collective_rows(self.report), id="slow-table", empty="no collectives in these traces")
+        for note in views.comm_notes(self.report):
+            yield Label(note, classes="comm-note", markup=False)
 
 
 class TimelinePane(Vertical):
