@@ -551,6 +551,7 @@ def _finish(builder: _Builder, meta: TraceMeta, top: dict) -> pl.DataFrame:
     df = pl.concat(frames, how="vertical", rechunk=True)
     del frames
     df = _name_collectives(df)
+    df = _group_from_pg_config(df, meta)
     df = _single_group(df, meta)
     df = _fill_from_flows(df, builder)
     df = _attach_comm_records(df, meta)
@@ -791,10 +792,14 @@ def _name_collectives(df: pl.DataFrame) -> pl.DataFrame:
     record, a trace without any) is the collective's record itself.  Bytes: the record's input
     tensor, else its annotation's, else the largest tensor of its c10d op; for an all-gather the
     c10d op's output (the largest), else the input times the group size."""
+    # match on the distinct names, not on a String copy of the whole column
+    names = pl.Series(df.get_column("name").unique().cast(pl.String).drop_nulls())
+    backend = names.filter(names.str.contains(_BACKEND_ANN)).to_list()
+    c10d = names.filter(names.str.starts_with("c10d::")).to_list()
     cand = (
         (pl.col("kind").is_in(["collective", "p2p"]))
-        | ((pl.col("kind") == "annotation") & ~pl.col("_is_dev") & pl.col("name").cast(pl.String).str.contains(_BACKEND_ANN))
-        | ((pl.col("kind") == "cpu_op") & pl.col("name").cast(pl.String).str.starts_with("c10d::"))
+        | ((pl.col("kind") == "annotation") & ~pl.col("_is_dev") & pl.col("name").is_in(backend))
+        | ((pl.col("kind") == "cpu_op") & pl.col("name").is_in(c10d))
     )
     sub = (
         df.select("kind", "_is_dev", "name", "args", "pid", "tid", "ts_ns", "dur_ns", "collective", "bytes", "dtype", "group_size")
@@ -861,6 +866,52 @@ def _name_collectives(df: pl.DataFrame) -> pl.DataFrame:
     ).select("_row", "_coll", "_nb", "_dt", "_k")
     return _scatter_fill(df, rows, {"collective": ("_coll", True), "bytes": ("_nb", True), "dtype": ("_dt", True),
                                     "kind": ("_k", True)})
+
+
+def _group_from_pg_config(df: pl.DataFrame, meta: TraceMeta) -> pl.DataFrame:
+    """A collective record that names no group but its ``Process Group ID`` (PyTorch 2.0/2.1: the
+    group's uid) or its ``Process Group Ranks`` is in the one ``distributedInfo.pg_config`` group
+    with that uid, or the only one with those ranks (several groups over the same ranks: unknown)."""
+    pgs = meta.distributed.get("pg_config")
+    if not (isinstance(pgs, list) and len(pgs) > 1):
+        return df  # none, or one (_single_group)
+    need = pl.col("kind").is_in(["collective", "p2p"]) & pl.col("group").is_null() & pl.col("args").is_not_null()
+    rows = df.select("kind", "group", "args").with_row_index("_row").filter(need)
+    if rows.height == 0:
+        return df
+    by_uid, by_ranks = {}, {}
+    for pg in pgs:
+        if not isinstance(pg, dict) or pg.get("pg_name") is None:
+            continue
+        if isinstance(pg.get("uid"), int):
+            by_uid[str(pg["uid"])] = pg
+        if isinstance(pg.get("ranks"), list):
+            by_ranks.setdefault(str(pg["ranks"]).replace(" ", ""), []).append(pg)
+    by_ranks = {k: v[0] for k, v in by_ranks.items() if len(v) == 1}
+    if not by_uid and not by_ranks:
+        return df
+    rows = rows.select(
+        "_row",
+        pl.col("args").str.json_path_match("$['Process Group ID']").alias("_id"),
+        pl.col("args").str.json_path_match("$['Process Group Ranks']").str.replace_all(r"[\s\"]", "").alias("_rk"),
+    )
+    pick = {}
+    for key, src, table in (("_id", "uid", by_uid), ("_rk", "ranks", by_ranks)):
+        for v in rows.get_column(key).drop_nulls().unique().to_list():
+            if v in table:
+                pick.setdefault(key, {})[v] = table[v]
+    if not pick:
+        return df
+
+    def look(field: str, cast) -> pl.Expr:
+        exprs = [pl.col(key).replace_strict({v: cast(pg.get(field)) for v, pg in m.items()}, default=None, return_dtype=pl.String)
+                 for key, m in pick.items()]
+        return pl.coalesce(exprs)
+
+    rows = rows.with_columns(look("pg_name", str).alias("_g"), look("pg_desc", lambda x: x if isinstance(x, str) else None).alias("_gd"),
+                             look("pg_size", lambda x: str(x) if isinstance(x, int) else None).cast(pl.Int64).alias("_gs"))
+    rows = rows.filter(pl.col("_g").is_not_null())
+    return _scatter_fill(df, rows, {"group": ("_g", False), "group_desc": ("_gd", False), "group_size": ("_gs", False)})
 
 
 def _single_group(df: pl.DataFrame, meta: TraceMeta) -> pl.DataFrame:
@@ -990,9 +1041,13 @@ def _derive_seq(df: pl.DataFrame, rows: pl.Expr, key: list[pl.Expr], after: pl.E
     """Number the selected rows 0, 1, ... in time order within each ``key``; with ``after``, from
     one past the largest number the ``after`` rows of that key have."""
     cols = ["kind", "kclass", "group", "collective", "seq", "ts_ns", "dur_ns", "stream", "tid", "correlation"]
-    base = df.select(cols).with_row_index("_row").with_columns(pl.concat_str(key, separator="\x1f").alias("_key"))
+    base = df.select(cols).with_row_index("_row")
+
+    def keyed(part: pl.DataFrame) -> pl.DataFrame:  # the key on the few rows selected, not on every event
+        return part.with_columns(pl.concat_str(key, separator="\x1f").alias("_key"))
+
     sub = (
-        base.filter(rows)
+        keyed(base.filter(rows))
         # ties in time are broken by fields of the event, never by its place in the file
         .with_columns(
             pl.int_range(pl.len(), dtype=pl.Int64)
@@ -1001,7 +1056,7 @@ def _derive_seq(df: pl.DataFrame, rows: pl.Expr, key: list[pl.Expr], after: pl.E
         )
     )
     if after is not None:
-        top = base.filter(after).group_by("_key").agg((pl.col("seq").max() + 1).alias("_first"))
+        top = keyed(base.filter(after)).group_by("_key").agg((pl.col("seq").max() + 1).alias("_first"))
         sub = sub.join(top, on="_key", how="left").with_columns(pl.col("_s") + pl.col("_first").fill_null(0))
     return _scatter_fill(df, sub.select("_row", "_s"), {"seq": ("_s", False)})
 

@@ -355,3 +355,46 @@ def test_c_type_names_have_sizes():
 
     assert [dtype_bytes(x) for x in ("unsigned char", "signed char", "long int", "unsigned int", "c10::Half", "TensorList", "Scalar")] \
         == [1, 1, 8, 4, 2, None, None]
+
+
+def test_group_named_from_pg_config_by_id_or_ranks(tmp_path):
+    # records that name no group but carry PyTorch 2.0's Process Group ID (the group's uid in
+    # pg_config) or the group's ranks: the group is the one pg_config entry they point at; ranks
+    # that two groups share say nothing
+    pgs = [{"pg_name": "0", "pg_desc": "default_pg", "uid": 0, "pg_size": 4, "ranks": [0, 1, 2, 3]},
+           {"pg_name": "5", "pg_desc": "tp", "uid": 5, "pg_size": 2, "ranks": [0, 1]},
+           {"pg_name": "6", "pg_desc": "dp", "uid": 6, "pg_size": 2, "ranks": [0, 2]},
+           {"pg_name": "7", "pg_desc": "dp_copy", "uid": 7, "pg_size": 2, "ranks": [0, 2]}]
+    recs = [({"Process Group ID": 5}, "5"), ({"Process Group Ranks": "[0, 1, 2, 3]"}, "0"), ({"Process Group Ranks": "[0, 2]"}, None),
+            ({"Process Group ID": 99}, None)]
+    ev = [{"ph": "X", "cat": "user_annotation", "name": "ProfilerStep#1", "pid": 1, "tid": 1, "ts": 0, "dur": 10_000}]
+    for i, (a, _) in enumerate(recs):
+        ev.append({"ph": "X", "cat": "cpu_op", "name": "record_param_comms", "pid": 1, "tid": 1, "ts": 100 + 1000 * i, "dur": 20,
+                   "args": {"Collective name": "allreduce", "dtype": "Float", "In msg nelems": 10, "Out msg nelems": 10, **a}})
+    p = tmp_path / "rank-0.json"
+    p.write_text(json.dumps({"distributedInfo": {"backend": "nccl", "rank": 0, "world_size": 4, "pg_config": pgs}, "traceEvents": ev}))
+    t = load([p], use_cache=False, jobs=1)
+    got = t.events.filter(pl.col("kind") == "collective").sort("ts_ns").select(pl.col("group").cast(pl.String), "group_size")
+    assert got.get_column("group").to_list() == [g for _, g in recs]
+    assert got.get_column("group_size").to_list() == [2, 4, None, None]
+
+
+def test_every_front_end_says_unknown_when_waits_were_not_measured():
+    # the sample job (2 of 128 ranks): text, HTML and the TUI's overview all say "unknown" and
+    # why, none of them "no straggler"; the communication notes say how collectives were matched
+    from html import escape
+
+    from tracelens.html import render_html
+    from tracelens.report import render_text
+    from tracelens.tui.panes import OverviewPane
+
+    d = analyze(load([real_traces() / "hta/trace_filter"], use_cache=False)).to_dict()
+    reason = d["job"]["straggler_check"]["reason"]
+    text = render_text(d)
+    page = render_html(d).decode()
+    tui = OverviewPane(d)._ranks_line().plain
+    for out, want in ((text, reason), (page, escape(reason)), (" ".join(tui.split()), reason)):
+        assert f"straggler ranks: unknown ({want})" in out
+        assert "no straggler" not in out and "straggler ranks: none" not in out
+    assert "6 refused" in text or f"{d['communication']['matching']['refused']} refused" in text
+    assert escape(d["communication"]["group_unknown"]) in page

@@ -355,8 +355,7 @@ def straggler_check(table: list[Collective], n_ranks: int, world: int | None = N
             why.append("no collective is known to have every member of its group here (group sizes unknown)")
     refused = [c for c in shared if c.consistent is False]
     if refused:
-        why.append(f"{len(refused)} of {len(shared)} collectives matched by sequence numbers derived from per-rank order "
-                   "do not overlap in aligned time")
+        why.append(f"{len(refused)} of {len(shared)} matches by per-rank order do not overlap in aligned time")
     return StragglerCheck(False, 0, "; ".join(why) or "no collective with measured waits")
 
 
