@@ -189,6 +189,7 @@ class Analysis:
 
         times = sorted(self.step_times())
         job_gpu = sum((r.gpu for r in self.ranks if r.gpu is not None), ZERO)
+        check = _straggler_check_dict(self.straggler_check, self.collectives, len(self.ranks))
         return {
             "schema_version": SCHEMA_VERSION,
             "tool": {"name": "tracelens", "version": __version__},
@@ -204,13 +205,14 @@ class Analysis:
                 },
                 "gpu_time_ns": _gpu_dict(job_gpu) if any(r.gpu for r in self.ranks) else None,
                 "waterfall": self.job_waterfall(),
+                # null, not [], when no wait was measured: nobody can be named or cleared (straggler_check says why)
                 "stragglers": [
                     {"rank": st.rank, "excess_ns": st.excess_ns, "evidence": st.evidence, "last_in": st.last_in,
                      "of": st.of, "p_value": st.p_value}
                     for st in self.stragglers
-                ],
+                ] if self.stragglers or len(self.ranks) < 2 or check["known"] else None,
                 "clock_alignment": self.clock_method,
-                "straggler_check": _straggler_check_dict(self.straggler_check, self.collectives, len(self.ranks)),
+                "straggler_check": check,
             },
             "ranks": [_rank_dict(r) for r in self.ranks],
             "communication": {**_comm_dict(self.collectives), **_comm_notes_default(self.collectives), **self.comm_notes},

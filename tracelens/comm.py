@@ -338,6 +338,8 @@ def stragglers(table: list[Collective], n_ranks: int, alpha: float = 0.01, min_e
 
 def straggler_check(table: list[Collective], n_ranks: int, world: int | None = None) -> StragglerCheck:
     """Could the straggler test see anything?  ``world``: the job's size as the traces state it."""
+    if n_ranks < 2:
+        return StragglerCheck(False, 0, "a single rank: nobody to compare it with")
     measured = sum(1 for c in table if len(c.ranks) > 1 and all(r.wait_ns is not None for r in c.ranks))
     if measured:
         return StragglerCheck(True, measured, None)

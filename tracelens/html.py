@@ -214,7 +214,7 @@ def _ranks(d: dict[str, Any]) -> str:
     out = ["<h2>Ranks</h2>"]
     if len(series) > 1:
         top = max(series) or 1.0
-        strag = {s["rank"] for s in d["job"]["stragglers"]}
+        strag = {s["rank"] for s in d["job"]["stragglers"] or []}
         odd = views.outliers([r["rank"] for r in rows], series, higher_is_worse="MFU" not in label)
         out.append(f'<p class="muted">{escape(label)}, one bar per rank from zero; stragglers in red, more than 5% worse than '
                    f'the median rank in orange</p><div class="strip" id="rank-strip">')
@@ -228,7 +228,7 @@ def _ranks(d: dict[str, Any]) -> str:
             worst = sorted(odd.items(), key=lambda kv: -kv[1])[:8]
             out.append("<p class='outlier-text'>worse than the median rank by more than 5%: "
                        + ", ".join(f"rank {rk} ({100 * off:.1f}%)" for rk, off in worst) + "</p>")
-    for st in d["job"]["stragglers"]:
+    for st in d["job"]["stragglers"] or []:
         out.append(f'<p class="bad">rank {st["rank"]} is a straggler: {escape(st["evidence"])}</p>')
     verdict = views.straggler_verdict(d)
     if verdict and verdict[0] != "found":
@@ -407,7 +407,7 @@ def _timeline(d: dict[str, Any]) -> str:
     bins, classes = tl["bins"], tl["classes"]
     W, label_w, row_h = 900, 90, 12
     cw = (W - label_w) / bins
-    strag = {s["rank"] for s in d["job"]["stragglers"]}
+    strag = {s["rank"] for s in d["job"]["stragglers"] or []}
     ranks = [r for r in tl["ranks"] if r["rank"] in strag]
     ranks += [r for r in tl["ranks"] if r["rank"] not in strag][: max(0, TIMELINE_RANKS - len(ranks))]
     ranks.sort(key=lambda r: r["rank"])

@@ -130,7 +130,7 @@ def _share(part: int | None, whole: int | None) -> float | None:
 def rank_rows(report: dict[str, Any]) -> list[dict[str, Any]]:
     """One row per rank: device, steps, mean step time, MFU, idle / exposed comm / bubble
     shares of the window, and whether the rank is a straggler."""
-    stragglers = {s["rank"] for s in report["job"]["stragglers"]}
+    stragglers = {s["rank"] for s in report["job"]["stragglers"] or []}
     rows = []
     for r in report["ranks"]:
         kept = _kept(r["steps"])

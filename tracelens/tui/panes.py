@@ -43,7 +43,7 @@ class OverviewPane(VerticalScroll):
         yield Label(f"{label}, one bar per rank from zero (stragglers red, >5% worse than the median orange)", classes="section")
         if len(series) > 1:
             ranks = [row["rank"] for row in views.rank_rows(r)]
-            yield RankStrip(ranks, series, {s["rank"] for s in r["job"]["stragglers"]}, higher_is_worse="MFU" not in label,
+            yield RankStrip(ranks, series, {s["rank"] for s in r["job"]["stragglers"] or []}, higher_is_worse="MFU" not in label,
                             id="rank-strip")
         yield Static(self._ranks_line(), id="rank-summary")
         yield Label("top suggestions (press 6 for all of them, with their evidence)", classes="section")
