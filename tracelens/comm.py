@@ -11,6 +11,7 @@ the last rank arrived is *wait*, the rest is *transfer*.
 
 from __future__ import annotations
 
+import itertools
 import math
 from dataclasses import dataclass, field
 
@@ -267,11 +268,13 @@ def collective_table(
             pl.struct("ts_ns", "dur_ns").alias("parts"),
             pl.col("on_host").any(),
         )
-        .sort("group", "seq", "file", nulls_last=True)
+        .sort("group", "seq", "collective", "group_desc", "file", nulls_last=True)
     )
     out: list[Collective] = []
-    for (group, desc, seq, coll), g in per.group_by("group", "group_desc", "seq", "collective", maintain_order=True):
-        rows = g.to_dicts()
+    # one pass over the rows (a polars group iteration gathers a frame per collective)
+    for (group, desc, seq, coll), grp in itertools.groupby(
+            per.iter_rows(named=True), key=lambda r: (r["group"], r["group_desc"], r["seq"], r["collective"])):
+        rows = list(grp)
         gsize = max((r["group_size"] or 0) for r in rows) or None
         complete = len(rows) > 1 and ((gsize is not None and len(rows) >= gsize) or (world is not None and len(rows) >= world))
         aligned_start = [r["start"] + align.offsets.get(r["file"], 0) for r in rows]
