@@ -185,11 +185,11 @@ class Analysis:
         return [s.dur_ns for r in self.ranks for s in r.steps if not s.warmup or len(r.steps) == 1]
 
     def to_dict(self) -> dict[str, Any]:
-        from tracelens import __version__
+        from tracelens import __version__, comm
 
         times = sorted(self.step_times())
         job_gpu = sum((r.gpu for r in self.ranks if r.gpu is not None), ZERO)
-        check = _straggler_check_dict(self.straggler_check, self.collectives, len(self.ranks))
+        check = comm.check_dict(self.straggler_check or comm.straggler_check(list(self.collectives), len(self.ranks)))
         return {
             "schema_version": SCHEMA_VERSION,
             "tool": {"name": "tracelens", "version": __version__},
@@ -215,95 +215,10 @@ class Analysis:
                 "straggler_check": check,
             },
             "ranks": [_rank_dict(r) for r in self.ranks],
-            "communication": {**_comm_dict(self.collectives), **_comm_notes_default(self.collectives), **self.comm_notes},
+            "communication": {**_comm_dict(self.collectives), **(self.comm_notes or comm.report_notes(self.collectives, ()))},
             "suggestions": [sg.to_dict() for sg in suggest(self)],
             "timeline": self.timeline,
         }
-
-
-def _world_size(metas) -> int | None:
-    """The job's size, when the traces that state one agree."""
-    sizes = {m.world_size for m in metas if isinstance(m.world_size, int) and m.world_size > 0}
-    return sizes.pop() if len(sizes) == 1 else None
-
-
-def _seq_source(metas) -> str:
-    """Where the collectives' sequence numbers (the key that matches them across ranks) came from:
-    "trace", "derived" (each rank's order), "mixed", or "none" (no collectives)."""
-    src = {str(m.attributes["seq_source"]).split(":", 1)[0] for m in metas if m.attributes.get("seq_source")}
-    if not src:
-        return "none"
-    return src.pop() if len(src) == 1 else "mixed"
-
-
-def _matching_dict(table, metas) -> dict[str, Any]:
-    shared = [c for c in table if len(c.ranks) > 1]
-    return {
-        "seq_source": _seq_source(metas),
-        "matched": len(shared),  # collectives found on several ranks
-        "refused": sum(1 for c in shared if c.consistent is False),  # matches not believed: no overlap in aligned time
-        "complete": sum(1 for c in shared if c.complete),  # with every member of the group
-    }
-
-
-def _matching_warnings(table, align, metas) -> list[str]:
-    """Say when matches by derived sequence numbers were refused, and when the clock offsets rest
-    on few of the shared collectives."""
-    out = []
-    shared = [c for c in table if len(c.ranks) > 1]
-    refused = [c for c in shared if c.consistent is False]
-    if refused:
-        gaps = []
-        for c in refused:
-            ends = [r.start_ns + r.dur_ns + align.offsets.get(r.file, 0) for r in c.ranks]
-            gaps.append(max(ends) - min(ends))
-        out.append(
-            f"collectives matched across ranks by sequence numbers derived from each rank's order (the traces carry none): "
-            f"{len(refused)} of {len(shared)} matches do not overlap in aligned time (their ends {min(gaps) / 1e6:.1f}-"
-            f"{max(gaps) / 1e6:.1f} ms apart), so they pair different collectives: refused, their wait and the straggler "
-            f"test left unknown"
-        )
-    for f, (agree, of) in sorted(align.support.items()):
-        if of > 1 and agree < of:
-            out.append(
-                f"{metas[f].path}: clock offset "
-                + (f"from {agree} of {of} collectives shared with {metas[0].path} that agree on it"
-                   if agree > 1 else f"not from collectives: none of the {of} shared with {metas[0].path} agree on one")
-            )
-    return out
-
-
-def _comm_notes(table, metas) -> dict[str, Any]:
-    """Why a collective's group or type is unknown, when one is (null when none is)."""
-    notes: dict[str, Any] = {"matching": _matching_dict(table, metas), "group_unknown": None, "collective_unknown": None}
-    if any(c.group is None for c in table):
-        pgs = [m.distributed.get("pg_config") for m in metas if isinstance(m.distributed.get("pg_config"), list)]
-        if not pgs:
-            notes["group_unknown"] = ("the traces name no process group: their collective records carry no 'Process Group Name' "
-                                      "and distributedInfo has no pg_config")
-        else:
-            notes["group_unknown"] = ("no collective record names the group of these collectives (kernels launched without "
-                                      "record_param_comms), and distributedInfo.pg_config lists several groups")
-    if any(c.collective is None for c in table):
-        notes["collective_unknown"] = ("no record names these collectives: their record_param_comms carry no 'Collective name' "
-                                       "and enclose no c10d op or backend annotation, or their kernel (e.g. ncclDevKernel_Generic, "
-                                       "launched before the trace began) does not say")
-    return notes
-
-
-def _comm_notes_default(table) -> dict[str, Any]:
-    shared = [c for c in table if len(c.ranks) > 1]
-    return {"matching": {"seq_source": "none" if not table else "trace", "matched": len(shared),
-                         "refused": sum(1 for c in shared if c.consistent is False), "complete": sum(1 for c in shared if c.complete)},
-            "group_unknown": None, "collective_unknown": None}
-
-
-def _straggler_check_dict(check, table, n_ranks: int) -> dict[str, Any]:
-    if check is None:
-        from tracelens import comm
-
-        check = comm.straggler_check(list(table), n_ranks)
-    return {"known": check.known, "collectives": check.collectives, "reason": check.reason}
 
 
 def _comm_dict(table: tuple, top: int = 20) -> dict[str, Any]:
@@ -437,10 +352,10 @@ def analyze(trace: Trace, options: Options | None = None) -> Analysis:
                 )
         ranks = [replace(r, clock_offset_ns=align.offsets.get(r.file, 0)) for r in ranks]
     file_rank = {i: m.rank for i, m in enumerate(trace.metas)}
-    world = _world_size(trace.metas)
+    world = comm.world_size(trace.metas)
     table = comm.collective_table(spans, align, computes, file_rank, derived,
                                   world if world and sorted(file_rank.values()) == list(range(world)) else None)
-    warnings += _matching_warnings(table, align, trace.metas)
+    warnings += comm.matching_warnings(table, align, trace.metas)
     total = sum(r.gpu.window for r in ranks if r.gpu is not None)
     slow = comm.stragglers(table, len(trace.metas), total_ns=total // max(len(ranks), 1), align=align)
     check = comm.straggler_check(table, len(trace.metas), world)
@@ -454,7 +369,7 @@ def analyze(trace: Trace, options: Options | None = None) -> Analysis:
         collectives=tuple(table),
         stragglers=tuple(slow),
         straggler_check=check,
-        comm_notes=_comm_notes(table, trace.metas),
+        comm_notes=comm.report_notes(table, trace.metas),
         clock_method=align.method,
         timeline=step_strips(ev, ranks),
     )

@@ -14,6 +14,7 @@ from __future__ import annotations
 import itertools
 import math
 from dataclasses import dataclass, field
+from typing import Any
 
 import polars as pl
 
@@ -120,9 +121,9 @@ def align_clocks(events: pl.DataFrame, spans: pl.DataFrame, n_files: int, derive
     """Offsets that make shared collectives (``spans``: comm_kernels(events)) end together,
     else same-numbered steps start together; file 0 is the reference.  Where either file's sequence
     numbers are derived (``derived``: from per-rank order, which can pair different collectives),
-    the offset is the median of the largest group of matches whose end differences agree within
-    half the typical (median) collective's length; a lone match agrees with nothing and sets no
-    offset unless it is the only one."""
+    only the matches that agree set the offset (``_derived_offset``); when none agree beyond
+    chance the file is ``unordered`` (its derived matches are all refused) and its offset comes
+    from the steps."""
     if n_files <= 1:
         return ClockAlignment({0: 0}, "none", {0: 0})
     k = spans.with_columns((pl.col("ts_ns") + pl.col("dur_ns")).alias("end"))
@@ -372,3 +373,77 @@ def _binom_sf(k: int, n: int, p: float) -> float:
     for i in range(k, n + 1):
         total += math.exp(math.lgamma(n + 1) - math.lgamma(i + 1) - math.lgamma(n - i + 1) + i * math.log(p) + (n - i) * math.log1p(-p))
     return min(1.0, total)
+
+
+# -- what the report says about the matching (communication.matching, the notes, the warnings) --
+
+
+def world_size(metas) -> int | None:
+    """The job's size, when the traces that state one agree."""
+    sizes = {m.world_size for m in metas if isinstance(m.world_size, int) and m.world_size > 0}
+    return sizes.pop() if len(sizes) == 1 else None
+
+
+def seq_source(metas) -> str:
+    """Where the collectives' sequence numbers (the key that matches them across ranks) came from:
+    "trace", "derived" (each rank's order), "mixed", or "none" (no collectives)."""
+    src = {str(m.attributes["seq_source"]).split(":", 1)[0] for m in metas if m.attributes.get("seq_source")}
+    if not src:
+        return "none"
+    return src.pop() if len(src) == 1 else "mixed"
+
+
+def check_dict(check: StragglerCheck) -> dict[str, Any]:
+    return {"known": check.known, "collectives": check.collectives, "reason": check.reason}
+
+
+def report_notes(table, metas) -> dict[str, Any]:
+    """communication.matching (how collectives were matched: seq_source, matched on several ranks,
+    refused, complete) and why a collective's group or type is unknown (null when none is)."""
+    shared = [c for c in table if len(c.ranks) > 1]
+    src = seq_source(metas) if metas else ("trace" if table else "none")
+    notes: dict[str, Any] = {
+        "matching": {"seq_source": src, "matched": len(shared), "refused": sum(1 for c in shared if c.consistent is False),
+                     "complete": sum(1 for c in shared if c.complete)},
+        "group_unknown": None,
+        "collective_unknown": None,
+    }
+    if any(c.group is None for c in table):
+        if not any(isinstance(m.distributed.get("pg_config"), list) for m in metas):
+            notes["group_unknown"] = ("the traces name no process group: their collective records carry no 'Process Group Name' "
+                                      "and distributedInfo has no pg_config")
+        else:
+            notes["group_unknown"] = ("no collective record names the group of these collectives (kernels launched without "
+                                      "record_param_comms), and distributedInfo.pg_config lists several groups")
+    if any(c.collective is None for c in table):
+        notes["collective_unknown"] = ("no record names these collectives: their record_param_comms carry no 'Collective name' "
+                                       "and enclose no c10d op or backend annotation, or their kernel (e.g. ncclDevKernel_Generic, "
+                                       "launched before the trace began) does not say")
+    return notes
+
+
+def matching_warnings(table, align: ClockAlignment, metas) -> list[str]:
+    """Say when matches by derived sequence numbers were refused, and when a file's clock offset
+    rests on only some of the collectives it shares with the reference."""
+    out = []
+    shared = [c for c in table if len(c.ranks) > 1]
+    refused = [c for c in shared if c.consistent is False]
+    if refused:
+        gaps = []
+        for c in refused:
+            ends = [r.start_ns + r.dur_ns + align.offsets.get(r.file, 0) for r in c.ranks]
+            gaps.append(max(ends) - min(ends))
+        out.append(
+            f"collectives matched across ranks by sequence numbers derived from each rank's order (the traces carry none for "
+            f"them): {len(refused)} of {len(shared)} matches do not overlap in aligned time (their ends {min(gaps) / 1e6:.1f}-"
+            f"{max(gaps) / 1e6:.1f} ms apart), so they pair different collectives: refused, their wait and the straggler "
+            f"test left unknown"
+        )
+    for f, (agree, of) in sorted(align.support.items()):
+        if of > 1 and agree < of:
+            out.append(
+                f"{metas[f].path}: clock offset "
+                + (f"from {agree} of {of} collectives shared with {metas[0].path} that agree on it"
+                   if agree > 1 else f"not from collectives: none of the {of} shared with {metas[0].path} agree on one")
+            )
+    return out
