@@ -980,7 +980,7 @@ def _attach_comm_records(df: pl.DataFrame, meta: TraceMeta) -> pl.DataFrame:
         need = (pl.col("kclass") == "comm") & pl.any_horizontal(
             pl.col(c).is_null() for c in ("group", "seq", "collective", "bytes"))
         kernels = df.select("kclass", "group", "seq", "collective", "bytes", "correlation").with_row_index("_row").filter(need).select(
-            "_row", "correlation")
+            "_row", "correlation", pl.col("collective").cast(pl.String).alias("_kc"))
         if kernels.height:
             launches = (
                 df.select("kind", "correlation", "pid", "tid", "ts_ns")
@@ -995,6 +995,7 @@ def _attach_comm_records(df: pl.DataFrame, meta: TraceMeta) -> pl.DataFrame:
                     pl.col("pid").alias("_lpid"),
                     pl.col("tid").alias("_ltid"),
                     pl.col("ts_ns").alias("_rts"),
+                    (pl.col("ts_ns") + pl.col("dur_ns")).alias("_rend"),
                     pl.col("collective").alias("_c"),
                     pl.col("group").alias("_g"),
                     pl.col("group_desc").alias("_gd"),
@@ -1011,7 +1012,10 @@ def _attach_comm_records(df: pl.DataFrame, meta: TraceMeta) -> pl.DataFrame:
                 .drop_nulls(["_lpid", "_ltid"])
                 .sort("_lts")
                 .join_asof(records, left_on="_lts", right_on="_rts", by=["_lpid", "_ltid"], strategy="backward", tolerance=10_000_000, check_sortedness=False)
-                .filter(pl.col("_rts").is_not_null())
+                # launched inside its record; or up to 10 ms after it (the launch of coalesced ops at
+                # the group's end) when the kernel's own name does not say it is another collective
+                .filter(pl.col("_rts").is_not_null() & ((pl.col("_lts") <= pl.col("_rend")) | pl.col("_kc").is_null()
+                                                        | (pl.col("_kc") == pl.col("_c").cast(pl.String))))
                 .select("_row", "_c", "_g", "_gd", "_gs", "_s", "_dt", "_b")
             )
             if linked.height:

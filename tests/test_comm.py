@@ -398,3 +398,26 @@ def test_every_front_end_says_unknown_when_waits_were_not_measured():
         assert "no straggler" not in out and "straggler ranks: none" not in out
     assert "6 refused" in text or f"{d['communication']['matching']['refused']} refused" in text
     assert escape(d["communication"]["group_unknown"]) in page
+
+
+def test_a_kernel_after_a_record_is_not_taken_for_it(tmp_path):
+    # an NCCL all-reduce launched inside its record_param_comms, then 2 ms later on the same thread
+    # a DeepEP dispatch kernel with no record of its own: the dispatch must not inherit the
+    # all-reduce's record (type, sequence number, bytes) -- it would merge into that collective
+    ev = [{"ph": "X", "cat": "user_annotation", "name": "ProfilerStep#1", "pid": 1, "tid": 1, "ts": 0, "dur": 10_000},
+          {"ph": "X", "cat": "cpu_op", "name": "record_param_comms", "pid": 1, "tid": 1, "ts": 100, "dur": 20,
+           "args": {"Collective name": "allreduce", "dtype": "Float", "In msg nelems": 256, "Out msg nelems": 256, "Seq": 7,
+                    "Process Group Name": "0", "Group size": 2}},
+          {"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "pid": 1, "tid": 1, "ts": 105, "dur": 5, "args": {"correlation": 1}},
+          {"ph": "X", "cat": "kernel", "name": "ncclDevKernel_AllReduce_Sum_f32_RING_LL", "pid": 0, "tid": 20, "ts": 200, "dur": 50,
+           "args": {"device": 0, "stream": 20, "correlation": 1}},
+          {"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "pid": 1, "tid": 1, "ts": 2100, "dur": 5, "args": {"correlation": 2}},
+          {"ph": "X", "cat": "kernel", "name": "void deep_ep::intranode::dispatch<8, 768, 8192>(int4*)", "pid": 0, "tid": 21, "ts": 2200,
+           "dur": 80, "args": {"device": 0, "stream": 21, "correlation": 2}}]
+    p = tmp_path / "rank-0.json"
+    p.write_text(json.dumps({"traceEvents": ev}))
+    t = load([p], use_cache=False, jobs=1)
+    k = t.events.filter(pl.col("kind") == "kernel").sort("ts_ns").select(pl.col("collective").cast(pl.String), "seq", "bytes")
+    assert k.row(0) == ("allreduce", 7, 1024)
+    assert k.row(1)[0] == "dispatch" and k.row(1)[1] != 7 and k.row(1)[2] is None
+    assert t.metas[0].attributes["seq_source"].startswith("mixed")

@@ -353,8 +353,8 @@ def analyze(trace: Trace, options: Options | None = None) -> Analysis:
         ranks = [replace(r, clock_offset_ns=align.offsets.get(r.file, 0)) for r in ranks]
     file_rank = {i: m.rank for i, m in enumerate(trace.metas)}
     world = comm.world_size(trace.metas)
-    table = comm.collective_table(spans, align, computes, file_rank, derived,
-                                  world if world and sorted(file_rank.values()) == list(range(world)) else None)
+    whole = world if world and sorted(r for r in file_rank.values() if isinstance(r, int)) == list(range(world)) else None
+    table = comm.collective_table(spans, align, computes, file_rank, derived, whole)  # whole: every rank of the job is here
     warnings += comm.matching_warnings(table, align, trace.metas)
     total = sum(r.gpu.window for r in ranks if r.gpu is not None)
     slow = comm.stragglers(table, len(trace.metas), total_ns=total // max(len(ranks), 1), align=align)
