@@ -36,15 +36,24 @@ def _scan(path) -> dict | None:
     kernels = [e for e in xs if cat(e) == "kernel"]
     runtime_corr = {args(e).get("correlation") for e in xs if cat(e) in ("cuda_runtime", "cuda_driver", "runtime")}
     runtime_corr.discard(None)
+    # collective records: record_param_comms (but c10d::wait's), and each backend annotation
+    # (nccl:all_reduce on the host) that no such record on its thread overlaps
+    records = [e for e in xs if e.get("name") == "record_param_comms" and args(e).get("Collective name") != "wait"]
+    backend = [e for e in xs if cat(e) == "user_annotation" and re.match(r"(gloo|nccl|rccl|mpi|ucc|xccl):", str(e.get("name")))
+               and str(e.get("name")).split(":", 1)[1] != "wait"]
+
+    def overlaps(a, r):
+        return a.get("pid") == r.get("pid") and a.get("tid") == r.get("tid") and r["ts"] <= a["ts"] + a.get("dur", 0) \
+            and r["ts"] + r.get("dur", 0) >= a["ts"]
+
+    uncovered = [a for a in backend if not any(overlaps(a, r) for r in records)]
     return {
         "rows": sum(1 for e in xs if cat(e) != "python_function"),
         "kernel": len(kernels),
         "memcpy": sum(1 for e in xs if cat(e) in ("gpu_memcpy", "memcpy")),
         "memset": sum(1 for e in xs if cat(e) in ("gpu_memset", "memset")),
         "steps": sum(1 for e in xs if cat(e) not in DEVICE_CATS and re.fullmatch(r"ProfilerStep#\d+", str(e.get("name")))),
-        "param_comms": sum(
-            1 for e in xs if e.get("name") == "record_param_comms" and args(e).get("Collective name") != "wait"
-        ),
+        "param_comms": len(records) + len(uncovered),
         "kernels_with_launch": sum(1 for e in kernels if args(e).get("correlation") in runtime_corr),
         "rank": (doc.get("distributedInfo") or {}).get("rank") if isinstance(doc, dict) else None,
     }

@@ -182,6 +182,8 @@ class Analysis:
     warnings: tuple[str, ...] = field(default_factory=tuple)
     collectives: tuple = ()  # tracelens.comm.Collective, one per (group, seq)
     stragglers: tuple = ()  # tracelens.comm.Straggler
+    straggler_check: Any = None  # tracelens.comm.StragglerCheck: could the test see anything, and if not why
+    comm_notes: dict[str, Any] = field(default_factory=dict)  # why groups or collective types are unknown
     clock_method: str = "none"
     timeline: dict[str, Any] | None = None  # tracelens.timeline.step_strips: one step per rank, binned
     separate_runs: bool = False  # the files look like separate runs, not one job (tracelens.load; a warning says why)
@@ -233,10 +235,11 @@ class Analysis:
         return [s.dur_ns for r in self.ranks for s in r.steps if not s.warmup or len(r.steps) == 1]
 
     def to_dict(self) -> dict[str, Any]:
-        from tracelens import __version__
+        from tracelens import __version__, comm
 
         times = sorted(self.step_times())
         job_gpu = sum((r.gpu for r in self.ranks if r.gpu is not None), ZERO)
+        check = comm.check_dict(self.straggler_check or comm.straggler_check(list(self.collectives), len(self.ranks)))
         return {
             "schema_version": SCHEMA_VERSION,
             "tool": {"name": "tracelens", "version": __version__},
@@ -254,16 +257,18 @@ class Analysis:
                 "waterfall": self.job_waterfall(),
                 "kernels": self.job_kernels(),
                 "waterfall_kind": "mfu" if self.ranks and all(r.waterfall is not None for r in self.ranks) else "gpu_time",
+                # null, not [], when no wait was measured: nobody can be named or cleared (straggler_check says why)
                 "stragglers": [
                     {"rank": st.rank, "excess_ns": st.excess_ns, "evidence": st.evidence, "last_in": st.last_in,
                      "of": st.of, "p_value": st.p_value}
                     for st in self.stragglers
-                ],
+                ] if self.stragglers or len(self.ranks) < 2 or check["known"] else None,
                 "clock_alignment": self.clock_method,
                 "separate_runs": self.separate_runs,
+                "straggler_check": check,
             },
             "ranks": [_rank_dict(r) for r in self.ranks],
-            "communication": _comm_dict(self.collectives),
+            "communication": {**_comm_dict(self.collectives), **(self.comm_notes or comm.report_notes(self.collectives, ()))},
             "suggestions": [sg.to_dict() for sg in suggest(self)],
             "timeline": self.timeline,
         }
@@ -306,7 +311,7 @@ def _comm_dict(table: tuple, top: int = 20) -> dict[str, Any]:
         "slowest": [
             {
                 "group": c.group, "seq": c.seq, "collective": c.collective, "bytes": c.bytes, "group_size": c.group_size,
-                "complete": c.complete, "slowest_rank": c.slowest_rank,
+                "complete": c.complete, "consistent": c.consistent, "slowest_rank": c.slowest_rank,
                 "ranks": [
                     {"rank": r.rank, "start_ns": r.start_ns, "dur_ns": r.dur_ns, "exposed_ns": r.exposed_ns,
                      "wait_ns": r.wait_ns, "busbw_gbps": r.busbw_gbps}
@@ -392,11 +397,13 @@ def analyze(trace: Trace, options: Options | None = None) -> Analysis:
         result, computes[fi] = _analyze_rank(mine, fi, meta, options)
         ranks.append(result)
     spans = comm.comm_kernels(ev)
+    # files whose collectives were numbered by per-rank order, not by the trace's sequence numbers
+    derived = frozenset(i for i, m in enumerate(trace.metas) if m.attributes.get("seq_source", "trace") != "trace")
     if trace.separate_runs:  # separate runs share no clock: nothing to align (the load warning says why)
         zero = dict.fromkeys(range(len(trace.metas)), 0)
         align = comm.ClockAlignment(zero, "none", dict(zero))
     else:
-        align = comm.align_clocks(ev, spans, len(trace.metas))
+        align = comm.align_clocks(ev, spans, len(trace.metas), derived)
     if len(trace.metas) > 1:
         if align.method == "none" and not trace.separate_runs:
             warnings.append("ranks' clocks could not be aligned (no shared collectives or steps): cross-rank times are as recorded")
@@ -408,9 +415,13 @@ def analyze(trace: Trace, options: Options | None = None) -> Analysis:
                 )
         ranks = [replace(r, clock_offset_ns=align.offsets.get(r.file, 0)) for r in ranks]
     file_rank = {i: m.rank for i, m in enumerate(trace.metas)}
-    table = comm.collective_table(spans, align, computes, file_rank)
+    world = comm.world_size(trace.metas)
+    whole = world if world and sorted(r for r in file_rank.values() if isinstance(r, int)) == list(range(world)) else None
+    table = comm.collective_table(spans, align, computes, file_rank, derived, whole)  # whole: every rank of the job is here
+    warnings += comm.matching_warnings(table, align, trace.metas)
     total = sum(r.gpu.window for r in ranks if r.gpu is not None)
     slow = comm.stragglers(table, len(trace.metas), total_ns=total // max(len(ranks), 1), align=align)
+    check = comm.straggler_check(table, len(trace.metas), world)
     inputs = tuple(
         {"path": m.path, "format": m.format, "rank": m.rank, "size_bytes": m.size_bytes} for m in trace.metas
     )
@@ -420,6 +431,8 @@ def analyze(trace: Trace, options: Options | None = None) -> Analysis:
         warnings=tuple(trace.warnings + warnings),
         collectives=tuple(table),
         stragglers=tuple(slow),
+        straggler_check=check,
+        comm_notes=comm.report_notes(table, trace.metas),
         clock_method=align.method,
         timeline=step_strips(ev, ranks),
         separate_runs=trace.separate_runs is not None,

@@ -12,6 +12,7 @@ _ALIASES = {
     "allgather": "allgather",
     "all_gather": "allgather",
     "_allgather_base": "allgather",
+    "_all_gather_base": "allgather",  # ProcessGroupNCCL's profiling title (nccl:_all_gather_base)
     "allgather_into_tensor": "allgather",
     "all_gather_into_tensor": "allgather",
     "allgather_into_tensor_coalesced": "allgather",
@@ -19,12 +20,14 @@ _ALIASES = {
     "reducescatter": "reducescatter",
     "reduce_scatter": "reducescatter",
     "_reduce_scatter_base": "reducescatter",
+    "reduce_scatter_base": "reducescatter",
     "reduce_scatter_tensor": "reducescatter",
     "reduce_scatter_tensor_coalesced": "reducescatter",
     "alltoall": "alltoall",
     "all_to_all": "alltoall",
     "all_to_allv": "alltoall",
     "alltoall_base": "alltoall",
+    "all_to_all_single": "alltoall",
     "broadcast": "broadcast",
     "reduce": "reduce",
     "gather": "gather",
@@ -46,7 +49,11 @@ _DTYPE_BYTES = {
     "half": 2, "float16": 2, "f16": 2, "bfloat16": 2, "bf16": 2, "short": 2, "int16": 2,
     "byte": 1, "char": 1, "int8": 1, "uint8": 1, "bool": 1, "i8": 1, "u8": 1, "fp16": 2, "fp32": 4, "tf32": 4, "fp64": 8,
     "float8_e4m3fn": 1, "float8_e5m2": 1, "float8_e4m3fnuz": 1, "float8_e5m2fnuz": 1, "fp8": 1,
-    "complexfloat": 8, "complexdouble": 16,
+    "complexfloat": 8, "complexdouble": 16, "complexhalf": 4,
+    # C type names, as older profilers record a tensor's ``Input type`` (``unsigned char``, ``long int``)
+    "unsigned char": 1, "signed char": 1, "short int": 2, "unsigned short": 2, "unsigned int": 4,
+    "long int": 8, "long long": 8, "long long int": 8, "unsigned long": 8, "unsigned long long": 8,
+    "c10::complex<float>": 8, "c10::complex<double>": 16, "c10::complex<c10::half>": 4,
 }
 
 
@@ -63,8 +70,9 @@ def normalize_collective(name: str | None) -> str | None:
 def dtype_bytes(dtype: str | None) -> int | None:
     if not dtype:
         return None
-    key = dtype.strip().lower().removeprefix("c10::").removeprefix("torch.").removeprefix("nccl")
-    return _DTYPE_BYTES.get(key)
+    low = dtype.strip().lower()
+    key = low.removeprefix("c10::").removeprefix("torch.").removeprefix("nccl")
+    return _DTYPE_BYTES.get(key, _DTYPE_BYTES.get(low))
 
 
 def bus_factor(collective: str | None, nranks: int | None) -> float | None:

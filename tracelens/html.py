@@ -210,7 +210,7 @@ def _ranks(d: dict[str, Any]) -> str:
     out = ["<h2>Ranks</h2>"]
     if len(series) > 1:
         top = max(series) or 1.0
-        strag = {s["rank"] for s in d["job"]["stragglers"]}
+        strag = {s["rank"] for s in d["job"]["stragglers"] or []}
         odd = views.outliers([r["rank"] for r in rows], series, higher_is_worse="MFU" not in label)
         out.append(f'<p class="muted">{escape(label)}, one bar per rank from zero; stragglers in red, more than 5% worse than '
                    f'the median rank in orange</p><div class="strip" id="rank-strip">')
@@ -224,10 +224,11 @@ def _ranks(d: dict[str, Any]) -> str:
             worst = sorted(odd.items(), key=lambda kv: -kv[1])[:8]
             out.append("<p class='outlier-text'>worse than the median rank by more than 5%: "
                        + ", ".join(f"rank {escape(str(rk))} ({100 * off:.1f}%)" for rk, off in worst) + "</p>")
-    for st in d["job"]["stragglers"]:
+    for st in d["job"]["stragglers"] or []:
         out.append(f'<p class="bad">rank {escape(str(st["rank"]))} is a straggler: {escape(st["evidence"])}</p>')
-    if len(rows) > 1 and not d["job"]["stragglers"]:
-        out.append('<p class="muted">no straggler: no rank arrives last at collectives more often than chance</p>')
+    verdict = views.straggler_verdict(d)
+    if verdict and verdict[0] != "found":
+        out.append(f'<p class="muted">straggler ranks: {escape(verdict[1])}</p>')
     trs = []
     for r in rows:
         trs.append("<tr>" + _td(r["rank"]) + _td(r["device"], cls="") + _td(r["steps"]) + _td(r["step_ns"], fmt_ns(r["step_ns"]))
@@ -379,6 +380,7 @@ def _comm(d: dict[str, Any]) -> str:
            + _td(g["busbw_gbps_median"], fmt_num(g["busbw_gbps_median"])) + "</tr>" for g in views.comm_rows(d)]
     out.append(_table([("group", False), ("desc", False), ("collective", False), ("count", True), ("bytes", True), ("time", True),
                        ("exposed", True), ("wait", True), ("busbw GB/s", True)], trs, empty="no collectives in these traces"))
+    out += [f'<p class="muted">{escape(note)}</p>' for note in views.comm_notes(d)]
     slow = views.slow_collective_rows(d)
     if slow:
         trs = ["<tr>" + _td(None, c["group"] or "–", cls="") + _td(c["seq"]) + _td(None, c["collective"], cls="")
@@ -402,7 +404,7 @@ def _timeline(d: dict[str, Any]) -> str:
     bins, classes = tl["bins"], tl["classes"]
     W, label_w, row_h = 900, 90, 12
     cw = (W - label_w) / bins
-    strag = {s["rank"] for s in d["job"]["stragglers"]}
+    strag = {s["rank"] for s in d["job"]["stragglers"] or []}
     ranks = [r for r in tl["ranks"] if r["rank"] in strag]
     ranks += [r for r in tl["ranks"] if r["rank"] not in strag][: max(0, TIMELINE_RANKS - len(ranks))]
     ranks.sort(key=lambda r: r["rank"])

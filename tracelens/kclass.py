@@ -14,7 +14,7 @@ import re
 from functools import lru_cache
 
 _RULES: tuple[tuple[str, str], ...] = (
-    ("comm", r"^nccl|nccl(dev)?kernel|rccl|ep::(internode|intranode)::|notify_dispatch|notify_combine"
+    ("comm", r"^nccl|nccl(dev)?kernel|rccl|ep::(internode|intranode)(_ll)?::|notify_dispatch|notify_combine"
              r"|cached_notify|cross_device_reduce|userbuffers|multimem|nvshmem|all_?reduce_kernel|one_?shot_all_?reduce|two_?shot_all_?reduce"),
     ("memcpy", r"^memcpy|^memory_copy|__amd_rocclr_copybuffer|^copy_(htod|dtoh|dtod|ptop)"),
     ("memset", r"^memset|__amd_rocclr_fillbuffer|^memory_fill"),
@@ -76,6 +76,20 @@ _COLL_KERNEL = re.compile(
 )
 
 
+# DeepEP's kernels (``deep_ep::intranode::dispatch<8, 768, 8192>``, ``deep_ep::internode_ll::combine<...>``,
+# ``deep_ep::intranode::notify_dispatch<8>``, ``cached_notify_combine``, internode ``cached_notify``) and
+# other expert-parallel kernels named for dispatch/combine: token dispatch and combine are all-to-alls;
+# the notify kernels exchange the token counts before them.
+_EP_KERNEL = re.compile(r"(?:^|[^a-z])(?:cached_)?(notify_dispatch|notify_combine|notify|dispatch|combine)(?:_?kernel)?(?:<|\(|$)")
+_EP_PHASE = {"dispatch": "dispatch", "combine": "combine", "notify_dispatch": "notify", "notify_combine": "notify",
+             "notify": "notify"}
+# NVSHMEM's on-stream collectives (``nvshmemi_..._alltoall...``, ``fcollect`` = all-gather, ``barrier``,
+# ``sync_all``) and PyTorch's NVSHMEM all-to-all-v (``c10d::nvshmem_extension::allToAllV``)
+_NVSHMEM_COLL = re.compile(r"(alltoall|fcollect|allgather|broadcast|bcast|reducescatter|reduce_scatter|allreduce|reduce"
+                           r"|barrier|sync_all)")
+_NVSHMEM_PHASE = {"fcollect": "allgather", "bcast": "broadcast", "sync_all": "barrier", "reduce_scatter": "reducescatter"}
+
+
 def collective_from_kernel(name: str) -> str | None:
     """The collective a communication kernel's name tells (``ncclDevKernel_AllReduce_Sum_bf16_RING_LL``,
     ``multimem_all_reduce_kernel``); None where the name does not say (RCCL ``Generic``)."""
@@ -84,6 +98,13 @@ def collective_from_kernel(name: str) -> str | None:
         return None
     if "cross_device_reduce" in low:  # vLLM's custom all-reduce
         return "allreduce"
+    ep = _EP_KERNEL.search(low)  # MoE expert-parallel all-to-alls (DeepEP, NVSHMEM-based): by their phase
+    if ep:
+        return _EP_PHASE[ep.group(1)]
+    if "nvshmem" in low:
+        m = _NVSHMEM_COLL.search(low)
+        if m:
+            return _NVSHMEM_PHASE.get(m.group(1), m.group(1))
     m = _COLL_KERNEL.search(name)
     if not m:
         return None

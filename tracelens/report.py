@@ -36,7 +36,7 @@ def render_text(d: dict[str, Any]) -> str:
     if job["mfu"] is not None:
         r0 = d["ranks"][0]["mfu"]
         hfu = f", HFU {100 * r0['hfu']:.2f}% (with recompute)" if r0.get("hfu") and r0.get("recompute_flops") else ""
-        lines.append(f"MFU: {100 * job['mfu']:.2f}% {views.mfu_text(h)}{hfu}")
+        lines.append(f"MFU: {100 * job['mfu']:.2f}% {views.mfu_text(h)}{hfu}{nwarn}")
     else:
         lines.append(f"{h['why_unknown']}{nwarn}")
         if any(m["value"] is not None for _, m in mfus):
@@ -95,14 +95,17 @@ def render_text(d: dict[str, Any]) -> str:
                 f"  {grp[:14]:<14} {(g['collective'] or '?'):<14} {g['count']:>6} {fmt_ns(g['time_ns']):>10} "
                 f"{fmt_ns(g['exposed_ns']):>10} {wait:>10} {bw:>11}"
             )
-    if job["stragglers"]:
+        for note in views.comm_notes(d):
+            lines.append(f"  {note}")
+    verdict = views.straggler_verdict(d)
+    if verdict and verdict[0] == "found":
         lines.append("")
         lines.append("straggler ranks:")
         for st in job["stragglers"]:
             lines.append(f"  rank {st['rank']}: {st['evidence']}")
-    elif job["ranks"] > 1:
+    elif verdict:
         lines.append("")
-        lines.append("straggler ranks: none (no rank arrives last at collectives more often than chance)")
+        lines.append(f"straggler ranks: {verdict[1]}")
     bars, kind = views.waterfall(d)
     if bars:
         lines.append("")

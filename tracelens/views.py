@@ -237,7 +237,7 @@ def _share(part: int | None, whole: int | None) -> float | None:
 def rank_rows(report: dict[str, Any]) -> list[dict[str, Any]]:
     """One row per rank: device, steps, mean step time, MFU, idle / exposed comm / bubble
     shares of the window, and whether the rank is a straggler."""
-    stragglers = {s["rank"] for s in report["job"]["stragglers"]}
+    stragglers = {s["rank"] for s in report["job"]["stragglers"] or []}
     rows = []
     for r in report["ranks"]:
         kept = _kept(r["steps"])
@@ -365,6 +365,42 @@ def matmul_rows(report: dict[str, Any]) -> list[dict[str, Any]]:
 def comm_rows(report: dict[str, Any]) -> list[dict[str, Any]]:
     """Collectives by (group, type): count, bytes, time, exposed, wait, median busbw."""
     return list(report["communication"]["by_group"])
+
+
+def straggler_verdict(report: dict[str, Any]) -> tuple[str, str] | None:
+    """("found" | "none" | "unknown", the sentence after "straggler ranks: ") for a job of several
+    ranks, None for one rank.  "none" only when waits were measured; otherwise "unknown" and why."""
+    job = report["job"]
+    if job["ranks"] < 2:
+        return None
+    if job["stragglers"]:
+        return "found", ", ".join(f"rank {s['rank']}" for s in job["stragglers"])
+    check = job.get("straggler_check") or {"known": True, "collectives": None, "reason": None}  # a report from before the check
+    if check["known"]:
+        n = check.get("collectives")
+        over = f", over {n} collectives with measured waits" if n else ""
+        return "none", f"none (no rank arrives last at collectives more often than chance{over})"
+    return "unknown", f"unknown ({check['reason']})"
+
+
+def comm_notes(report: dict[str, Any]) -> list[str]:
+    """The lines under the communication table: how collectives were matched across ranks, and
+    why a group or a collective type shows as unknown."""
+    c = report["communication"]
+    out = []
+    m = c.get("matching")
+    if m and m["matched"]:
+        src = {"trace": "the traces' sequence numbers", "derived": "sequence numbers derived from each rank's order",
+               "mixed": "the traces' sequence numbers where they have them, else each rank's order"}.get(m["seq_source"], m["seq_source"])
+        line = f"matched across ranks by {src}: {m['matched']} collectives on several ranks, {m['complete']} with every member"
+        if m["refused"]:
+            line += f", {m['refused']} refused (their ranks do not overlap in aligned time: different collectives)"
+        out.append(line)
+    if c.get("group_unknown"):
+        out.append(f"group ?: {c['group_unknown']}")
+    if c.get("collective_unknown"):
+        out.append(f"collective ?: {c['collective_unknown']}")
+    return out
 
 
 def slow_collective_rows(report: dict[str, Any]) -> list[dict[str, Any]]:

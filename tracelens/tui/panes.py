@@ -41,7 +41,7 @@ class OverviewPane(VerticalScroll):
         yield Label(f"{label}, one bar per rank from zero (stragglers red, >5% worse than the median orange)", classes="section")
         if len(series) > 1:
             ranks = [row["rank"] for row in views.rank_rows(r)]
-            yield RankStrip(ranks, series, {s["rank"] for s in r["job"]["stragglers"]}, higher_is_worse="MFU" not in label,
+            yield RankStrip(ranks, series, {s["rank"] for s in r["job"]["stragglers"] or []}, higher_is_worse="MFU" not in label,
                             id="rank-strip")
         yield Static(self._ranks_line(), id="rank-summary")
         yield Label("top suggestions (press 6 for all of them, with their evidence)", classes="section")
@@ -97,8 +97,8 @@ class OverviewPane(VerticalScroll):
         if strag:
             t.append("\nstragglers: " + ", ".join(f"rank {s['rank']} (+{fmt_ns(s['excess_ns'])}, last in {s['last_in']}/{s['of']})"
                                                   for s in strag), style="bold #e01b24")
-        elif len(rows) > 1:
-            t.append("\nno straggler: no rank arrives last at collectives more often than chance", style="dim")
+        elif views.straggler_verdict(self.report):
+            t.append(f"\nstraggler ranks: {views.straggler_verdict(self.report)[1]}", style="dim")
         return t
 
     def _suggestions(self) -> Group | Text:
@@ -261,6 +261,8 @@ class CommPane(Vertical):
             Column("busbw_gbps", "busbw GB/s", fmt_num, True),
             Column("slowest_rank", "slowest rank", str, True),
         ], views.slow_collective_rows(self.report), id="slow-table", empty="no collectives in these traces")
+        for note in views.comm_notes(self.report):
+            yield Label(note, classes="comm-note", markup=False)
 
 
 class TimelinePane(Vertical):
