@@ -25,7 +25,7 @@ from __future__ import annotations
 import re
 from dataclasses import asdict, astuple, dataclass, field, replace
 from math import fsum
-from typing import Any
+from typing import Any, NamedTuple
 
 import polars as pl
 
@@ -173,6 +173,12 @@ class RankResult:
     kernels_total: dict[str, int] | None = None  # the whole kernel table's size: names, launches, total_ns
     matmuls_total: int = 0  # op shapes before the cut at kernels.MATMULS_TOP
     gpu_notes: tuple[str, ...] = ()  # how the peaks were had (a sibling's row, a MIG slice)
+    matmul_ns: int | None = None  # matmul-class kernel time of the kept steps (recompute excluded)
+    matmul_without_flops_ns: int | None = None  # the part of it launched by no op with counted FLOPs
+    flops_coverage: float | None = None  # 1 - without / matmul_ns, when the FLOPs come from shapes
+    lower_bound: bool = False  # the MFU leaves out matmul kernels whose FLOPs are unknown
+    above_peak: bool = False  # some counted FLOPs exceed what their kernels could do at peak (warned)
+    mfu_error: str | None = None  # the user's FLOPs or peak give an MFU above 100%: the MFU is null
 
 
 @dataclass(frozen=True)
@@ -201,27 +207,35 @@ class Analysis:
 
     def job_kernels(self) -> list[dict[str, Any]]:
         """Every kernel name over all ranks (each rank's whole table, merged): class, launches,
-        total and mean time, FLOPs, TFLOP/s and share of peak (the ranks' ideal time over the
-        kernel time, as each rank's table has it); longest first."""
+        total and mean time, FLOPs, and over the launches whose FLOPs are known (``flops_ns``)
+        the TFLOP/s and the share of the peak of their ops' dtype (the ranks' ideal time over that
+        time, as each rank's table has it; above 1 it is null and ``above_peak``); longest first."""
         rows = [k for r in self.ranks for k in r.kernels]
         if not rows:
             return []
         df = pl.DataFrame(
             {"name": [k["name"] for k in rows], "kclass": [k["kclass"] for k in rows], "count": [k["count"] for k in rows],
              "total_ns": [k["total_ns"] for k in rows], "flops": [k["flops"] for k in rows],
-             "ideal_ns": [k["of_peak"] * k["total_ns"] if k["of_peak"] is not None else None for k in rows]},
+             "flops_ns": [k.get("flops_ns") for k in rows], "ideal_ns": [k.get("ideal_ns") for k in rows],
+             "dtype": [k.get("dtype") for k in rows]},
             schema={"name": pl.String, "kclass": pl.String, "count": pl.Int64, "total_ns": pl.Int64, "flops": pl.Float64,
-                    "ideal_ns": pl.Float64},
+                    "flops_ns": pl.Int64, "ideal_ns": pl.Float64, "dtype": pl.String},
         )
         g = (df.group_by("name", "kclass").agg(pl.col("count").sum(), pl.col("total_ns").sum(), pl.col("flops").drop_nulls(),
-                                              pl.col("ideal_ns").drop_nulls())
+                                              pl.col("flops_ns").drop_nulls(), pl.col("ideal_ns").drop_nulls(),
+                                              pl.col("dtype").drop_nulls().unique().sort())
              .sort("total_ns", "name", "kclass", descending=[True, False, False]))
         out = []
-        for name, kclass, count, t, f, ideal in g.iter_rows():  # one row per kernel name: a summary, not the events
+        for name, kclass, count, t, f, fns, ideal, dts in g.iter_rows():  # one row per kernel name: a summary, not the events
             flops = fsum(f) if f else None  # exact sums: the same report to the last bit, whatever the threads
+            fns = sum(fns) if fns else None
+            share = fsum(ideal) / fns if (ideal and fns) else None
             out.append({"name": name, "kclass": kclass, "count": count, "total_ns": t, "mean_ns": t / count,
-                        "flops": flops, "achieved_tflops": flops / (t / 1e9) / 1e12 if (flops is not None and t) else None,
-                        "of_peak": fsum(ideal) / t if (ideal and t) else None})
+                        "flops": flops, "achieved_tflops": flops / (fns / 1e9) / 1e12 if (flops is not None and fns) else None,
+                        "of_peak": share if (share is None or share <= 1.0) else None, "flops_ns": fns,
+                        "ideal_ns": fsum(ideal) if ideal else None,
+                        "dtype": (dts[0] if len(dts) == 1 else "mixed") if dts else None,
+                        "above_peak": bool(share is not None and share > 1.0)})
         return out
 
     def job_mfu(self) -> float | None:
@@ -230,6 +244,17 @@ class Analysis:
             return None
         den = sum(r.peak_flops * r.gpu.window / 1e9 for r in self.ranks)
         return sum(r.flops for r in self.ranks) / den if den else None
+
+    def job_flops_quality(self) -> dict[str, Any]:
+        """Over the ranks: the share of matmul kernel time whose FLOPs are known, and whether the
+        job's MFU is a lower bound (some rank's is) or holds FLOPs beyond peak (some rank's does)."""
+        cov = [r for r in self.ranks if r.flops_coverage is not None and r.matmul_ns]
+        mm = sum(r.matmul_ns for r in cov)
+        return {
+            "flops_coverage": (1.0 - sum(r.matmul_without_flops_ns for r in cov) / mm) if mm else None,
+            "mfu_lower_bound": any(r.lower_bound for r in self.ranks),
+            "mfu_above_peak": any(r.above_peak for r in self.ranks),
+        }
 
     def step_times(self) -> list[int]:
         return [s.dur_ns for r in self.ranks for s in r.steps if not s.warmup or len(r.steps) == 1]
@@ -257,6 +282,7 @@ class Analysis:
                 "waterfall": self.job_waterfall(),
                 "kernels": self.job_kernels(),
                 "waterfall_kind": "mfu" if self.ranks and all(r.waterfall is not None for r in self.ranks) else "gpu_time",
+                **self.job_flops_quality(),
                 # null, not [], when no wait was measured: nobody can be named or cleared (straggler_check says why)
                 "stragglers": [
                     {"rank": st.rank, "excess_ns": st.excess_ns, "evidence": st.evidence, "last_in": st.last_in,
@@ -366,7 +392,9 @@ def _rank_dict(r: RankResult) -> dict[str, Any]:
         "idle_ns": asdict(r.idle) if r.idle is not None else None,
         "mfu": {"value": r.mfu, "model_flops": r.flops, "flops_source": r.flops_source, "peak_flops": r.peak_flops,
                 "gpu_model": r.gpu_model, "gpu_source": r.gpu_source, "hfu": r.hfu, "recompute_flops": r.recompute_flops,
-                "gpu_notes": list(r.gpu_notes)},
+                "gpu_notes": list(r.gpu_notes),
+                "flops_coverage": r.flops_coverage, "lower_bound": r.lower_bound, "above_peak": r.above_peak,
+                "matmul_ns": r.matmul_ns, "matmul_without_flops_ns": r.matmul_without_flops_ns},
         "waterfall": (r.waterfall or r.time_waterfall).to_list() if (r.waterfall or r.time_waterfall) else [],
         "kernels": list(r.kernels[:KERNELS_TOP]),
         "kernels_total": r.kernels_total,
@@ -630,11 +658,17 @@ def _analyze_rank(df: pl.DataFrame, fi: int, meta, options: Options) -> RankResu
     from tracelens import flops as fl
 
     counted = fl.count(df)  # once per rank: FLOPs, MFU, facts and the matmul table all read it
+    linked, known_mm = None, None  # kernels tied to their counted ops; per window, the matmul time whose FLOPs are known
     if has_gpu:
         from tracelens import kernels as kt
 
         counted = kt.tf32_ops(df, counted, gpu_rows)
-    step_flops, step_ideal, recompute_flops, source, fwarn = _step_flops(df, counted, spans, options, spec, recomp)
+        kernels = gpu_rows.filter(pl.col("kind") == "kernel")
+        linked = kt.kernel_ops(df, counted, kernels, spec)
+        if bool(kernels.select(pl.col("launch_known").any()).item()):  # kernels can be tied to the ops that launched them
+            known_mm = _known_matmul(kernels, linked, launched, windows)
+    step_flops, step_ideal, recompute_flops, source, fwarn = _step_flops(df, counted, spans, options, spec, recomp,
+                                                                         linked if known_mm is not None else None)
     if fwarn:
         warnings.append(f"{meta.path}: {fwarn}")
     if has_gpu and spec is None and why:
@@ -651,12 +685,18 @@ def _analyze_rank(df: pl.DataFrame, fi: int, meta, options: Options) -> RankResu
         for i, st in enumerate(steps)
     ]
     if has_gpu:
-        steps = _waterfalls(steps, cuts, step_ideal)
+        steps = _waterfalls(steps, cuts, step_ideal, known_mm if source == "shapes" else None)
     kept = [s for s in steps if not s.warmup] or steps
     total = sum((s.gpu for s in kept), ZERO)
     idle_total = sum((s.idle for s in kept), IdleSplit())
     flops = sum(s.flops or 0.0 for s in kept) if step_flops is not None else None
     mfu = flops / (peak * total.window / 1e9) if (flops is not None and peak and has_gpu and total.window) else None
+    mfu_error = _given_mfu_error(mfu, options, source, gpu_source, meta, peak, total, flops)
+    if mfu_error:  # the user's FLOPs or peak say more than the GPU can do: never shown as an MFU
+        warnings.append(f"{meta.path}: MFU unknown: {mfu_error}")
+        mfu = None
+        steps = [replace(s, mfu=None, waterfall=None) for s in steps]
+        kept = [s for s in steps if not s.warmup] or steps
     rflops = sum(recompute_flops.get(i, 0.0) for i, s in enumerate(steps) if s in kept)
     hfu = (flops + rflops) / (peak * total.window / 1e9) if mfu is not None else None
     fall = waterfall.combine([s.waterfall for s in kept]) if all(s.waterfall for s in kept) else None
@@ -666,14 +706,14 @@ def _analyze_rank(df: pl.DataFrame, fi: int, meta, options: Options) -> RankResu
 
     kernel_table, matmuls, kernels_total = [], [], None
     if has_gpu:
-        kernels = gpu_rows.filter(pl.col("kind") == "kernel")
-        linked = kt.kernel_ops(df, counted, kernels, spec)
         kernel_table = kt.by_name(kernels, linked, top=max(1, kernels.height))  # every name; the report cuts each rank's
         kernels_total = dict(zip(("names", "launches", "total_ns"), kernels.select(
             pl.col("name").n_unique(), pl.len(), pl.col("dur_ns").sum()).row(0)))
         matmuls = kt.matmul_efficiency(df, counted, linked, spec, top=None)
     if fall is not None and matmuls:
         fall = waterfall.with_parts(fall, "matmul_below_peak", kt.below_peak_by_shape(matmuls))
+    quality = _flops_quality(meta, kept, cuts, steps, known_mm, source, mfu, fall, matmuls, kernel_table,
+                             kernels if has_gpu else None, linked, fwarn, warnings)
     matmuls_total = len(matmuls)
     matmuls = matmuls[: kt.MATMULS_TOP]
     if not has_gpu:
@@ -710,6 +750,8 @@ def _analyze_rank(df: pl.DataFrame, fi: int, meta, options: Options) -> RankResu
         kernels_total=kernels_total,
         matmuls_total=matmuls_total,
         gpu_notes=spec.notes if spec else (),
+        mfu_error=mfu_error,
+        **quality,
     ), C
 
 
@@ -832,9 +874,11 @@ def _workload(df: pl.DataFrame, kernels: pl.DataFrame) -> dict[str, Any]:
     return {"workload": None, "workload_evidence": "no CPU ops recorded and no backward kernels: training or inference unknown"}
 
 
-def _waterfalls(steps: list[Step], cuts: list[segments.StepCut], ideal: dict[int, float]) -> list[Step]:
+def _waterfalls(steps: list[Step], cuts: list[segments.StepCut], ideal: dict[int, tuple], known: list[int] | None) -> list[Step]:
     """Each step's MFU waterfall (when its MFU is known) and GPU-time waterfall, from its
-    window's segment sums."""
+    window's segment sums.  ``ideal``: per step, _Ideal (FLOPs at their dtypes' peaks, held to
+    their kernels, by dtype); ``known``: per window, the matmul time whose FLOPs are known (None:
+    all of it)."""
     out = []
     for i, st in enumerate(steps):
         k = cuts[i]
@@ -852,20 +896,126 @@ def _waterfalls(steps: list[Step], cuts: list[segments.StepCut], ideal: dict[int
             recompute=k.recompute,
             non_matmul=k.non_matmul,
             matmul_ns=k.matmul,
-            ideal_ns=ideal.get(i, 0.0),
+            ideal_ns=ideal[i].ns if i in ideal else 0.0,
             mfu=st.mfu,
+            matmul_known_ns=known[i] if known is not None else None,
+            fit_ns=ideal[i].fit_ns if i in ideal else None,
+            precision=ideal[i].precision if i in ideal else None,
         )
         out.append(replace(st, waterfall=fall))
     return out
 
 
+def _known_matmul(kernels: pl.DataFrame, linked: pl.DataFrame, launched: pl.DataFrame | None,
+                  windows: list[tuple[int, int]]) -> list[int] | None:
+    """Per window, the matmul-class kernel time (recompute excluded, as segments.cut's ``matmul``)
+    of the kernels launched inside ops with counted FLOPs: the same sweep over those kernels alone."""
+    mine = linked.filter(pl.col("_mm")).get_column("_k")
+    rows = kernels.with_row_index("_k").filter(pl.col("_k").is_in(mine.implode()))
+    return [c.matmul for c in segments.cut(rows, launched, windows)]
+
+
+def _given_mfu_error(mfu: float | None, options: Options, source: str | None, gpu_source: str | None, meta, peak: float | None,
+                     total: GpuTime, flops: float | None) -> str | None:
+    """Why an MFU above 100% built on a number the user gave (FLOPs, parameters, peak or GPU)
+    cannot stand (None when it can): a usage error, not a result."""
+    if mfu is None or mfu <= 1.0:
+        return None
+    given = dict(options.given)
+
+    def said(key: str, value: str) -> str:  # "--params 1e+12", or "params = 1e+12 in runs/job/tracelens.toml"
+        src = given.get(key, "--" + key.replace("_", "-"))
+        return f"{src} {value}" if src.startswith("--") else f"{key} = {value} in {src}" if src != "options" else f"{key} {value}"
+
+    causes = []
+    if source not in (None, "shapes"):
+        keys = ["model_flops_per_step"] if options.model_flops_per_step is not None else ["params", "tokens_per_step"]
+        causes.append(" ".join(said(k, f"{getattr(options, k):g}") for k in keys))
+    if gpu_source not in (None, "trace"):
+        causes.append(said("peak_tflops", f"{options.peak_tflops:g} TFLOP/s") if options.peak_tflops else said("gpu", str(options.gpu)))
+    if not causes:
+        return None  # FLOPs and peak both from the trace: flagged by _flops_quality instead
+    return (f"{' with '.join(causes)} gives an MFU of {100 * mfu:.0f}% on rank {meta.rank} ({flops:.3g} FLOPs per window of "
+            f"{total.window / 1e6:.3f} ms at {peak / 1e12:,.1f} TFLOP/s): more than the GPU can do; give the model FLOPs of one "
+            "step of one GPU, or its dense peak")
+
+
+def _flops_quality(meta, kept: list[Step], cuts: list, steps: list[Step], known: list[int] | None, source: str | None,
+                   mfu: float | None, fall, matmuls: list[dict[str, Any]], kernel_table: list[dict[str, Any]],
+                   kernels: pl.DataFrame | None, linked: pl.DataFrame | None, fwarn: str | None, warnings: list[str]) -> dict[str, Any]:
+    """How far the MFU can be trusted, with a warning for each doubt: the share of the kept steps'
+    matmul kernel time whose FLOPs are known (below 1: the MFU is a lower bound), and whether some
+    counted FLOPs exceed what their kernels could do at their dtype's peak (the MFU may be too high)."""
+    from tracelens.units import fmt_ns
+
+    idx = [i for i, s in enumerate(steps) if s in kept]
+    mm = sum(cuts[i].matmul for i in idx) if cuts else 0
+    out: dict[str, Any] = {"matmul_ns": mm if kernels is not None else None}
+    if source == "shapes" and known is not None and mm:
+        without = mm - sum(min(known[i], cuts[i].matmul) for i in idx)
+        cov = 1.0 - without / mm
+        out.update(matmul_without_flops_ns=without, flops_coverage=cov, lower_bound=without > 0)
+        if without > 0:
+            from tracelens.waterfall import MATMUL_CLASSES
+
+            mine = linked.get_column("_k")
+            lo, hi = min(s.start_ns for s in kept), max(s.end_ns for s in kept)
+            top = (
+                kernels.with_row_index("_k")
+                .filter(pl.col("kclass").cast(pl.String).is_in(list(MATMUL_CLASSES)) & ~pl.col("_k").is_in(mine.implode())
+                        & (pl.col("ts_ns") >= lo) & (pl.col("ts_ns") < hi))
+                .group_by(pl.col("name").cast(pl.String)).agg(pl.col("dur_ns").sum()).sort("dur_ns", "name", descending=[True, False]).head(3)
+            )
+            names = ", ".join(f"{nm[:70]} ({fmt_ns(t)})" for nm, t in top.iter_rows())
+            pct = f"{100 * cov:.1f}%" if cov < 0.9995 else ">99.9%"
+            value = f" ({100 * mfu:.2f}%)" if mfu is not None else ""
+            warnings.append(f"{meta.path}: FLOPs are known for {pct} of the matmul-class kernel time: {fmt_ns(without)} of "
+                            f"{fmt_ns(mm)} ran in kernels no op with counted FLOPs launched ({names}); the MFU{value} is a lower bound")
+    kt_warning = None
+    if matmuls:
+        from tracelens import kernels as kt
+
+        kt_warning = kt.above_peak_warning(matmuls)
+        if kt_warning:
+            warnings.append(f"{meta.path}: {kt_warning}")
+    hot = [k for k in kernel_table if k.get("above_peak")]
+    if hot and not kt_warning:
+        warnings.append(f"{meta.path}: {len(hot)} kernel(s) run above 100% of the peak of their ops' dtype, which no GPU can: the "
+                        f"FLOPs or the dtype of the ops that launched them are wrong ({', '.join(k['name'][:70] for k in hot[:3])}); "
+                        "their % of peak is shown as unknown")
+    beyond = 0
+    if fall is not None:
+        conv = next(b for b in fall.bars if b.key == "flop_convention")
+        beyond = -sum(p["ns"] for p in conv.parts if p["key"] == waterfall.BEYOND_PEAK)
+    idle_ops = bool(fwarn and "launched no matmul kernel" in fwarn)
+    if beyond > 0 and not kt_warning and not idle_ops and not hot:
+        what = "the given model FLOPs" if source not in (None, "shapes") else "the counted FLOPs"
+        warnings.append(f"{meta.path}: {what} need {fmt_ns(beyond)} more time at their dtypes' peak than their matmul kernels ran: "
+                        "over-counted FLOPs or a wrong dtype; that time is a negative part of the convention bar, and the MFU "
+                        "may be overstated")
+    out["above_peak"] = bool(kt_warning or hot or idle_ops or beyond > 0)
+    return out
+
+
+class _Ideal(NamedTuple):
+    """A step's model FLOPs as time at peak (ns): at each op's own dtype peak (``ns``), each op held
+    to the time of the matmul kernels it launched (``fit_ns``), and per dtype the time at its own
+    peak minus at the reference peak (``precision``: the convention bar's parts)."""
+
+    ns: float
+    fit_ns: float
+    precision: dict[str, float]
+
+
 def _step_flops(
     df: pl.DataFrame, counted: pl.DataFrame, spans: pl.DataFrame, options: Options, spec: gpus.GpuSpec | None,
-    recomp: pl.DataFrame,
-) -> tuple[dict[int, float] | None, dict[int, float], dict[int, float], str | None, str | None]:
+    recomp: pl.DataFrame, linked: pl.DataFrame | None = None,
+) -> tuple[dict[int, float] | None, dict[int, _Ideal], dict[int, float], str | None, str | None]:
     """Model FLOPs per step index (the user's number, else the ops' recorded shapes; an op
     belongs to the step whose CPU span holds its start, on any thread), and the ns those FLOPs
-    would take at the peak of each op's own dtype; and the recomputed FLOPs per step (for HFU)."""
+    would take at the peak of each op's own dtype (``_Ideal``); and the recomputed FLOPs per step
+    (for HFU).  ``linked`` (kernels.kernel_ops) ties each op to its kernels: an op is held to the
+    time of its matmul kernels, and ops with FLOPs that launched none are warned about."""
 
     from tracelens import flops as fl
 
@@ -884,7 +1034,7 @@ def _step_flops(
         user = per_token * options.tokens_per_step
     if user is not None:
         f = float(user)
-        return {i: f for i in range(max(n, 1))}, {i: f / ref * 1e9 for i in range(max(n, 1))} if ref else {}, {}, source, None
+        return {i: f for i in range(max(n, 1))}, {i: _Ideal(f / ref * 1e9, f / ref * 1e9, {}) for i in range(max(n, 1))} if ref else {}, {}, source, None
     unknown = counted.get_column("flops").null_count()
     if counted.height == unknown:  # nothing countable
         if not df.select(pl.col("args").str.contains('"Input Dims"', literal=True).any()).item():
@@ -913,6 +1063,17 @@ def _step_flops(
         if spec
         else pl.lit(None, pl.Float64).alias("ideal_ns")
     )
+    tied = linked is not None  # which kernels each op launched is known
+    if tied:
+        from tracelens import kernels as kt
+
+        ops = ops.join(kt.op_matmul_ns(linked), on="_row", how="left")
+    else:
+        ops = ops.with_columns(pl.lit(None, pl.Int64).alias("_mmk"))
+    ops = ops.with_columns(
+        (pl.min_horizontal("ideal_ns", pl.col("_mmk").fill_null(0)) if tied else pl.col("ideal_ns")).alias("_fit_ns"),
+        (pl.col("ideal_ns") - pl.col("flops") / ref * 1e9).alias("_prec_ns") if spec else pl.lit(None, pl.Float64).alias("_prec_ns"),
+    )
     if n == 0:
         ops = ops.with_columns(pl.lit(0, pl.Int64).alias("_step"))
     else:
@@ -924,8 +1085,13 @@ def _step_flops(
         )
     model = ops.filter(~pl.col("_recompute"))
     # exact float sums (math.fsum), so that the same trace always gives the same report to the last bit
-    per = {i: (fsum(f), fsum(t) if t[0] is not None else None) for i, f, t in
-           model.group_by("_step").agg(pl.col("flops"), pl.col("ideal_ns")).iter_rows()}
+    per = {i: (fsum(f), fsum(t) if t[0] is not None else None, fsum(ft) if ft[0] is not None else None) for i, f, t, ft in
+           model.group_by("_step").agg(pl.col("flops"), pl.col("ideal_ns"), pl.col("_fit_ns")).iter_rows()}
+    prec: dict[int, dict[str, float]] = {}
+    if spec:
+        for i, dt, p in model.group_by("_step", "dtype").agg(pl.col("_prec_ns")).iter_rows():
+            if dt is not None and (v := fsum(p)):
+                prec.setdefault(i, {})[dt] = v
     rec = {i: fsum(f) for i, f in ops.filter(pl.col("_recompute")).group_by("_step").agg(pl.col("flops")).iter_rows()}
     noted = fl.unknown_notes(counted)  # convolutions whose output size or gradients the trace does not show
     unread = unknown - counted.filter(pl.col("flops").is_null() & pl.col("why").is_not_null()).height
@@ -940,11 +1106,20 @@ def _step_flops(
         names = ", ".join(f"{nm} x{c}" for nm, c in opaque.head(3).iter_rows())
         warns.append(f"fused MoE ops without their expert weights among the recorded inputs ({names}): their FLOPs are not "
                      "counted, so model FLOPs and MFU are lower bounds (give --model-flops-per-step)")
+    idle_ops = model.filter(pl.col("_mmk").is_null() & (pl.col("flops") > 0)) if tied else model.clear()
+    if idle_ops.height:  # FLOPs that fit in no kernel time: the MFU would count work the GPU did not do here
+        names = ", ".join(f"{nm} x{c}" for nm, c in idle_ops.join(df.select(pl.col("name").cast(pl.String)).with_row_index("_row"), on="_row")
+                          .group_by("name").len().sort("len", "name", descending=[True, False]).head(3).iter_rows())
+        share = idle_ops.get_column("flops").sum() / model.get_column("flops").sum()
+        warns.append(f"{idle_ops.height} ops with counted FLOPs ({100 * share:.1f}% of the model FLOPs: {names}) launched no matmul kernel "
+                     "that the trace holds (kernels not recorded: CUDA-graph capture or replay, the trace's edge; ops on CPU tensors; "
+                     "or kernels not recognised as matmuls): their FLOPs fit in no kernel time, so the MFU may be overstated")
     warn = "; ".join(warns) or None
     steps = range(max(n, 1))
     return (
         {i: float(per.get(i, (0.0, 0.0))[0]) for i in steps},
-        {i: float(per.get(i, (0.0, 0.0))[1] or 0.0) for i in steps} if spec else {},
+        {i: _Ideal(float(per.get(i, (0, 0, 0))[1] or 0.0), float(per.get(i, (0, 0, 0))[2] or 0.0), prec.get(i, {})) for i in steps}
+        if spec else {},
         {i: float(rec.get(i, 0.0)) for i in steps},
         "shapes",
         warn,

@@ -113,13 +113,16 @@ def main(argv: list[str] | None = None) -> int:
             pass
         return 141
     except Exception as e:  # one line, never a traceback (TRACELENS_DEBUG=1 shows it)
-        from tracelens.errors import TraceInputError
+        from tracelens.errors import TraceInputError, UsageError
 
         if os.environ.get("TRACELENS_DEBUG"):
             raise
         if isinstance(e, TraceInputError):
             print(f"tracelens: error: {_clean(e)}", file=sys.stderr)
             return EXIT_BAD_INPUT
+        if isinstance(e, UsageError):
+            print(f"tracelens: error: {e}", file=sys.stderr)
+            return EXIT_USAGE
         print(f"tracelens: internal error: {type(e).__name__}: {_clean(e)} (set TRACELENS_DEBUG=1 for the traceback)", file=sys.stderr)
         return EXIT_INTERNAL
     finally:
@@ -228,8 +231,14 @@ def _analyze_paths(paths: list[str], args: argparse.Namespace, steps) -> dict:
     from tracelens.analysis import analyze
     from tracelens.load import load
 
+    from tracelens.errors import UsageError
+
     trace = load(paths, use_cache=not args.no_cache, keep_python=args.keep_python, jobs=args.jobs)
-    return analyze(trace, _options(args, steps)).to_dict()
+    a = analyze(trace, _options(args, steps))
+    bad = next((r.mfu_error for r in a.ranks if r.mfu_error), None)
+    if bad:  # an MFU above 100% from a number the user gave is a mistake in it, not a result
+        raise UsageError(bad)
+    return a.to_dict()
 
 
 def _gate(d: dict, min_mfu: float | None, max_step_ms: float | None) -> list[str]:
@@ -272,8 +281,14 @@ def _apply_job_settings(args: argparse.Namespace) -> None:
         setattr(args, key, value)
 
 
+_POSITIVE = ("peak_tflops", "model_flops_per_step", "params", "tokens_per_step", "seq_len", "layers", "hidden")
+
+
 def _check_options(args: argparse.Namespace) -> tuple[int, int] | None:
-    """--steps parsed and the regexes compiled; ValueError/re.error on a bad one."""
+    """--steps parsed and the regexes compiled; the numbers that MFU is built on finite and
+    positive, and given together where they only mean something together; ValueError/re.error
+    on a bad one.  (An MFU above 100% from them is caught once the analysis has run.)"""
+    import math
     import re
 
     from tracelens.analysis import parse_steps
@@ -282,6 +297,28 @@ def _check_options(args: argparse.Namespace) -> tuple[int, int] | None:
     for rx in (args.step_range, args.data_range):
         if rx:
             re.compile(rx)
+    given = dict(getattr(args, "given", ()))
+    where = lambda k: given.get(k, "--" + k.replace("_", "-"))  # noqa: E731
+    for key in _POSITIVE:
+        v = getattr(args, key, None)
+        if v is not None and not (math.isfinite(v) and v > 0):
+            raise ValueError(f"{where(key)} {v:g}: must be a positive number")
+    if args.model_flops_per_step is not None and args.params is not None:
+        flag_flops, flag_params = where("model_flops_per_step").startswith("--"), where("params").startswith("--")
+        if flag_flops == flag_params:
+            raise ValueError(f"give the model FLOPs one way: {where('model_flops_per_step')} or {where('params')} with "
+                             f"{where('tokens_per_step')}, not both")
+        if flag_params:  # a flag wins over the job's settings file
+            args.model_flops_per_step = None
+        else:
+            args.params = args.tokens_per_step = args.seq_len = args.layers = args.hidden = None
+    if (args.params is None) != (args.tokens_per_step is None):
+        have, need = ("params", "tokens_per_step") if args.params is not None else ("tokens_per_step", "params")
+        raise ValueError(f"{where(have)} needs {where(need)} too (model FLOPs = 6·N·T per step)")
+    shape = [k for k in ("seq_len", "layers", "hidden") if getattr(args, k, None) is not None]
+    if shape and (len(shape) < 3 or args.params is None):
+        raise ValueError("--seq-len, --layers and --hidden go together, with --params and --tokens-per-step "
+                         f"(the attention term 12·L·h·S·T); given: {', '.join(where(k) for k in shape)}")
     return steps
 
 

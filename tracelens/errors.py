@@ -24,3 +24,10 @@ class TraceInputError(Exception):
 
 class ParseError(TraceInputError):
     """A file's bytes are not a readable trace of the format it was taken for."""
+
+
+class UsageError(Exception):
+    """What the user gave cannot be right (e.g. model FLOPs that make the MFU exceed 100%): the
+    command stops with one line and exit code 2, writing nothing."""
+
+    exit_code = EXIT_USAGE

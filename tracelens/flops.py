@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import ast
 import math
+import re
 from typing import Any
 
 import orjson
@@ -108,6 +109,18 @@ FUSED_MOE = {
 # fused MoE ops whose recorded inputs hold no expert weights (module state): FLOPs unknowable
 MOE_NO_WEIGHTS = r"(?i)(^vllm::moe_forward|trtllm.*moe|flashinfer.*moe|fused_moe|moe_forward)"
 COUNTED = GEMM | CONV | CONV_BWD | set(SDPA_FWD) | SDPA_BWD | FUSED_MOE
+# Attention called below the SDPA wrappers (directly, or as a library's custom op), tensors [batch, seq, heads,
+# dim]: name -> index of the query (key and value follow).  FlashAttention's and xformers' layout; a packed
+# (variable-length) call needs the per-sequence lengths, which no shape holds: not counted (a 3-D query, or the
+# cu_seqlens input of the memory-efficient kernel, ATTN_VARLEN, given).
+ATTN_FWD_BSHD = {"aten::_flash_attention_forward": 0, "aten::_efficient_attention_forward": 0, "flash_attn::_flash_attn_forward": 0}
+ATTN_BWD_BSHD = {"aten::_flash_attention_backward": 1, "aten::_efficient_attention_backward": 1, "flash_attn::_flash_attn_backward": 1}
+ATTN_VARLEN = {"aten::_efficient_attention_forward": 4, "aten::_efficient_attention_backward": 6}
+COUNTED |= set(ATTN_FWD_BSHD) | set(ATTN_BWD_BSHD)
+# SageAttention's CUDA ops (sageattention[_smXX]::qk_int8_sv_f8_accum_f32_attn, ...): query, key, value, output,
+# scales, then the tensor_layout int (0: [B, S, H, D], 1: [B, H, S, D]); the value may be stored transposed (FP8 PV),
+# so the head dim is the query's.  Forward only: 4·B·H·S_q·S_k·D, as SDPA forward.
+SAGE_ATTN = r"^sageattention(_sm\d+)?::qk_int\d*_sv_f\d+\w*_attn"
 
 DTYPES = {
     "c10::BFloat16": "bf16", "BFloat16": "bf16", "c10::Half": "fp16", "Half": "fp16", "float": "fp32", "Float": "fp32",
@@ -210,6 +223,17 @@ def _op_flops(name: str, args: dict, hint: dict | None = None) -> tuple[int | No
             sk, dv = k[2], v[3]
             # score recompute (d), grad of scores and of v (dv each), grads of q and k (d each)
             return 2 * b * h * sq * sk * (3 * d + 2 * dv), None
+        if name in ATTN_FWD_BSHD or name in ATTN_BWD_BSHD:
+            i = ATTN_FWD_BSHD.get(name, ATTN_BWD_BSHD.get(name))
+            q, k, v = dims[i], dims[i + 1], dims[i + 2]
+            varlen = ATTN_VARLEN.get(name)
+            if len(q) != 4 or len(k) != 4 or len(v) != 4 or (varlen is not None and len(dims) > varlen and dims[varlen]):
+                return None, None
+            b, sq, h, d = q
+            sk, dv = k[1], v[3]
+            return 2 * b * h * sq * sk * ((d + dv) if name in ATTN_FWD_BSHD else (3 * d + 2 * dv)), None
+        if re.match(SAGE_ATTN, name):
+            return _sage_flops(dims, conc), None
     except (TypeError, ValueError, IndexError, ZeroDivisionError):
         return None, None
     return None, None
@@ -279,6 +303,19 @@ def _conv_bwd(name: str, dims: list, conc: list, hint: dict) -> tuple[int | None
     return sum(bool(m) for m in mask[:2]) * _conv_count(x, w, grad_out, transposed), None
 
 
+def _sage_flops(dims: list, conc: list) -> int | None:
+    """SageAttention forward: the layout is the first scalar after the tensors (tensor_layout)."""
+    q, k = dims[0], dims[1]
+    layout = next((_lit(conc[i]) for i in range(6, min(len(dims), len(conc))) if dims[i] == [] and _lit(conc[i]) in (0, 1)), None)
+    if layout is None or len(q) != 4 or len(k) != 4:
+        return None
+    if layout == 0:  # NHD
+        (b, sq, h, d), sk = q, k[1]
+    else:  # HND
+        (b, h, sq, d), sk = q, k[2]
+    return 4 * b * h * sq * sk * d
+
+
 def op_dtype(args: dict) -> str | None:
     types = args.get("Input type")
     if not isinstance(types, list):
@@ -302,7 +339,8 @@ def count(events: pl.DataFrame) -> pl.DataFrame:
     reach = end.cum_max().shift(1).over("file", "pid", "tid")
     ops = (
         events.with_row_index("_row")
-        .filter((pl.col("kind") == "cpu_op") & pl.col("name").cast(pl.String).is_in(list(COUNTED)))
+        .filter((pl.col("kind") == "cpu_op")
+                & (pl.col("name").cast(pl.String).is_in(list(COUNTED)) | pl.col("name").cast(pl.String).str.contains(SAGE_ATTN)))
         .select("_row", "file", "pid", "tid", "ts_ns", "dur_ns", pl.col("name").cast(pl.String), "args")
         .sort("file", "pid", "tid", "ts_ns", pl.col("dur_ns"), "_row", descending=[False, False, False, False, True, False])
         .filter(reach.is_null() | (pl.col("ts_ns") >= reach) | (end > reach))

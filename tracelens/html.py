@@ -111,6 +111,13 @@ def _td(v: Any, text: str | None = None, cls: str = "n") -> str:
     return f'<td class="{cls}"{raw}>{shown}</td>'
 
 
+def _peak_td(row: dict[str, Any]) -> str:
+    """A % of peak cell: the share of the peak of the row's dtype, or the flag when above 100%."""
+    if row.get("above_peak"):
+        return f'<td class="n bad" title="{escape(views.PEAK_FLAG)}">{escape(views.peak_text(row))}</td>'
+    return _td(row.get("of_peak"), views.peak_text(row))
+
+
 def _table(columns: list[tuple[str, bool]], rows: list[str], sortable: bool = True, empty: str = "none") -> str:
     if not rows:
         return f'<p class="muted">{escape(empty)}</p>'
@@ -125,7 +132,8 @@ def _summary(d: dict[str, Any]) -> str:
     g = d["job"]["gpu_time_ns"]
     cards = []
     if h["mfu"] is not None:
-        cards.append(("MFU", f"{100 * h['mfu']:.2f}%", views.mfu_text(h)))
+        doubt = f"; the MFU is {h['mfu_note']}" if h["mfu_note"] else ""
+        cards.append(("MFU", f"{100 * h['mfu']:.2f}%", views.mfu_text(h) + doubt))
     else:
         cards.append(("MFU", "unknown", h["why_unknown"].removeprefix("MFU unknown: ")))
     if h["hfu"] is not None:
@@ -176,6 +184,8 @@ def _waterfall(d: dict[str, Any]) -> str:
                 f'style="left:{100 * max(p["start"], 0):.4f}%;width:{100 * abs(pf):.4f}%;background:{colour}"></div></div>'
                 f'<div class="num muted">{fmt_pct(pf, 2)}</div><div class="num muted">{escape(fmt_ns(p["ns"]))}</div>'
             )
+        if row.get("note"):  # what the bar measures, in one line
+            out.append(f'<div class="label part note muted" style="grid-column:1/-1">{escape(row["note"])}</div>')
     out.append("</div>")
     return "".join(out)
 
@@ -292,19 +302,19 @@ def _steps_chart(d: dict[str, Any]) -> str:
 
 
 def _roofline(d: dict[str, Any]) -> str:
-    # the 200 longest op shapes (over all ranks) as points
-    rows = [m for m in views.matmul_rows(d) if m.get("arithmetic_intensity") and m.get("achieved_tflops")][:200]
-    r0 = d["ranks"][0] if d["ranks"] else None
-    peak = r0["mfu"]["peak_flops"] if r0 else None
-    bw = (r0["device"].get("peak_bandwidth") if r0 else None)
-    if not rows or not peak:
+    """The 200 longest op shapes (over all ranks) against the roof of the dtype each ran at:
+    one roof per dtype (its own peak, its ridge at peak / bandwidth), so that a point's % of
+    peak and its memory/compute "bound" agree with the roof drawn for it."""
+    rl = views.roofline(d)
+    if not rl:
         return ""
+    rows, roofs = rl["points"], rl["roofs"]
     W, H, pad = 700, 300, 46
-    xs = [m["arithmetic_intensity"] for m in rows]
-    x0, x1 = 10 ** math.floor(math.log10(min(xs + [1.0]))), 10 ** math.ceil(math.log10(max(xs + [peak / bw if bw else 1e3])) + 0.3)
+    xs = [m["arithmetic_intensity"] for m in rows] + [r["ridge"] for r in roofs if r["ridge"]]
+    x0, x1 = 10 ** math.floor(math.log10(min(xs + [1.0]))), 10 ** math.ceil(math.log10(max(xs + [1e3])) + 0.3)
     ys = [m["achieved_tflops"] for m in rows]
-    y1 = peak / 1e12 * 2
-    y0 = 10 ** math.floor(math.log10(max(min(ys), 1e-3)))
+    y1 = max(max(r["peak_flops"] for r in roofs) / 1e12, max(ys)) * 2
+    y0 = 10 ** math.floor(math.log10(max(min(ys + [r["peak_flops"] / 1e12 for r in roofs]) / 10, 1e-3)))
 
     def px(x: float) -> float:
         return pad + (W - pad - 10) * (math.log10(x) - math.log10(x0)) / (math.log10(x1) - math.log10(x0))
@@ -312,8 +322,10 @@ def _roofline(d: dict[str, Any]) -> str:
     def py(y: float) -> float:
         return H - (H - 10) * (math.log10(max(y, y0)) - math.log10(y0)) / (math.log10(y1) - math.log10(y0))
 
-    out = ['<h3>Roofline of the matmul ops</h3><svg id="roofline" viewBox="0 0 {W} {H2}" width="100%" style="max-width:{W}px" role="img" '
-           'aria-label="roofline">'.format(W=W, H2=H + 30)]
+    out = ['<h3>Roofline of the matmul ops</h3><p class="muted">one roof per dtype (its dense peak and its ridge at peak / memory '
+           'bandwidth); each point, in the colour of its roof, is held to the roof of the dtype it ran at; a hollow point is above '
+           '100% of it (its FLOPs or dtype are wrong)</p><svg id="roofline" viewBox="0 0 {W} {H2}" width="100%" '
+           'style="max-width:{W}px" role="img" aria-label="roofline">'.format(W=W, H2=H + 30)]
     out.append(f'<line x1="{pad}" y1="{H}" x2="{W}" y2="{H}" stroke="#ccc"/><line x1="{pad}" y1="0" x2="{pad}" y2="{H}" stroke="#ccc"/>')
     out.append(f'<text x="{pad + 60}" y="{H + 26}">arithmetic intensity, FLOP/byte (log)</text><text x="2" y="10">TFLOP/s</text>')
     for e in range(round(math.log10(x0)), round(math.log10(x1)) + 1):  # decade ticks
@@ -321,22 +333,36 @@ def _roofline(d: dict[str, Any]) -> str:
     for e in range(math.ceil(math.log10(y0)), math.floor(math.log10(y1)) + 1):
         out.append(f'<text x="{pad - 4}" y="{py(10 ** e) + 4:.1f}" text-anchor="end">{10 ** e:g}</text>'
                    f'<line x1="{pad}" y1="{py(10 ** e):.1f}" x2="{W}" y2="{py(10 ** e):.1f}" stroke="#eee"/>')
-    pk = peak / 1e12
-    if bw:
-        ridge = peak / bw
-        pts = [(x0, min(pk, bw * x0 / 1e12)), (ridge, pk), (x1, pk)]
-        path = " ".join(f"{px(x):.1f},{py(y):.1f}" for x, y in pts if x >= x0)
-        out.append(f'<polyline points="{path}" fill="none" stroke="#c01c28" stroke-width="2"><title>roof: min({pk:,.0f} TFLOP/s, '
-                   f'{bw / 1e12:.2f} TB/s x intensity); ridge at {ridge:,.0f} FLOP/B</title></polyline>')
-    else:
-        out.append(f'<line x1="{pad}" y1="{py(pk):.1f}" x2="{W}" y2="{py(pk):.1f}" stroke="#c01c28" stroke-width="2"/>')
+    colours = ("#c01c28", "#e66100", "#813d9c", "#1c71d8", "#26a269")
+    roof_colour = {}
+    for i, rf in enumerate(roofs):
+        pk, bw, ridge = rf["peak_flops"] / 1e12, rf["bandwidth"], rf["ridge"]
+        dt = escape(str(rf["dtype"] or "reference").upper())
+        colour = roof_colour[(rf["dtype"], rf["peak_flops"], bw)] = colours[i % len(colours)]
+        if ridge:
+            pts = [(x0, min(pk, bw * x0 / 1e12)), (ridge, pk), (x1, pk)] if ridge > x0 else [(x0, pk), (x1, pk)]
+            path = " ".join(f"{px(x):.1f},{py(y):.1f}" for x, y in pts)
+            out.append(f'<polyline class="roof" data-dtype="{dt}" data-peak="{rf["peak_flops"]!r}" data-ridge="{ridge!r}" points="{path}" '
+                       f'fill="none" stroke="{colour}" stroke-width="2"><title>{dt} roof: min({pk:,.1f} TFLOP/s, {bw / 1e12:.2f} TB/s x '
+                       f'intensity); ridge at {ridge:,.0f} FLOP/B</title></polyline>')
+        else:
+            out.append(f'<line class="roof" data-dtype="{dt}" data-peak="{rf["peak_flops"]!r}" x1="{pad}" y1="{py(pk):.1f}" x2="{W}" '
+                       f'y2="{py(pk):.1f}" stroke="{colour}" stroke-width="2"><title>{dt} peak {pk:,.1f} TFLOP/s</title></line>')
+        out.append(f'<text x="{W - 4}" y="{py(pk) - 3:.1f}" text-anchor="end" fill="{colour}">{dt} {pk:,.0f}</text>' if pk >= 100 else
+                   f'<text x="{W - 4}" y="{py(pk) - 3:.1f}" text-anchor="end" fill="{colour}">{dt} {pk:.1f}</text>')
     top_t = max(m["kernel_ns"] for m in rows) or 1
     for m in rows:
         r = 3 + 9 * math.sqrt(m["kernel_ns"] / top_t)
-        tip = (f"rank {m['rank']} {m['op']} {m['shapes']} {m['dtype']}: {m['achieved_tflops']:.1f} TFLOP/s "
-               f"({fmt_pct(m.get('of_peak'))} of peak), {m['arithmetic_intensity']:.0f} FLOP/B, {m['bound']}-bound, {fmt_ns(m['kernel_ns'])}")
+        flag = m.get("above_peak")
+        dt = str(m.get("dtype") or "reference").upper()
+        share = views.PEAK_FLAG if flag else f"{fmt_pct(m.get('of_peak'))} of the {dt} peak"
+        tip = (f"rank {m['rank']} {m['op']} {m['shapes']} {m['dtype']}: {m['achieved_tflops']:.1f} TFLOP/s ({share}), "
+               f"{m['arithmetic_intensity']:.0f} FLOP/B, {m['bound'] or '?'}-bound at the {dt} ridge, {fmt_ns(m['kernel_ns'])}")
+        colour = roof_colour.get((m.get("dtype"), m["peak_flops"], m["bandwidth"]), "#3584e4")  # its roof's colour
+        style = f'fill="none" stroke="{colour}" stroke-width="1.5"' if flag else f'fill="{colour}" fill-opacity=".55"'
         out.append(f'<circle cx="{px(m["arithmetic_intensity"]):.1f}" cy="{py(m["achieved_tflops"]):.1f}" r="{r:.1f}" '
-                   f'fill="#3584e4" fill-opacity=".55"><title>{escape(tip)}</title></circle>')
+                   f'data-dtype="{escape(dt)}" data-bound="{escape(str(m["bound"]))}" data-ai="{m["arithmetic_intensity"]!r}" '
+                   f'{style}><title>{escape(tip)}</title></circle>')
     out.append("</svg>")
     return "".join(out)
 
@@ -350,23 +376,23 @@ def _kernels(d: dict[str, Any]) -> str:
         + _td(c["share"], fmt_pct(c["share"])) + "</tr>" for c in classes], empty="no GPU kernels"))
     trs = ["<tr>" + f'<td class="name" title="{escape(k["name"])}">{escape(k["name"][:160])}{"…" if len(k["name"]) > 160 else ""}</td>' + _td(None, k["kclass"], cls="") + _td(k["count"])
            + _td(k["total_ns"], fmt_ns(k["total_ns"])) + _td(k["mean_ns"], fmt_ns(int(k["mean_ns"] or 0)))
-           + _td(k["tflops"], fmt_num(k["tflops"])) + _td(k["of_peak"], fmt_pct(k["of_peak"])) + "</tr>" for k in ks[:200]]
+           + _td(k["tflops"], fmt_num(k["tflops"])) + _peak_td(k) + _td(None, k.get("dtype") or "–", cls="") + "</tr>" for k in ks[:200]]
     out.append(f"<details open><summary>{escape(views.kernel_table_title(d, ks))}{'; the 200 longest shown' if len(ks) > 200 else ''}"
                "; click a header to sort</summary>")
     out.append(_table([("kernel", False), ("class", False), ("count", True), ("total", True), ("mean", True), ("TFLOP/s", True),
-                       ("% peak", True)], trs, empty="no GPU kernels"))
+                       ("% of dtype peak", True), ("dtype", False)], trs, empty="no GPU kernels"))
     out.append("</details>")
     mm_all = views.matmul_rows(d)
     mm = mm_all[:100]
     if mm:
         trs = ["<tr>" + _td(m["rank"]) + _td(None, m["op"], cls="") + _td(None, m["shapes"], cls="name") + _td(None, m["dtype"], cls="")
                + _td(m["calls"]) + _td(m["kernel_ns"], fmt_ns(m["kernel_ns"])) + _td(m["achieved_tflops"], fmt_num(m["achieved_tflops"]))
-               + _td(m.get("of_peak"), fmt_pct(m.get("of_peak"))) + _td(m["arithmetic_intensity"], fmt_num(m["arithmetic_intensity"], 0))
+               + _peak_td(m) + _td(m["arithmetic_intensity"], fmt_num(m["arithmetic_intensity"], 0))
                + _td(None, m["bound"] or "–", cls="") + "</tr>" for m in mm]
         out.append(f"<details open><summary>{escape(views.matmul_table_title(d))}"
                    f"{'; the 100 longest shown' if len(mm_all) > 100 else ''}</summary>")
         out.append(_table([("rank", True), ("op", False), ("shapes", False), ("dtype", False), ("calls", True), ("time", True),
-                           ("TFLOP/s", True), ("% peak", True), ("FLOP/B", True), ("bound", False)], trs))
+                           ("TFLOP/s", True), ("% of dtype peak", True), ("FLOP/B", True), ("bound", False)], trs))
         out.append("</details>")
         out.append(_roofline(d))
     return "".join(out)

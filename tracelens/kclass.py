@@ -19,7 +19,13 @@ _RULES: tuple[tuple[str, str], ...] = (
     ("memcpy", r"^memcpy|^memory_copy|__amd_rocclr_copybuffer|^copy_(htod|dtoh|dtod|ptop)"),
     ("memset", r"^memset|__amd_rocclr_fillbuffer|^memory_fill"),
     ("attention", r"flash_fwd|flash_bwd|flash::|flashattn|fmha|attn_fwd|attn_bwd|sdpa|mha_(fwd|bwd)"
-                  r"|compute_attn|paged_attention|unified_attention|flex_attention|attention_kernel|triton_tem_fused_.*attention"),
+                  r"|compute_attn|paged_attention|unified_attention|flex_attention|attention_kernel|triton_tem_fused_.*attention"
+                  # custom attention: SageAttention (qk_int_sv_f8_attn_kernel), FlashInfer (BatchPrefillWithPagedKVCache,
+                  # SingleDecodeWithKVCache, POD, BatchMLAPagedAttention), FlashAttention-4 (cute FlashAttentionForwardSm100),
+                  # TensorRT-LLM (masked_multihead_attention, XQA kernel_mha), xformers / mem-efficient, and the Triton
+                  # prefill/decode kernels of SGLang and vLLM (_fwd_kernel, _fwd_grouped_kernel_stage1)
+                  r"|qk_int\d*_sv_f\d+|with(paged|ragged)?kvcache|pagedattention|flash_?attention|multihead_attention"
+                  r"|xqa_?kernel|kernel_mha|efficient_attention|^_fwd_(grouped_)?kernel(_stage\d)?$"),
     ("conv", r"convolution|conv[123]d|_conv_|implicit_?gemm|fprop|dgrad|wgrad|igemm_(fwd|bwd|wrw)|winograd"
              r"|miopen|grouped_conv|scudnn|cudnn_conv|xmma_.*conv|computeoffsetskernel|computeboffsetskernel|fft2d_[rc]2[rc]"),
     ("gemm", r"gemm|nvjet|cutlass.*(tensorop)|cublas|s16816|h16816|s884|h884|s1688|h1688|cijk_|wvsplitk"

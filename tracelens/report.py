@@ -37,6 +37,8 @@ def render_text(d: dict[str, Any]) -> str:
         r0 = d["ranks"][0]["mfu"]
         hfu = f", HFU {100 * r0['hfu']:.2f}% (with recompute)" if r0.get("hfu") and r0.get("recompute_flops") else ""
         lines.append(f"MFU: {100 * job['mfu']:.2f}% {views.mfu_text(h)}{hfu}{nwarn}")
+        if views.mfu_note(job):
+            lines.append(f"     (the MFU is {views.mfu_note(job)})")
     else:
         lines.append(f"{h['why_unknown']}{nwarn}")
         if any(m["value"] is not None for _, m in mfus):
@@ -179,4 +181,6 @@ def waterfall_text(bars: list[dict[str, Any]], width: int = 40) -> str:
         out.append(f"  {row['label'][:38]:<38} {cells:<{width}} {fmt_pct(row['fraction'], 2):>7}")
         for p in row["parts"]:
             out.append(f"      {p['label'][:34]:<34} {'':<{width}} {fmt_pct(p['fraction'], 2):>7}")
+        if row.get("note"):
+            out.append(f"      ({row['note']})")
     return "\n".join(out)

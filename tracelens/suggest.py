@@ -49,6 +49,15 @@ def _bar(rank, key: str) -> float:
     return 0.0
 
 
+def _bar_with_flops(rank, key: str) -> float:
+    """A bar's share without its part of matmul kernels whose FLOPs are unknown: the time whose
+    efficiency is measured (the rest is not known to be below peak)."""
+    bar = next((b for b in rank.waterfall.bars if b.key == key), None) if rank.waterfall else None
+    if bar is None:
+        return 0.0
+    return bar.fraction - sum(p["fraction"] for p in bar.parts if p["key"] == "matmul_without_flops")
+
+
 def _idle(rank, key: str) -> float:
     if rank.idle is None or not rank.gpu or not rank.gpu.window:
         return 0.0
@@ -391,7 +400,7 @@ RULES: tuple[Rule, ...] = (
     Rule("matmul_below_peak", "Matmuls run well below the GPU's peak",
          "Make GEMM shapes multiples of 64/128 (pad vocab, hidden and batch*seq), use larger micro-batches, FlashAttention, "
          "FP8 where the model allows; check per-kernel TFLOP/s for the worst shapes.",
-         lambda r: _bar(r, "matmul_below_peak"), 0.20, "matmul time beyond its FLOPs at peak, share of the step",
+         lambda r: _bar_with_flops(r, "matmul_below_peak"), 0.20, "matmul time beyond its FLOPs at peak, share of the step",
          focus=("bar", "matmul_below_peak"), show=("gemm", "conv", "attention"), adapt_fix=_matmul_fix),
     Rule("many_tiny_kernels", "Many tiny kernels (under 10 µs)",
          "Fuse them with torch.compile or replay the step with CUDA graphs; batch small operations (foreach ops).",

@@ -6,6 +6,8 @@ from __future__ import annotations
 def fmt_ns(ns: int | None) -> str:
     if ns is None:
         return "-"
+    if ns < 0:  # a signed part (the FLOP-convention bar's)
+        return "-" + fmt_ns(-ns)
     if ns >= 1_000_000_000:
         return f"{ns / 1e9:.3f} s"
     if ns >= 1_000_000:

@@ -195,7 +195,7 @@ def waterfall_layout(bars: list[dict[str, Any]], parts: int = PARTS_SHOWN) -> li
             subs.append({"key": p["key"], "label": p["label"], "ns": p["ns"], "fraction": p["fraction"], "start": pstart})
             pstart += p["fraction"]
         rows.append({"key": b["key"], "label": b["label"], "ns": b["ns"], "fraction": f, "start": start, "final": final,
-                     "parts": subs})
+                     "parts": subs, "note": b.get("note")})
         if not final:
             level += f
     return rows
@@ -310,34 +310,55 @@ def matmul_table_title(report: dict[str, Any]) -> str:
 
 
 def kernel_rows(report: dict[str, Any]) -> list[dict[str, Any]]:
-    """Kernels by name over all ranks: class, count, total and mean time, TFLOP/s and % of
-    peak where their FLOPs are known: the report's ``job.kernels`` (every name, merged from each
-    rank's whole table), else (a report saved before it) the ranks' cut tables merged here."""
+    """Kernels by name over all ranks: class, count, total and mean time, and where their FLOPs
+    are known, TFLOP/s and % of the peak of the dtype they ran at, both over the launches whose
+    FLOPs are known (``flops_ns``); a share above 100% is shown as unknown and flagged
+    (``above_peak``).  The report's ``job.kernels`` (every name, merged from each rank's whole
+    table), else (a report saved before it) the ranks' cut tables merged here."""
     job = report["job"].get("kernels")
     if job is not None:
         return [{"name": k["name"], "kclass": k["kclass"], "count": k["count"], "total_ns": k["total_ns"], "flops": k["flops"],
-                 "mean_ns": k["mean_ns"], "tflops": k["achieved_tflops"], "of_peak": k["of_peak"]} for k in job]
+                 "mean_ns": k["mean_ns"], "tflops": k["achieved_tflops"], "of_peak": k["of_peak"],
+                 "above_peak": bool(k.get("above_peak")), "dtype": k.get("dtype")} for k in job]
     merged: dict[str, dict[str, Any]] = {}
     for r in report["ranks"]:
-        peak = r["mfu"]["peak_flops"]
         for k in r["kernels"]:
             m = merged.setdefault(k["name"], {"name": k["name"], "kclass": k["kclass"], "count": 0, "total_ns": 0,
-                                              "flops": None, "_peak_ns": 0.0})
+                                              "flops": None, "dtype": None, "_ideal_ns": 0.0, "_flops_ns": 0, "_dtypes": set()})
             m["count"] += k["count"]
             m["total_ns"] += k["total_ns"]
             if k.get("flops"):
+                fns = k.get("flops_ns", k["total_ns"])  # reports before flops_ns: over all launches
                 m["flops"] = (m["flops"] or 0.0) + k["flops"]
-                if peak:
-                    m["_peak_ns"] += k["flops"] / peak * 1e9
+                m["_flops_ns"] += fns or 0
+                ideal = k.get("ideal_ns")
+                if ideal is None and k.get("of_peak") is not None:
+                    ideal = k["of_peak"] * (fns or 0)
+                m["_ideal_ns"] += ideal or 0.0
+                m["_dtypes"].add(k.get("dtype"))
     rows = []
     for m in merged.values():
-        peak_ns = m.pop("_peak_ns")
+        ideal, fns, dtypes = m.pop("_ideal_ns"), m.pop("_flops_ns"), m.pop("_dtypes") - {None}
+        share = ideal / fns if (ideal and fns) else None
         m["mean_ns"] = m["total_ns"] / m["count"] if m["count"] else None
-        m["tflops"] = m["flops"] / m["total_ns"] * 1e-3 if (m["flops"] and m["total_ns"]) else None
-        m["of_peak"] = peak_ns / m["total_ns"] if (peak_ns and m["total_ns"]) else None
+        m["tflops"] = m["flops"] / fns * 1e-3 if (m["flops"] and fns) else None
+        m["of_peak"] = share if (share is None or share <= 1.0) else None
+        m["above_peak"] = share is not None and share > 1.0
+        m["dtype"] = (next(iter(dtypes)) if len(dtypes) == 1 else "mixed") if dtypes else None
         rows.append(m)
     rows.sort(key=lambda m: -m["total_ns"])
     return rows
+
+
+def peak_text(row: dict[str, Any]) -> str:
+    """A row's % of peak as every front end shows it: a share, "-" when unknown, and a flag when
+    the arithmetic says more than 100% (the FLOPs or the dtype are wrong)."""
+    if row.get("above_peak"):
+        return "⚠ >100%"
+    return fmt_pct(row.get("of_peak"))
+
+
+PEAK_FLAG = "above 100% of its dtype's peak, which no GPU can: its FLOPs or its dtype are wrong (see the warnings)"
 
 
 def class_rows(report: dict[str, Any], rows: list[dict[str, Any]] | None = None) -> list[dict[str, Any]]:
@@ -355,11 +376,53 @@ def class_rows(report: dict[str, Any], rows: list[dict[str, Any]] | None = None)
 
 
 def matmul_rows(report: dict[str, Any]) -> list[dict[str, Any]]:
-    """Matmul ops by shape over all ranks (with the rank each row is from): TFLOP/s, % of
-    peak, arithmetic intensity and roofline bound."""
+    """Matmul ops by shape over all ranks (with the rank each row is from): TFLOP/s, % of the
+    peak of its dtype, arithmetic intensity and roofline bound against that dtype's ridge.  Rows
+    above 100% of their peak (flagged) come after the others: they are not ranked."""
     rows = [{"rank": r["rank"], **m} for r in report["ranks"] for m in r["matmul_efficiency"]]
-    rows.sort(key=lambda m: -(m.get("kernel_ns") or 0))
+    rows.sort(key=lambda m: (bool(m.get("above_peak")), -(m.get("kernel_ns") or 0)))
     return rows
+
+
+_OWN_PEAK = {"bf16": "bf16", "fp16": "fp16", "tf32": "tf32", "fp32": "fp32", "fp8": "fp8", "fp64": "fp32"}
+
+
+def dtype_peak(rank: dict[str, Any], dtype: str | None) -> float | None:
+    """The peak (FLOP/s) an op of ``dtype`` is held to on this rank's GPU, as the analysis holds
+    it (tracelens.gpus.GpuSpec.op_peak): its own dtype's dense peak, else the reference peak."""
+    peaks = rank["device"].get("peak_flops") or {}
+    own = peaks.get(_OWN_PEAK.get(dtype or "", ""))
+    if own is None and dtype == "bf16":
+        own = peaks.get("fp16")
+    return own or rank["mfu"]["peak_flops"]
+
+
+def roofline(report: dict[str, Any], top: int = 200) -> dict[str, Any] | None:
+    """The roofline of the matmul op shapes: one roof per dtype present (its own peak, and its
+    ridge at peak / memory bandwidth), the points (the ``top`` longest shapes with a known
+    arithmetic intensity), each with the roof it is held to, so that its "bound" label and its
+    % of peak agree with the roof drawn for it.  None without points or a peak."""
+    by_rank = {r["rank"]: r for r in report["ranks"]}
+    points = []
+    for m in matmul_rows(report):
+        if not (m.get("arithmetic_intensity") and m.get("achieved_tflops")):
+            continue
+        r = by_rank[m["rank"]]
+        peak = m.get("peak_flops") or dtype_peak(r, m.get("dtype"))
+        if not peak:
+            continue
+        points.append({**m, "peak_flops": peak, "bandwidth": r["device"].get("peak_bandwidth")})
+        if len(points) >= top:
+            break
+    if not points:
+        return None
+    roofs: dict[tuple, dict[str, Any]] = {}
+    for p in points:
+        bw = p["bandwidth"]
+        key = (p.get("dtype"), p["peak_flops"], bw)
+        roofs.setdefault(key, {"dtype": p.get("dtype"), "peak_flops": p["peak_flops"], "bandwidth": bw,
+                               "ridge": (p["peak_flops"] / bw) if bw else None})
+    return {"points": points, "roofs": sorted(roofs.values(), key=lambda r: -r["peak_flops"])}
 
 
 def comm_rows(report: dict[str, Any]) -> list[dict[str, Any]]:
@@ -537,14 +600,33 @@ def mfu_text(h: dict[str, Any]) -> str:
             f"model FLOPs from {h['flops_source']}")
 
 
+def mfu_note(job: dict[str, Any]) -> str:
+    """What the MFU number cannot claim, said next to it in every front end as "MFU is <note>"
+    ("" when nothing):
+    a lower bound when some matmul kernel time has no known FLOPs, possibly overstated when some
+    counted FLOPs exceed what their kernels could do at peak."""
+    notes = []
+    if job.get("mfu_lower_bound"):
+        cov = job.get("flops_coverage")
+        known = "" if cov is None else (f": FLOPs known for {100 * cov:.1f}% of the matmul kernel time" if cov < 0.9995
+                                        else ": FLOPs known for >99.9% of the matmul kernel time")
+        notes.append(f"a lower bound{known}")
+    if job.get("mfu_above_peak"):
+        notes.append("possibly overstated: some counted FLOPs exceed what their kernels could do at peak, see the warnings")
+    return "; ".join(notes)
+
+
 def headline(report: dict[str, Any]) -> dict[str, Any]:
-    """The one-line answer: job MFU (or why it is unknown, and what would give it), the GPU
-    model, the number of ranks and of warnings."""
+    """The one-line answer: job MFU (or why it is unknown, and what would give it), what it
+    cannot claim (``mfu_note``), the GPU model, the number of ranks and of warnings."""
     ranks = report["ranks"]
     r0 = ranks[0] if ranks else None
     mfu = report["job"]["mfu"]
     m = mfu_missing(report)
     return {
+        "mfu_note": mfu_note(report["job"]) if mfu is not None else "",
+        "lower_bound": bool(report["job"].get("mfu_lower_bound")),
+        "flops_coverage": report["job"].get("flops_coverage"),
         "mfu": mfu,
         "why_unknown": why_unknown(report, m),
         "missing": m["missing"],

@@ -11,6 +11,15 @@ and those lengths partition T; so the fractions sum to exactly 1 (up to float ro
 When the MFU is unknown (no model FLOPs, or no peak), ``build_time`` gives the GPU-time
 waterfall instead: the same bars up to exposed memcpy, then one ``compute`` bar (its FLOP
 efficiency unknown, its parts matmul / recompute / the non-matmul classes); it sums to 1 too.
+
+Matmul time splits into the kernels whose FLOPs are known (launched inside an op with counted
+FLOPs) and those without (compiled code, custom attention, library kernels with no counted op):
+the latter is its own part of "matmul below peak" ("matmul kernels without FLOPs"), never spread
+over the known shapes.  The ideal time is the time the FLOPs take at the peak of each op's own
+dtype, at most the time of the op's matmul kernels (and of all known-FLOP matmul time); what does
+not fit (FLOPs beyond what their kernels could do at peak: over-counted, or a wrong dtype) moves
+into the convention bar, as a negative part, and is warned about.  The convention bar is named
+for what it holds (e.g. "FP32 math instead of tensor cores") and carries a one-line ``note``.
 """
 
 from __future__ import annotations
@@ -29,16 +38,75 @@ class Bar:
     ns: int
     fraction: float
     parts: tuple[dict[str, Any], ...] = field(default_factory=tuple)
+    note: str | None = None  # one line saying what the bar measures, where its name alone does not
 
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
         d["parts"] = list(self.parts)
+        if d["note"] is None:
+            del d["note"]
         return d
+
+
+NO_FLOPS, WITH_FLOPS, BEYOND_PEAK = "matmul_without_flops", "matmul_with_flops", "flops_beyond_peak"
+# labels of the parts whose key is not already what to show (the others: group, kernel class, op shape)
+PART_LABELS = {
+    NO_FLOPS: "matmul kernels without FLOPs",
+    WITH_FLOPS: "matmul kernels with FLOPs",
+    BEYOND_PEAK: "FLOPs beyond their kernels' time",
+    "fp32": "FP32 matmuls (FP32 peak)",
+    "fp64": "FP64 matmuls (FP32 peak)",
+    "tf32": "TF32 matmuls (TF32 peak)",
+    "fp8": "FP8 matmuls (FP8 peak)",
+}
 
 
 def _parts(values: dict[str, int], T: int) -> tuple[dict[str, Any], ...]:
     items = sorted(((k, v) for k, v in values.items() if v), key=lambda kv: (-kv[1], kv[0]))
-    return tuple({"key": k, "label": k, "ns": v, "fraction": v / T} for k, v in items)
+    return tuple({"key": k, "label": PART_LABELS.get(k, k), "ns": v, "fraction": v / T} for k, v in items)
+
+
+def _int_parts(values: dict[str, float], total: int) -> dict[str, int]:
+    """Float part sizes as integers that sum exactly to ``total`` (the rounding to the largest)."""
+    out = {k: round(v) for k, v in values.items() if v}
+    if not out:
+        return {}
+    big = max(out, key=lambda k: (abs(values[k]), k))
+    out[big] += total - sum(out.values())
+    return {k: v for k, v in out.items() if v}
+
+
+_LOW_PRECISION = {"fp32", "fp64", "tf32"}
+
+
+def convention_text(parts: dict[str, int]) -> tuple[str, str | None]:
+    """The convention bar's name and one-line note, from what its parts hold."""
+    keys = {k for k, v in parts.items() if v}
+    if not keys:
+        return "FLOP convention / precision (signed)", None
+    if keys <= {"fp32", "fp64"}:
+        label = "FP32 math instead of tensor cores"
+    elif keys == {"tf32"}:
+        label = "TF32 math, below the 16-bit peak"
+    elif keys <= _LOW_PRECISION:
+        label = "FP32/TF32 math, below the 16-bit peak"
+    elif keys == {"fp8"}:
+        label = "FP8 math beyond the 16-bit peak (neg.)"
+    elif keys == {BEYOND_PEAK}:
+        label = "FLOPs beyond peak: over-counted (neg.)"
+    else:
+        label = "precision and FLOP convention (signed)"
+    why = []
+    if keys & _LOW_PRECISION:
+        why.append("FP32/TF32 matmuls cannot reach the 16-bit peak (+)")
+    if "fp8" in keys:
+        why.append("FP8 matmuls can beat it (-)")
+    if keys - _LOW_PRECISION - {"fp8", BEYOND_PEAK}:
+        why.append("other dtypes at their own peak")
+    if BEYOND_PEAK in keys:
+        why.append("some counted FLOPs exceed their kernels' time at peak: over-counted or a wrong dtype (-, see the warnings)")
+    note = "MFU is at the dense BF16/FP16 peak, the bars above at each matmul's own dtype peak: " + "; ".join(why)
+    return label, note
 
 
 IDLE_BARS = (
@@ -69,19 +137,33 @@ def build(
     matmul_ns: int,
     ideal_ns: float,
     mfu: float,
+    matmul_known_ns: int | None = None,
+    fit_ns: float | None = None,
+    precision: dict[str, float] | None = None,
 ) -> Waterfall | None:
     """The bars of one window.  ``ideal_ns`` is the time the matmul FLOPs would take at each
-    op's own dtype peak; ``mfu`` uses the reference peak."""
+    op's own dtype peak; ``mfu`` uses the reference peak.  ``matmul_known_ns``: the part of
+    ``matmul_ns`` whose kernels have known FLOPs (None: all of it); ``fit_ns``: ``ideal_ns`` with
+    each op held to its matmul kernels' time (None: ``ideal_ns``); ``precision``: per dtype, the
+    time its FLOPs take at its own peak minus at the reference peak (the convention bar's parts)."""
     if T <= 0:
         return None
     bars = _not_compute(T, idle, exposed_comm, exposed_memcpy)
     bars.append(Bar("recompute", "recompute (activation checkpointing)", recompute, recompute / T))
     nm = sum(non_matmul.values())
     bars.append(Bar("non_matmul", "non-matmul kernels", nm, nm / T, _parts(non_matmul, T)))
-    ideal = min(float(ideal_ns), float(matmul_ns))  # FLOPs beyond the kernel time: convention bar
+    known = matmul_ns if matmul_known_ns is None else max(min(matmul_known_ns, matmul_ns), 0)
+    unknown = matmul_ns - known
+    # FLOPs beyond the time of their kernels (per op, then of all known-FLOP matmul time): convention bar
+    ideal = min(float(ideal_ns if fit_ns is None else fit_ns), float(known))
     below = matmul_ns - ideal
-    bars.append(Bar("matmul_below_peak", "matmul below peak", round(below), below / T))
-    bars.append(Bar("flop_convention", "FLOP convention / precision (signed)", round(ideal - mfu * T), ideal / T - mfu))
+    below_ns = round(below)
+    mm_parts = {NO_FLOPS: unknown, WITH_FLOPS: below_ns - unknown} if unknown else {}
+    bars.append(Bar("matmul_below_peak", "matmul below peak", below_ns, below / T, _parts(mm_parts, T)))
+    conv_ns = round(ideal - mfu * T)
+    conv = _int_parts({**(precision or {}), BEYOND_PEAK: ideal - float(ideal_ns)}, conv_ns)
+    label, note = convention_text(conv)
+    bars.append(Bar("flop_convention", label, conv_ns, ideal / T - mfu, _parts(conv, T), note))
     bars.append(Bar("mfu", "MFU", round(mfu * T), mfu))
     return Waterfall(T, tuple(bars))
 
@@ -127,24 +209,34 @@ def combine(falls: list[Waterfall | None]) -> Waterfall | None:
         parts: Counter[str] = Counter()
         for w in falls:
             parts.update({p["key"]: p["ns"] for p in w.bars[i].parts})
-        out.append(Bar(b.key, b.label, ns, weighted / T, _parts(dict(parts), T)))
+        if parts and sum(parts.values()) != ns:
+            # a window whose bar had no parts (all its matmul time with FLOPs; a convention bar of rounding only)
+            fill = WITH_FLOPS if b.key == "matmul_below_peak" else max(parts, key=lambda k: (abs(parts[k]), k))
+            parts[fill] += ns - sum(parts.values())
+        label, note = convention_text(dict(parts)) if b.key == "flop_convention" else (b.label, b.note)
+        out.append(Bar(b.key, label, ns, weighted / T, _parts(dict(parts), T), note))
     return Waterfall(T, tuple(out))
 
 
-def with_parts(fall: Waterfall, key: str, weights: dict[str, float], top: int = 12) -> Waterfall:
+def with_parts(fall: Waterfall, key: str, weights: dict[str, float], top: int = 12, keep: tuple[str, ...] = (NO_FLOPS,)) -> Waterfall:
     """Split bar ``key`` into parts in proportion to ``weights`` (the largest ``top``, the rest
-    as "other"); integer ns that sum exactly to the bar."""
+    as "other"); integer ns that sum exactly to the bar.  Parts named in ``keep`` (the matmul
+    time without FLOPs) stay as they are: only the rest of the bar is split."""
     bars = list(fall.bars)
     i = next((j for j, b in enumerate(bars) if b.key == key), None)
     total_w = sum(w for w in weights.values() if w > 0)
     if i is None or total_w <= 0 or bars[i].ns <= 0:
         return fall
     b = bars[i]
+    kept = {p["key"]: p["ns"] for p in b.parts if p["key"] in keep}
+    rest = b.ns - sum(kept.values())
+    if rest <= 0:
+        return fall
     ranked = sorted(((k, w) for k, w in weights.items() if w > 0), key=lambda kv: (-kv[1], kv[0]))
     head, tail = ranked[:top], ranked[top:]
     if tail:
         head.append(("other shapes", sum(w for _, w in tail)))
-    ns = {k: int(b.ns * w // total_w) for k, w in head}
-    ns[head[0][0]] += b.ns - sum(ns.values())
-    bars[i] = Bar(b.key, b.label, b.ns, b.fraction, _parts(ns, fall.window_ns))
+    ns = {k: int(rest * w // total_w) for k, w in head}
+    ns[head[0][0]] += rest - sum(ns.values())
+    bars[i] = Bar(b.key, b.label, b.ns, b.fraction, _parts({**kept, **ns}, fall.window_ns), b.note)
     return Waterfall(fall.window_ns, tuple(bars))

@@ -202,7 +202,7 @@ class TracelensApp(App):
                 return
             opts = replace(opts, gpu=answer, peak_tflops=None)
         else:
-            if peak <= 0:
+            if not (peak > 0 and peak != float("inf")):  # also NaN
                 self.notify("the peak must be a positive number of TFLOP/s", severity="error")
                 return
             opts = replace(opts, peak_tflops=peak)

@@ -22,6 +22,11 @@ from tracelens.units import fmt_bytes, fmt_ns, fmt_num, fmt_pct, fmt_pct2
 from tracelens.views import KCLASS_COLOURS
 
 
+def _peak_flag(v: Any) -> Text:
+    """The flag of a row above 100% of its dtype's peak (its % is then shown as unknown)."""
+    return Text("⚠ >100%", style="bold #f6d32d") if v else Text("")
+
+
 class OverviewPane(VerticalScroll):
     """The headline MFU, the waterfall, step-time stats, the per-rank strip, top suggestions."""
 
@@ -54,6 +59,8 @@ class OverviewPane(VerticalScroll):
             t.append(f"  {views.mfu_text(h)}")
             if h["hfu"] is not None:
                 t.append(f", HFU {100 * h['hfu']:.2f}%")
+            if h["mfu_note"]:
+                t.append(f"\n⚠ MFU is {h['mfu_note']}", style="#f6d32d")
         else:
             t.append("MFU unknown", style="bold #f6d32d")
             t.append(f"  {h['why_unknown'].removeprefix('MFU unknown: ')}")
@@ -209,16 +216,19 @@ class KernelsPane(Vertical):
             t.append("■ ", style=KCLASS_COLOURS.get(c["kclass"], "grey70"))
             t.append(f"{c['kclass']} {fmt_pct(c['share'])}  ")
         yield Static(t, id="kernel-classes")
-        yield FilterTable(views.kernel_table_title(self.report, rows), [
+        yield FilterTable(views.kernel_table_title(self.report, rows) + " (% of the peak of the dtype their ops ran at)", [
             Column("kclass", "class"),
             Column("count", "count", lambda v: f"{v:,}", True),
             Column("total_ns", "total", fmt_ns, True),
             Column("mean_ns", "mean", lambda v: fmt_ns(int(v)), True),
             Column("tflops", "TFLOP/s", fmt_num, True),
             Column("of_peak", "% peak", fmt_pct, True),
+            Column("above_peak", "", _peak_flag),
+            Column("dtype", "dtype"),
             Column("name", "kernel", lambda v: v[:160]),
         ], rows, id="kernels-table", empty="no GPU kernels")
-        yield FilterTable(views.matmul_table_title(self.report) + " (roofline: memory- or compute-bound at this GPU's ridge point)", [
+        yield FilterTable(views.matmul_table_title(self.report) + " (% of the peak of the dtype each ran at; memory- or compute-bound "
+                          "at that dtype's ridge point)", [
             Column("rank", "rank", str, True),
             Column("op", "op"),
             Column("shapes", "shapes", lambda v: v[:48]),
@@ -227,6 +237,7 @@ class KernelsPane(Vertical):
             Column("kernel_ns", "time", fmt_ns, True),
             Column("achieved_tflops", "TFLOP/s", fmt_num, True),
             Column("of_peak", "% peak", fmt_pct, True),
+            Column("above_peak", "", _peak_flag),
             Column("arithmetic_intensity", "FLOP/B", lambda v: f"{v:,.0f}", True),
             Column("bound", "bound"),
         ], views.matmul_rows(self.report), id="matmuls-table", empty="no matmul shapes recorded (record_shapes=True)")

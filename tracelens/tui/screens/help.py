@@ -39,6 +39,11 @@ down to the MFU.  Bars are disjoint slices of GPU time, so they sum to 100%.  Wh
 the FLOPs are unknown, the chart shows the GPU-time waterfall (the same idle, communication and
 copy bars) and ends at the compute share, whose FLOP efficiency is unknown; the overview says
 what is missing and which key supplies it.
+Matmul kernels no op with counted FLOPs launched (compiled code, custom attention) are their own
+part of "matmul below peak", and the MFU is then marked a lower bound.  The bar before the MFU
+bridges each matmul's own dtype peak and the 16-bit peak the MFU uses; it is named for what it
+holds (e.g. "FP32 math instead of tensor cores").  "% peak" is always of the dtype a kernel ran
+at; a share above 100% cannot be and shows as ⚠ >100% (its FLOPs or dtype are wrong).
 
 **Warnings** (`8`) lists everything the analysis could not measure, left out or flagged, one
 row each; the overview counts them.

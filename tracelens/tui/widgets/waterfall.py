@@ -66,4 +66,5 @@ class WaterfallChart(Widget):
                 for p in row["parts"]:  # each part where it lies inside its bar
                     table.add_row(Text(f"   {p['label']}", style="dim"), bar_text(p["start"], p["fraction"], width, f"dim {colour}"),
                                   Text(fmt_pct(p["fraction"], 2), style="dim"), Text(fmt_ns(p["ns"]), style="dim"))
-        return table
+        notes = [Text(f"{b['label']}: {b['note']}", style="dim") for b in self.bars if b.get("note")]
+        return Group(table, *notes) if notes else table
