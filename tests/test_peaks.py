@@ -527,3 +527,15 @@ def test_reports_with_the_new_keys_validate_against_the_schema(tmp_path):
               analyze(load([trace(tmp_path)], use_cache=False), Options(params=1e9, tokens_per_step=16)).to_dict()):
         jsonschema.Draft202012Validator(schema).validate(d)
     assert d["ranks"][0]["mfu"]["flops_source"] == "params: 6·N·T"
+
+
+def test_without_launch_records_the_coverage_is_unknown_and_said(tmp_path):
+    # The hand-built GEMM trace of test_mfu without its cudaLaunchKernel: the kernel cannot be tied to its op,
+    # so which matmul time has FLOPs is unknown: null, with a warning, never 0 or 1.
+    ev = [X("user_annotation", "ProfilerStep#1", 0, 1000), X("cpu_op", "aten::mm", 10, 20, **mm_args(4096, 8192, 4096)),
+          X("kernel", "sm90_xmma_gemm_bf16bf16", 100, 500, pid=0, tid=7, device=0, stream=7)]
+    d = analyze(load([write(tmp_path, ev)], use_cache=False)).to_dict()
+    m = d["ranks"][0]["mfu"]
+    assert m["value"] is not None and m["flops_coverage"] is None and m["matmul_without_flops_ns"] is None
+    assert any("no kernel can be tied to the op that launched it" in w for w in d["warnings"])
+    assert sum(b["fraction"] for b in d["ranks"][0]["waterfall"]) == pytest.approx(1.0, abs=1e-9)

@@ -948,7 +948,7 @@ def _flops_quality(meta, kept: list[Step], cuts: list, steps: list[Step], known:
     counted FLOPs exceed what their kernels could do at their dtype's peak (the MFU may be too high)."""
     from tracelens.units import fmt_ns
 
-    idx = [i for i, s in enumerate(steps) if s in kept]
+    idx = [i for i, s in enumerate(steps) if not s.warmup] or list(range(len(steps)))  # the kept steps, as ``kept``
     mm = sum(cuts[i].matmul for i in idx) if cuts else 0
     out: dict[str, Any] = {"matmul_ns": mm if kernels is not None else None}
     if source == "shapes" and known is not None and mm:
@@ -971,6 +971,9 @@ def _flops_quality(meta, kept: list[Step], cuts: list, steps: list[Step], known:
             value = f" ({100 * mfu:.2f}%)" if mfu is not None else ""
             warnings.append(f"{meta.path}: FLOPs are known for {pct} of the matmul-class kernel time: {fmt_ns(without)} of "
                             f"{fmt_ns(mm)} ran in kernels no op with counted FLOPs launched ({names}); the MFU{value} is a lower bound")
+    elif source == "shapes" and known is None and mm and mfu is not None:
+        warnings.append(f"{meta.path}: no kernel can be tied to the op that launched it (the trace has no launch records): which "
+                        "matmul kernels have counted FLOPs is unknown (flops_coverage null), so the MFU may be a lower bound")
     kt_warning = None
     if matmuls:
         from tracelens import kernels as kt
