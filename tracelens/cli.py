@@ -229,9 +229,8 @@ def _cmd_report(args: argparse.Namespace) -> int:
 
 def _analyze_paths(paths: list[str], args: argparse.Namespace, steps) -> dict:
     from tracelens.analysis import analyze
-    from tracelens.load import load
-
     from tracelens.errors import UsageError
+    from tracelens.load import load
 
     trace = load(paths, use_cache=not args.no_cache, keep_python=args.keep_python, jobs=args.jobs)
     a = analyze(trace, _options(args, steps))
