@@ -38,7 +38,7 @@ from tracelens.errors import ParseError
 from tracelens.kclass import classify, collective_from_kernel
 from tracelens.schema import TraceMeta, conform, conform_exprs, empty_frame
 
-PARSER_VERSION = "1.6"
+PARSER_VERSION = "1.7"  # bump when the table a parse caches changes (kernel classes included)
 CHUNK_BYTES = 1 << 20
 ROWS_PER_BATCH = 8192
 BACKLOG = 1  # batches queued for the second thread before the decoding thread waits

@@ -295,5 +295,6 @@ def test_fp32_ops_on_tf32_tensor_cores_are_held_to_the_tf32_peak():
     fp32 = [m for m in rows if m["dtype"] == "fp32"]
     assert tf32 and fp32
     assert max(m["achieved_tflops"] for m in tf32) > 19.5  # faster than FP32 can go: tensor cores
-    assert all(m["of_peak"] <= 1.0 for m in rows)
-    assert all(m["achieved_tflops"] <= 19.5 for m in fp32)
+    assert all(m["of_peak"] is None or m["of_peak"] <= 1.0 for m in rows)
+    # an FP32 shape faster than FP32 can go (its GEMM kernel's launch is missing from the sampled trace): flagged, not shown
+    assert all(m["achieved_tflops"] <= 19.5 or (m["above_peak"] and m["of_peak"] is None) for m in fp32)

@@ -715,7 +715,7 @@ def _analyze_rank(df: pl.DataFrame, fi: int, meta, options: Options) -> RankResu
     quality = _flops_quality(meta, kept, cuts, steps, known_mm, source, mfu, fall, matmuls, kernel_table,
                              kernels if has_gpu else None, linked, fwarn, warnings)
     matmuls_total = len(matmuls)
-    matmuls = matmuls[: kt.MATMULS_TOP]
+    matmuls = kt.keep_top(matmuls)
     if not has_gpu:
         warnings.append(f"{meta.path}: no GPU activity in the selected steps; GPU time is unknown")
     return RankResult(

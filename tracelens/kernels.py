@@ -184,6 +184,12 @@ def matmul_efficiency(
     return out if top is None else out[:top]
 
 
+def keep_top(matmuls: list[dict[str, Any]], top: int = MATMULS_TOP) -> list[dict[str, Any]]:
+    """The rows the report keeps: the ``top`` longest ranked shapes, then up to ``top`` flagged
+    ones (above 100% of their peak), so that those stay visible, flagged, after the ranking."""
+    return [m for m in matmuls if not m["above_peak"]][:top] + [m for m in matmuls if m["above_peak"]][:top]
+
+
 def below_peak_by_shape(matmuls: list[dict[str, Any]]) -> dict[str, float]:
     """Each op shape's kernel time beyond its FLOPs at peak (the weights that split the
     matmul-below-peak bar by shape)."""
