@@ -163,9 +163,9 @@ def test_unknown_mfu_names_what_is_missing(no_flops, tmp_path):
     hc = views.headline(cpu)
     assert hc["missing"] == ["gpu_time"] and "no GPU activity" in hc["why_unknown"] and hc["hint"] == ""
     assert cpu["job"]["waterfall"] == [] and render_text(cpu).splitlines()[1].startswith(hc["why_unknown"])
-    # given the FLOPs, the MFU is known
-    given = report_of(no_flops, model_flops_per_step=1e12)
-    assert given["job"]["mfu"] == pytest.approx(1e12 / (989.4e12 * T / 1e9)) and views.headline(given)["why_unknown"] is None
+    # given the FLOPs, the MFU is known (1e11 in the 800 µs window: 12.6%; 1e12 would be 126%, a usage error)
+    given = report_of(no_flops, model_flops_per_step=1e11)
+    assert given["job"]["mfu"] == pytest.approx(1e11 / (989.4e12 * T / 1e9)) and views.headline(given)["why_unknown"] is None
     assert given["job"]["waterfall_kind"] == "mfu" and given["job"]["waterfall"][-1]["key"] == "mfu"
 
 
@@ -186,7 +186,7 @@ def test_a_known_gpu_is_named_as_itself_with_its_siblings_peaks(name, model, sib
 
 
 def test_the_report_names_the_h800_and_says_whose_peaks(no_flops):
-    d = report_of(no_flops, model_flops_per_step=1e12)
+    d = report_of(no_flops, model_flops_per_step=1e11)
     m = d["ranks"][0]["mfu"]
     assert m["gpu_model"] == "NVIDIA H800" and m["peak_flops"] == pytest.approx(989.4e12)
     assert m["gpu_notes"] == ["peaks of the NVIDIA H100 SXM, the same chip"]
@@ -229,6 +229,9 @@ def test_text_tui_and_html_show_the_same_bars_and_parts_in_the_same_order():
     # text: the same rows, labels cut to the column
     text = render_text(d)
     block = text[text.index("MFU loss waterfall of the job"):].split("\n\n")[0].splitlines()[1:]
+    notes = [ln.strip() for ln in block if ln.startswith("      (")]  # a bar's one-line note, under its parts
+    assert notes == [f"({b['note']})" for b in bars if b.get("note")] and notes
+    block = [ln for ln in block if not ln.startswith("      (")]
     got = [("part", ln[6:40].rstrip(), ln.split()[-1]) if ln.startswith("      ") else ("bar", ln[2:40].rstrip(), ln.split()[-1])
            for ln in block]
     assert got == [(k, lb[:34 if k == "part" else 38].rstrip(), pct) for k, lb, pct in want]
@@ -335,7 +338,8 @@ def test_compare_never_shows_a_rounding_as_a_change():
     text = render({**new, "comparison": c}, "text").decode()
     assert "-0.00" not in text and "(0.00 points, same)" in text
     html = render({**new, "comparison": c}, "html").decode()
-    row = re.search(r"<tr><td>FLOP convention[^<]*</td>(.*?)</tr>", html).group(1)
+    label = re.escape(bars["flop_convention"]["label"])  # named for what it holds ("precision and FLOP convention (signed)")
+    row = re.search(rf"<tr><td>{label}</td>(.*?)</tr>", html).group(1)
     assert "-0.00" not in row and "▲" not in row and "▼" not in row and "muted" in row and "0.00 pts" in row
 
 

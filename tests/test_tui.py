@@ -517,8 +517,8 @@ def test_warnings_view_lists_every_warning_and_the_overview_leads_there():
 
 def test_set_the_model_flops_in_the_app_reanalyses(tmp_path):
     """A trace without shapes on a known GPU (an H800): the overview says the FLOPs are missing
-    (not the GPU) and F asks for them; 1e12 gives the MFU that `report --model-flops-per-step 1e12`
-    gives; a non-number is refused and changes nothing."""
+    (not the GPU) and F asks for them; 1e11 gives the MFU that `report --model-flops-per-step 1e11`
+    gives (1e12 would be 126%, more than the GPU can do); a non-number is refused and changes nothing."""
     from tracelens.analysis import Options
 
     path = no_flops_trace(tmp_path)
@@ -541,9 +541,9 @@ def test_set_the_model_flops_in_the_app_reanalyses(tmp_path):
             await pilot.press("F")
             await pilot.pause()
             app.screen.query_one("#flops-input").value = ""
-            await pilot.press(*"1e12", "enter")
+            await pilot.press(*"1e11", "enter")
             await settle(app, pilot)
-            want = analyze(load([path], use_cache=False), Options(model_flops_per_step=1e12)).to_dict()["job"]["mfu"]
+            want = analyze(load([path], use_cache=False), Options(model_flops_per_step=1e11)).to_dict()["job"]["mfu"]
             assert want is not None and app.report["job"]["mfu"] == want
             assert f"MFU {100 * want:.2f}%" in str(app.query_one("#headline").render())
             assert app.query_one(WaterfallChart).kind == "mfu"

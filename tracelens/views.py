@@ -562,9 +562,9 @@ def mfu_missing(report: dict[str, Any]) -> dict[str, Any]:
         missing.append("gpu")
         reasons["gpu"] = "the GPU's peak is missing — " + (
             _reason(report, no_peak, ("GPU", "peak")) or "the GPU is not known (give --gpu NAME or --peak-tflops X)")
-    if not missing:
+    if not missing:  # e.g. the user's FLOPs or peak gave an MFU above 100%: the warning says so
         missing.append("other")
-        reasons["other"] = "see the warnings"
+        reasons["other"] = _reason(report, timed, ("MFU unknown",)) or "see the warnings"
     return {"missing": missing, "reasons": reasons}
 
 
