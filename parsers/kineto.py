@@ -31,8 +31,8 @@ from typing import Any
 import msgspec
 import orjson
 import polars as pl
-
 from tracelens.parsers.jsonstream import stream_events
+
 from tracelens.collectives import P2P, dtype_bytes, normalize_collective
 from tracelens.errors import ParseError
 from tracelens.kclass import classify, collective_from_kernel

@@ -7,13 +7,13 @@ from collections import Counter
 
 import polars as pl
 import pytest
+import torch  # a test dependency: missing, the suite fails instead of skipping
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tracelens.flops import CONV, count
 from tracelens.load import load
 
-import torch  # a test dependency: missing, the suite fails instead of skipping
 pytestmark = pytest.mark.slow
 
 

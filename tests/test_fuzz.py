@@ -9,8 +9,8 @@ from pathlib import Path
 
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-
 from tracelens.parsers.kineto import parse
+
 from tests.conftest import real_traces
 from tracelens.errors import ParseError
 from tracelens.schema import validate

@@ -12,6 +12,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import jsonschema  # a test dependency: missing, the suite fails instead of skipping
 import orjson
 import pytest
 
@@ -23,7 +24,6 @@ from tracelens.html import EMBED_PLAIN_MAX, extract_report, render_html
 from tracelens.load import load
 from tracelens.report import render
 
-import jsonschema  # a test dependency: missing, the suite fails instead of skipping
 SCHEMA = json.loads((ROOT / "tracelens/report.schema.json").read_text())
 H100 = SAMPLE_TRACES / "h100_bert_small"
 JOB = SAMPLE_TRACES / "job_2ranks"

@@ -9,8 +9,8 @@ import polars as pl
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-
 from tracelens.parsers.kineto import _as_int, _int_col, decimal_us_to_ns, parse
+
 from tracelens.kclass import classify
 from tracelens.schema import validate
 

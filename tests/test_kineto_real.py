@@ -9,8 +9,8 @@ import re
 import orjson
 import polars as pl
 import pytest
-
 from tracelens.parsers.kineto import parse
+
 from tests.conftest import real_trace_files, real_traces
 from tracelens.errors import ParseError
 from tracelens.schema import validate

@@ -9,8 +9,8 @@ import sys
 
 import polars as pl
 import pytest
-
 from tracelens.parsers import kineto as kineto_parser
+
 from tests.conftest import ROOT, real_traces
 from tracelens.load import load, rank_from_name
 from tracelens.schema import EVENT_SCHEMA, KINDS, SchemaError, conform, validate

@@ -262,6 +262,7 @@ def test_gpu_identified_from_nsys_target_info():
     """nsys exports describe their GPUs in TARGET_INFO_GPU: the H200 (132 SMs) and the A100-SXM4-40GB
     (108 SMs) of the shared exports map to full parts; the 2022 CPU-only export has no GPU table."""
     from tracelens.parsers.nsys import target_gpus
+
     from tests.conftest import real_traces
     from tracelens import gpus
 

@@ -47,6 +47,6 @@ def test_shapes_recorded(ddp_traces):
 def test_collectives_match_across_ranks(ddp_traces):
     trace = load(ddp_traces, use_cache=False)
     coll = trace.events.filter(pl.col("kind") == "collective").select("rank", "seq", "collective", "bytes")
-    r0 = coll.filter(pl.col("rank") == 0).drop("rank").sort("seq")
-    r1 = coll.filter(pl.col("rank") == 1).drop("rank").sort("seq")
+    r0 = coll.filter(pl.col("rank") == 0).drop("rank").sort(pl.col("seq"), pl.col("collective").cast(pl.String))
+    r1 = coll.filter(pl.col("rank") == 1).drop("rank").sort(pl.col("seq"), pl.col("collective").cast(pl.String))
     assert r0.height > 0 and r0.equals(r1)

@@ -21,9 +21,6 @@ import orjson
 import pytest
 
 from tests.conftest import ROOT, SAMPLE_TRACES, real_traces
-
-import textual  # a test dependency: missing, the suite fails instead of skipping
-
 from tracelens.analysis import analyze  # noqa: E402
 from tracelens.load import load  # noqa: E402
 from tracelens.tui import make_app  # noqa: E402

@@ -141,9 +141,9 @@ def _clean(text: object) -> str:
 def _cmd_info(args: argparse.Namespace) -> int:
     from pathlib import Path
 
-    from tracelens.parsers import SQLITE_MAGIC
     from tracelens.info import nsys_summary, render_nsys_text, render_text, summarize
     from tracelens.load import load
+    from tracelens.parsers import SQLITE_MAGIC
     from tracelens.views import printable_report
 
     def is_nsys(p: str) -> bool:

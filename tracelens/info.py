@@ -113,8 +113,8 @@ def render_text(summary: dict[str, Any]) -> str:
 def nsys_summary(path: str) -> dict[str, Any]:
     """What tracelens reads of an Nsight Systems export so far: its GPUs (TARGET_INFO_GPU), each
     matched to the peak table (MFU.md 3.1).  Its events are the nsys parser's (a later issue)."""
-    from tracelens.parsers.nsys import target_gpus
     from tracelens import gpus
+    from tracelens.parsers.nsys import target_gpus
 
     out = []
     for g in target_gpus(path):

@@ -17,10 +17,11 @@ OUT = Path(__file__).resolve().parent
 async def shoot(job: str, keys: list[tuple[str, str]]) -> None:
     import os
 
+    from tracelens import demo
     from tracelens.tui import make_app
 
     os.chdir(ROOT)
-    app = make_app([job])
+    app = make_app([job], options=demo.options(job))  # the job's tracelens.toml, as `tracelens JOB` reads it
     app.animation_level = "none"
     async with app.run_test(size=(130, 42)) as pilot:
         await app.workers.wait_for_complete()
