@@ -776,7 +776,7 @@ def _facts(df: pl.DataFrame, counted: pl.DataFrame, gpu_rows: pl.DataFrame, kept
            steps: list[Step] | None = None, attr: _IdleAttribution | None = None) -> dict[str, Any]:
     """Measurements the suggestion rules need beyond the waterfall, over the steps kept."""
     lo, hi = min(s.start_ns for s in kept), max(s.end_ns for s in kept)
-    g = gpu_rows.filter((pl.col("ts_ns") >= lo) & (pl.col("ts_ns") < hi))
+    g = gpu_rows.select(pl.exclude("args")).filter((pl.col("ts_ns") >= lo) & (pl.col("ts_ns") < hi))
     k = g.filter(pl.col("kind") == "kernel")
     names = pl.col("name").cast(pl.String)
     counted = counted.drop_nulls("flops")
@@ -825,8 +825,9 @@ def _item_calls(df: pl.DataFrame, steps: list[Step], kept_idx: list[int]) -> dic
     """.item() calls per kept step (index in ``steps``): each call once, so an aten::item and
     the _local_scalar_dense inside it count one, and a _local_scalar_dense on its own (tolist,
     bool(tensor)) one; a call belongs to the step whose CPU span holds its start."""
-    ops = df.filter((pl.col("kind") == "cpu_op") & pl.col("name").cast(pl.String).is_in(_ITEM)).select(
-        "tid", "ts_ns", (pl.col("ts_ns") + pl.col("dur_ns")).alias("end"), (pl.col("name").cast(pl.String) == _ITEM[0]).alias("item"))
+    ops = df.lazy().filter((pl.col("kind") == "cpu_op") & pl.col("name").cast(pl.String).is_in(_ITEM)).select(
+        "tid", "ts_ns", (pl.col("ts_ns") + pl.col("dur_ns")).alias("end"), (pl.col("name").cast(pl.String) == _ITEM[0]).alias("item")
+    ).collect()
     out = dict.fromkeys(kept_idx, 0)
     if not ops.height or not kept_idx:
         return out
@@ -860,7 +861,7 @@ def _workload(df: pl.DataFrame, kernels: pl.DataFrame) -> dict[str, Any]:
     """Training (backward or optimizer ops, or backward kernels), inference (CPU ops recorded
     and none of them), or None (kernels only, none of them backward): which advice applies."""
     names = pl.col("name").cast(pl.String)
-    host = df.filter(pl.col("kind").is_in(["cpu_op", "annotation", "python", "step"]) & pl.col("tid").is_not_null())
+    host = df.select("kind", "tid", "name").filter(pl.col("kind").is_in(["cpu_op", "annotation", "python", "step"]) & pl.col("tid").is_not_null())
     bw = host.filter(names.str.contains(_BACKWARD_OPS))
     if bw.height:
         top = bw.group_by(names.alias("n")).len().sort("len", "n", descending=[True, False]).row(0)
@@ -911,7 +912,10 @@ def _known_matmul(kernels: pl.DataFrame, linked: pl.DataFrame, launched: pl.Data
     """Per window, the matmul-class kernel time (recompute excluded, as segments.cut's ``matmul``)
     of the kernels launched inside ops with counted FLOPs: the same sweep over those kernels alone."""
     mine = linked.filter(pl.col("_mm")).get_column("_k")
-    rows = kernels.with_row_index("_k").filter(pl.col("_k").is_in(mine.implode()))
+    rows = (  # only the columns segments.cut reads
+        kernels.lazy().with_row_index("_k").filter(pl.col("_k").is_in(mine.implode()))
+        .select("ts_ns", "dur_ns", "kclass", "group", "group_desc", "collective").collect()
+    )
     return [c.matmul for c in segments.cut(rows, launched, windows)]
 
 
@@ -1153,9 +1157,11 @@ def _blocking_spans(df: pl.DataFrame, gpu_rows: pl.DataFrame) -> pl.DataFrame:
     blocking call on their thread (a non_blocking=False copy), up to three levels out."""
     names = pl.col("name").cast(pl.String)
     pageable = gpu_rows.filter((pl.col("kind") == "memcpy") & names.str.contains("(?i)pageable")).get_column("correlation").drop_nulls()
-    host = df.filter(pl.col("tid").is_not_null()).select(
-        "tid", "kind", names.alias("name"), pl.col("ts_ns").alias("s"), (pl.col("ts_ns") + pl.col("dur_ns")).alias("e"),
-        pl.col("kind").is_in(["runtime", "sync"]).alias("leaf"), "correlation",
+    host = (  # the host kinds the spans below come from, without the other columns
+        df.lazy().filter(pl.col("tid").is_not_null() & pl.col("kind").is_in(["runtime", "sync", "cpu_op"]))
+        .select("tid", "kind", names.alias("name"), pl.col("ts_ns").alias("s"), (pl.col("ts_ns") + pl.col("dur_ns")).alias("e"),
+                pl.col("kind").is_in(["runtime", "sync"]).alias("leaf"), "correlation")
+        .collect()
     )
     blocking = host.filter(
         (pl.col("kind") == "sync")

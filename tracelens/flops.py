@@ -431,7 +431,9 @@ def _conv_hints(events: pl.DataFrame, ops: pl.DataFrame) -> pl.DataFrame | None:
     if fwd.height == 0 and bwd.height == 0:
         return None
     end = (pl.col("ts_ns") + pl.col("dur_ns")).alias("_end")
-    host = events.filter(pl.col("kind") == "cpu_op").select("file", "pid", "tid", "ts_ns", end, name.cast(pl.String), "args")
+    host = (  # lazy: only these columns of the CPU ops are copied
+        events.lazy().filter(pl.col("kind") == "cpu_op").select("file", "pid", "tid", "ts_ns", end, name.cast(pl.String), "args").collect()
+    )
     parts = []
     if bwd.height:  # the gradients a 2021 backward op computed: its child ops
         kids_in = [f"{n}_input" for n in fam]

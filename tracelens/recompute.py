@@ -21,10 +21,11 @@ _EVAL = "autograd::engine::evaluate_function"
 
 def find(df: pl.DataFrame) -> pl.DataFrame:
     """Row index, thread, start and end of each outermost recomputed forward op."""
-    ops = (
-        df.with_row_index("_row")
+    ops = (  # lazy: only these columns are filtered (a DataFrame filter copies every column)
+        df.lazy().with_row_index("_row")
         .filter((pl.col("kind") == "cpu_op") & pl.col("tid").is_not_null())
         .select("_row", "pid", "tid", "ts_ns", (pl.col("ts_ns") + pl.col("dur_ns")).alias("end"), pl.col("name").cast(pl.String))
+        .collect()
     )
     # only backward-pass frames and forward ops take part in the nesting test
     ops = ops.filter(pl.col("name").str.starts_with(_EVAL) | pl.col("name").is_in(list(FORWARD)))
