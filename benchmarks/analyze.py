@@ -8,7 +8,7 @@ tracelens' modules are byte-compiled first (``compileall``; HTA's were when pip 
 without that, a machine with PYTHONDONTWRITEBYTECODE set compiles them from source on every run.  HTA 0.5.0: ``TraceAnalysis`` load, then
 ``get_temporal_breakdown``, ``get_idle_time_breakdown`` and ``get_comm_comp_overlap`` (the HTA
 analyses that cover what the report holds).  Each run is a fresh process; the two sides run
-alternately (--repeat runs each) and the best and the median of each are reported.  Without arguments: the largest traces in ../shared/traces and the
+alternately (--repeat runs each) and the best and the median of each are reported.  Without arguments: the largest traces in tests/data/traces and the
 two-rank sample job.
 """
 
@@ -24,7 +24,7 @@ import tempfile
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-SHARED = ROOT.parent / "shared" / "traces"
+SHARED = ROOT / "tests" / "data" / "traces"  # the real traces the tests use
 DEFAULT = [
     SHARED / "hta/trace_diff/control/control.json.gz",
     SHARED / "kineto-tbplugin/samples/resnet50_num_workers_0/worker0.1623143089861.pt.trace.json.gz",

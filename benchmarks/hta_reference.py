@@ -6,7 +6,7 @@ Run with HTA's interpreter (its pins clash with ours, so it lives in its own ven
     benchmarks/.hta-venv/bin/pip install HolisticTraceAnalysis==0.5.0
     benchmarks/.hta-venv/bin/python benchmarks/hta_reference.py > tests/data/hta_reference.json
 
-For every single-rank Kineto trace under ../shared/traces/{hta,amd-tracelens} it records
+For every single-rank Kineto trace under tests/data/traces/{hta,amd-tracelens} it records
 ``TraceAnalysis.get_temporal_breakdown`` (idle, compute, non-compute and kernel time, µs) and
 ``get_comm_comp_overlap`` (the share of communication time under computation).  Files HTA
 cannot load are recorded with the error it gave.
@@ -24,7 +24,7 @@ from pathlib import Path
 logging.disable(logging.WARNING)
 
 ROOT = Path(__file__).resolve().parents[1]
-SHARED = ROOT.parent / "shared" / "traces"
+SHARED = ROOT / "tests" / "data" / "traces"  # the real traces the tests use
 
 
 def main() -> int:

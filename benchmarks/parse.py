@@ -13,8 +13,8 @@ Every measurement runs in a fresh process; the best time and the largest RSS of 
 are kept.  RSS is the process's own high-water mark (VmHWM) minus its RSS just before the work;
 "warmed" first loads a small real trace in the same process, so that one-off runtime costs
 (polars' thread pools and allocator arenas; pandas' for HTA) are not charged to the file.  ``--tile N`` also measures a trace made of N copies of each input's events (shifted
-in time), to show how the costs grow past the sizes in ../shared/traces.
-Without arguments it takes the largest traces in ../shared/traces.
+in time), to show how the costs grow past the sizes in tests/data/traces.
+Without arguments it takes the largest traces in tests/data/traces.
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ import tempfile
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-SHARED = ROOT.parent / "shared" / "traces"
+SHARED = ROOT / "tests" / "data" / "traces"  # the real traces the tests use
 DEFAULT = [
     "hta/trace_diff/control/control.json.gz",
     "kineto-tbplugin/samples/resnet50_num_workers_0/worker0.1623143089861.pt.trace.json.gz",

@@ -22,7 +22,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
-DEFAULT = ROOT.parent / "shared/traces/hta/trace_diff/control/control.json.gz"
+DEFAULT = ROOT / "tests/data/traces/hta/trace_diff/control/control.json.gz"
 
 
 def main() -> int:
