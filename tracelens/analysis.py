@@ -1155,21 +1155,26 @@ def _blocking_spans(df: pl.DataFrame, gpu_rows: pl.DataFrame) -> pl.DataFrame:
     """(tid, s, e, name, leaf) of the host spans that block on the GPU: the blocking calls
     (``leaf``) and the sync ops, and the copy ops (aten::to, _to_copy, copy_) that hold a
     blocking call on their thread (a non_blocking=False copy), up to three levels out."""
-    names = pl.col("name").cast(pl.String)
-    pageable = gpu_rows.filter((pl.col("kind") == "memcpy") & names.str.contains("(?i)pageable")).get_column("correlation").drop_nulls()
+    pageable = gpu_rows.filter((pl.col("kind") == "memcpy") & pl.col("name").cast(pl.String).str.contains("(?i)pageable"))
+    pageable = pageable.get_column("correlation").drop_nulls()
     host = (  # the host kinds the spans below come from, without the other columns
         df.lazy().filter(pl.col("tid").is_not_null() & pl.col("kind").is_in(["runtime", "sync", "cpu_op"]))
-        .select("tid", "kind", names.alias("name"), pl.col("ts_ns").alias("s"), (pl.col("ts_ns") + pl.col("dur_ns")).alias("e"),
+        .select("tid", "kind", "name", pl.col("ts_ns").alias("s"), (pl.col("ts_ns") + pl.col("dur_ns")).alias("e"),
                 pl.col("kind").is_in(["runtime", "sync"]).alias("leaf"), "correlation")
         .collect()
     )
+    # the regexes run over the distinct names, not over a String copy of every host row's name
+    distinct = host.get_column("name").unique().cast(pl.String).drop_nulls()
+    blocking_names = distinct.filter(distinct.str.contains(_BLOCKING)).implode()
+    async_copy_names = distinct.filter(distinct.str.contains(_ASYNC_COPY)).implode()
+    name = pl.col("name")  # Categorical: is_in compares the categories, the String cast is of the few rows kept
     blocking = host.filter(
         (pl.col("kind") == "sync")
-        | (pl.col("kind").is_in(["runtime", "cpu_op"]) & pl.col("name").str.contains(_BLOCKING))
-        | ((pl.col("kind") == "runtime") & pl.col("name").str.contains(_ASYNC_COPY) & pl.col("correlation").is_in(pageable.implode()))
-    ).select("tid", "s", "e", "name", "leaf")
-    copies = host.filter((pl.col("kind") == "cpu_op") & pl.col("name").is_in(_COPY_OPS)).select(
-        "tid", pl.col("s").alias("_cs"), pl.col("e").alias("_ce"), pl.col("name").alias("_cn")).sort("_cs")
+        | (pl.col("kind").is_in(["runtime", "cpu_op"]) & name.is_in(blocking_names))
+        | ((pl.col("kind") == "runtime") & name.is_in(async_copy_names) & pl.col("correlation").is_in(pageable.implode()))
+    ).select("tid", "s", "e", name.cast(pl.String), "leaf")
+    copies = host.filter((pl.col("kind") == "cpu_op") & name.is_in(list(_COPY_OPS))).select(
+        "tid", pl.col("s").alias("_cs"), pl.col("e").alias("_ce"), name.cast(pl.String).alias("_cn")).sort("_cs")
     found, inner = [], blocking.filter(pl.col("leaf")).select("tid", "s", "e")
     for level in range(3):  # each copy op that holds a blocking call (or a copy op found before)
         if not inner.height or not copies.height:
