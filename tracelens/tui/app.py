@@ -18,8 +18,7 @@ from textual.worker import Worker, WorkerState
 
 from tracelens import views
 from tracelens.tui.panes import VIEWS, MainView
-from tracelens.tui.screens.flops import FlopsScreen
-from tracelens.tui.screens.gpu import GpuScreen
+from tracelens.tui.screens.ask import flops_screen, gpu_screen
 from tracelens.tui.screens.help import HelpScreen
 from tracelens.tui.widgets.table import FilterTable, RowTable
 from tracelens.tui.widgets.timeline import TimelineView
@@ -149,25 +148,23 @@ class TracelensApp(App):
         timeline = Timeline(trace.events)
         return report, timeline
 
-    def action_set_gpu(self) -> None:
+    def _can_reanalyse(self) -> bool:
         if self.report is None:
             self.notify("still loading", severity="warning")
-            return
+            return False
         if self._trace is None:
             self.notify("a saved report cannot be re-analysed: open its traces", severity="warning")
-            return
-        current = self.options.gpu if self.options is not None else None
-        self.push_screen(GpuScreen(current), self._gpu_chosen)
+            return False
+        return True
+
+    def action_set_gpu(self) -> None:
+        if self._can_reanalyse():
+            self.push_screen(gpu_screen(self.options.gpu if self.options is not None else None), self._gpu_chosen)
 
     def action_set_flops(self) -> None:
-        if self.report is None:
-            self.notify("still loading", severity="warning")
-            return
-        if self._trace is None:
-            self.notify("a saved report cannot be re-analysed: open its traces", severity="warning")
-            return
-        current = self.options.model_flops_per_step if self.options is not None else None
-        self.push_screen(FlopsScreen(current), self._flops_chosen)
+        if self._can_reanalyse():
+            current = self.options.model_flops_per_step if self.options is not None else None
+            self.push_screen(flops_screen(current), self._flops_chosen)
 
     def _flops_chosen(self, answer: str | None) -> None:
         from dataclasses import replace
