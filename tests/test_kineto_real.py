@@ -1,4 +1,4 @@
-"""Every real trace in ../shared/traces/{hta,amd-tracelens,kineto-tbplugin} loads (or fails with
+"""Every real trace in tests/data/traces/{hta,amd-tracelens,kineto-tbplugin} loads (or fails with
 the documented "not a trace" error), and what we load agrees with a plain JSON scan of the file."""
 
 from __future__ import annotations
