@@ -5,14 +5,12 @@ text report and an HTML page) on the bundled two-rank A100 job, whose GPU is nam
 from __future__ import annotations
 
 import asyncio
-import subprocess
-import sys
 
 import orjson
 import pytest
 
 from tests.conftest import ROOT, SAMPLE_TRACES
-from tests.test_html import embedded
+from tests.test_html import cli, embedded
 from tracelens import demo
 from tracelens.analysis import Options, analyze
 from tracelens.cli import main
@@ -20,10 +18,6 @@ from tracelens.load import load
 
 JOB = SAMPLE_TRACES / "job_2ranks"
 A100_BF16_DENSE = 312e12  # MFU.md's peak table: A100 SXM/PCIe, bf16 dense
-
-
-def cli(*args, cwd=ROOT):
-    return subprocess.run([sys.executable, "-m", "tracelens", *map(str, args)], capture_output=True, text=True, cwd=cwd)
 
 
 def test_the_demo_job_has_a_real_mfu_from_its_settings_file():

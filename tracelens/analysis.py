@@ -194,12 +194,17 @@ class Analysis:
     timeline: dict[str, Any] | None = None  # tracelens.timeline.step_strips: one step per rank, binned
     separate_runs: bool = False  # the files look like separate runs, not one job (tracelens.load; a warning says why)
 
+    @property
+    def waterfall_kind(self) -> str:
+        """"mfu" when every rank has an MFU waterfall, else "gpu_time" (the report's job.waterfall_kind)."""
+        return "mfu" if self.ranks and all(r.waterfall is not None for r in self.ranks) else "gpu_time"
+
     def job_waterfall(self) -> list[dict[str, Any]]:
         """The MFU waterfall when every rank has one, else the GPU-time waterfall (last bar
         ``compute``) of the ranks with GPU time."""
         if not self.ranks:
             return []
-        if all(r.waterfall is not None for r in self.ranks):
+        if self.waterfall_kind == "mfu":
             w = waterfall.combine([r.waterfall for r in self.ranks])
         else:
             w = waterfall.combine([r.time_waterfall for r in self.ranks])
@@ -281,7 +286,7 @@ class Analysis:
                 "gpu_time_ns": _gpu_dict(job_gpu) if any(r.gpu for r in self.ranks) else None,
                 "waterfall": self.job_waterfall(),
                 "kernels": self.job_kernels(),
-                "waterfall_kind": "mfu" if self.ranks and all(r.waterfall is not None for r in self.ranks) else "gpu_time",
+                "waterfall_kind": self.waterfall_kind,
                 **self.job_flops_quality(),
                 # null, not [], when no wait was measured: nobody can be named or cleared (straggler_check says why)
                 "stragglers": [

@@ -280,9 +280,6 @@ def _apply_job_settings(args: argparse.Namespace) -> None:
         setattr(args, key, value)
 
 
-_POSITIVE = ("peak_tflops", "model_flops_per_step", "params", "tokens_per_step", "seq_len", "layers", "hidden")
-
-
 def _check_options(args: argparse.Namespace) -> tuple[int, int] | None:
     """--steps parsed and the regexes compiled; the numbers that MFU is built on finite and
     positive, and given together where they only mean something together; ValueError/re.error
@@ -291,6 +288,7 @@ def _check_options(args: argparse.Namespace) -> tuple[int, int] | None:
     import re
 
     from tracelens.analysis import parse_steps
+    from tracelens.jobconfig import POSITIVE
 
     steps = parse_steps(args.steps) if args.steps else None
     for rx in (args.step_range, args.data_range):
@@ -298,7 +296,7 @@ def _check_options(args: argparse.Namespace) -> tuple[int, int] | None:
             re.compile(rx)
     given = dict(getattr(args, "given", ()))
     where = lambda k: given.get(k, "--" + k.replace("_", "-"))  # noqa: E731
-    for key in _POSITIVE:
+    for key in POSITIVE:
         v = getattr(args, key, None)
         if v is not None and not (math.isfinite(v) and v > 0):
             raise ValueError(f"{where(key)} {v:g}: must be a positive number")

@@ -39,7 +39,8 @@ KEYS: dict[str, tuple[tuple[type, ...], str]] = {
     "step_range": ((str,), "regex: host ranges to use as steps"),
     "data_range": ((str,), "regex: host ranges that load data"),
 }
-POSITIVE = {"peak_tflops", "model_flops_per_step", "params", "tokens_per_step", "seq_len", "layers", "hidden"}
+# the settings (and the CLI's flags of the same names) that must be finite and positive
+POSITIVE = ("peak_tflops", "model_flops_per_step", "params", "tokens_per_step", "seq_len", "layers", "hidden")
 
 
 def find(paths: list[str]) -> Path | None:
