@@ -27,6 +27,28 @@ def head_bytes(path: Path, n: int = 4096) -> bytes:
     return start
 
 
+def _after_whitespace(path: Path) -> bytes:
+    """The content's first bytes after its leading whitespace (empty when there are none),
+    reading no further than ``limits.max_event_bytes``."""
+    from tracelens import limits
+    from tracelens.parsers.jsonstream import ContentReader
+
+    r = ContentReader(path)
+    try:
+        seen = 0
+        while seen <= limits.max_event_bytes():
+            block = r.read(1 << 20)
+            if not block:
+                return b""
+            seen += len(block)
+            rest = block.lstrip(b"\xef\xbb\xbf \t\r\n")
+            if rest:
+                return rest[:16]
+        return b""
+    finally:
+        r.close()
+
+
 def sniff(path: Path) -> str:
     """Return the format name of ``path`` or raise ParseError saying why it is not a trace."""
     try:
@@ -40,6 +62,8 @@ def sniff(path: Path) -> str:
     if head.startswith(SQLITE_MAGIC):
         return "nsys"
     stripped = head.lstrip(b"\xef\xbb\xbf \t\r\n")
+    if not stripped:  # more than the head's worth of leading whitespace: look past it
+        stripped = _after_whitespace(path)
     if stripped[:1] in (b"{", b"["):
         return "kineto"
     if not stripped:

@@ -1,23 +1,33 @@
-"""Stream the ``traceEvents`` array of a Chrome-trace JSON file in chunks of whole events.
+"""Stream the ``traceEvents`` array of a Chrome-trace JSON file in chunks of whole events,
+recovering past damaged events.
 
 The file (plain or gzip) is decompressed block by block; the parser never holds the whole
-content.  A chunk boundary is a ``}`` ``,`` ``{`` between two events; a boundary found by the
-fast byte search is *proved* by decoding the chunk: a cut inside a string or a nested value
-always leaves the chunk unbalanced, which the decoder rejects, and the next boundary is tried.
+content, and never more than a bounded piece of it (``tracelens.limits``).  A chunk boundary is
+a ``}`` ``,`` ``{`` between two events; a boundary found by the fast byte search is *proved* by
+decoding the chunk.  The decoder says where the first error lies: at the very end of the chunk
+means the cut fell inside a value (a cut inside a string or a nested value always leaves the
+chunk unbalanced), and a later boundary is tried, further each time; anywhere else means a bad
+token in one event (``NaN``, invalid UTF-8, a raw control character, a lone surrogate, nesting
+thousands deep, ...).  Then the whole events before it are decoded, the damaged event is
+repaired (``repair``: the bad tokens made valid, with what was done counted) or skipped, and
+decoding goes on after it: a bad byte costs one event and about one extra pass over its chunk.
 Keys around the array (``deviceProperties``, ``distributedInfo``, Kineto's ``INFO`` lines)
 are parsed from the bytes before the array and the bytes after its end.
 """
 
 from __future__ import annotations
 
+import json
 import re
+from collections import Counter
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import orjson
 
+from tracelens import limits
 from tracelens.errors import ParseError
 
 try:  # ISA-L's inflate (python-isal): zlib's API, about 3x faster (0.036 -> 0.011 s on a 35 MB trace)
@@ -28,14 +38,17 @@ except ImportError:  # a platform without its wheel
 _BOUNDARY = re.compile(rb"\}\s*,\s*\{")
 _WS = b" \t\r\n"
 READ_BYTES = 1 << 20
-MAX_HEADER = 256 << 20
+MAX_DEPTH = 64  # deeper values inside a damaged event are replaced by null
+WHERE_SHOWN = 5  # byte offsets named in a warning
 
-# decode(chunk) -> True when the chunk (a JSON array) was valid JSON and has been consumed.
-Decoder = Callable[[bytes], bool]
+# decode(chunk) -> None when the chunk (a JSON array of events) was decoded and consumed, else
+# the offset in ``chunk`` of its first error (``len(chunk)`` when the content ended early).
+Decoder = Callable[[bytes], "int | None"]
 
 
 class ContentReader:
-    """The file's content, decompressed on demand when gzip; records a cut or corrupt stream."""
+    """The file's content, decompressed on demand when gzip; records a cut or corrupt stream
+    and refuses a decompression bomb (``limits.max_inflate``)."""
 
     def __init__(self, path: Path):
         self.path = path
@@ -46,6 +59,7 @@ class ContentReader:
         self.done = False
         self.problem: str | None = None  # set when a gzip stream is cut short or corrupt
         self.total = 0
+        self.inflate = limits.max_inflate()
 
     def close(self) -> None:
         self.fh.close()
@@ -93,6 +107,12 @@ class ContentReader:
         if not data:
             self.done = True
         self.total += len(data)
+        if self.total > limits.INFLATE_FREE_BYTES and self.total > self.inflate * max(self.fh.tell(), 1):
+            raise ParseError(
+                str(self.path),
+                f"gzip content expands more than {self.inflate:g}x its size on disk (a decompression bomb?); "
+                "set TRACELENS_MAX_INFLATE to read it anyway",
+            )
         return data
 
 
@@ -102,6 +122,11 @@ class StreamResult:
     truncated: bool  # the array (or the gzip stream) was cut; whole events before it were kept
     problem: str | None  # what was wrong, when truncated
     content_bytes: int  # uncompressed bytes read
+    repaired: Counter[str] = field(default_factory=Counter)  # what was mended in damaged events
+    repaired_events: int = 0
+    skipped_events: int = 0  # damaged events that could not be read even mended
+    where: list[int] = field(default_factory=list)  # content offsets of the first damaged events
+    notes: list[str] = field(default_factory=list)  # oddities of the file's shape (a second traceEvents key)
 
 
 def stream_events(path: Path, decode: Decoder, chunk_bytes: int, progress: Callable[[int], None] | None = None) -> StreamResult:
@@ -112,113 +137,423 @@ def stream_events(path: Path, decode: Decoder, chunk_bytes: int, progress: Calla
     if progress is not None:
         inner = decode
 
-        def decode(chunk: bytes) -> bool:  # noqa: F811 - the same decoder, reporting as it goes
-            ok = inner(chunk)
+        def decode(chunk: bytes) -> int | None:  # noqa: F811 - the same decoder, reporting as it goes
+            err = inner(chunk)
             progress(r.fh.tell())
-            return ok
+            return err
     try:
-        return _stream(r, spath, decode, chunk_bytes)
+        return _Stream(r, spath, decode, chunk_bytes).run()
     finally:
         r.close()
 
 
-def _first_char(buf: bytearray) -> int:
-    i = 0
-    if buf.startswith(b"\xef\xbb\xbf"):
-        i = 3
-    while i < len(buf) and buf[i] in _WS:
-        i += 1
-    return i
+# The tokens that matter for structure: strings (escapes included, possibly unterminated),
+# brackets, and the bare words and numbers JSON does not allow.
+_TOKEN = re.compile(
+    rb'"(?:[^"\\]|\\.)*"|[\[\]{}]|-?(?:NaN|Infinity|inf|nan)(?![A-Za-z0-9_])|-?\d{309,}(?:\.\d+)?(?:[eE][+-]?\d+)?|-?\d+(?:\.\d+)?[eE][+-]?\d{3,}',
+    re.S,
+)
+_STRUCT = re.compile(rb'"(?:[^"\\]|\\.)*"|[\[\]{}]', re.S)
+_BAD_ESCAPE = re.compile(r'\\(?![\\"/bfnrt]|u[0-9a-fA-F]{4})')
 
 
-def _stream(r: ContentReader, path: str, decode: Decoder, chunk: int) -> StreamResult:
-    buf = bytearray()
-    header: bytes | None = None
-    # 1. Find the start of the events array.
-    while True:
-        data = r.read(READ_BYTES)
-        buf += data
-        i = _first_char(buf)
-        if i < len(buf):
-            first = buf[i : i + 1]
-            if first == b"[":
-                body = i + 1
-                break
-            if first != b"{":
-                raise ParseError(path, "not a trace: the content is not a JSON object or array")
-            key = buf.find(b'"traceEvents"')
-            if key >= 0:
-                j = key + len(b'"traceEvents"')
-                while j < len(buf) and buf[j] in b" \t\r\n:":
-                    j += 1
-                if j < len(buf):
-                    if buf[j : j + 1] != b"[":
-                        raise ParseError(path, "traceEvents is not an array")
-                    header = bytes(buf[:key])
-                    body = j + 1
-                    break
-        if not data or len(buf) > MAX_HEADER:
-            if not data and i >= len(buf):
-                if r.problem:
-                    raise ParseError(path, r.problem)
-                raise ParseError(path, "empty file" if not buf else "file holds only whitespace")
-            while data:  # say what this JSON is, when it parses
-                data = r.read(READ_BYTES)
-                buf += data
-            if r.problem:
-                raise ParseError(path, f"{r.problem} before any trace events")
-            try:
-                obj = orjson.loads(buf)
-            except orjson.JSONDecodeError as e:
-                raise ParseError(path, f"invalid or truncated JSON and no traceEvents array ({e})") from None
-            raise ParseError(path, f"not a trace: JSON without a traceEvents array ({describe(obj)})")
+_HEAD_TOKEN = re.compile(rb'"(?:[^"\\]|\\.)*(?P<q>")?|[\[\]{}]', re.S)
+_NOT_WS = re.compile(rb"[^ \t\r\n]")
 
-    # 2. Whole chunks of events, as long as more content follows.
-    pos = body
-    search = pos + chunk
-    eof = False
-    while True:
-        while not eof and len(buf) - pos < 2 * chunk:
-            data = r.read(chunk)
-            if data:
-                buf += data
+
+class _KeyScan:
+    """Finds the top-level ``"traceEvents"`` key of an object as its bytes arrive, skipping
+    strings and nested values; each byte is scanned once (a string cut by the end of what has
+    been read is scanned again whole)."""
+
+    def __init__(self, start: int):
+        self.at = start  # where the next scan starts
+        self.depth = 0
+        self.ended = False  # the object closed without the key
+
+    def find(self, buf: bytearray) -> tuple[int, int] | None:
+        """(offset of the key, offset just after its ``:``), or None: not in ``buf`` yet."""
+        for m in _HEAD_TOKEN.finditer(buf, self.at):
+            tok = m.group()
+            c = tok[:1]
+            if c == b'"':
+                if m.group("q") is None:  # runs past what has been read
+                    self.at = m.start()
+                    return None
+                if self.depth == 1 and tok == b'"traceEvents"':
+                    k = _NOT_WS.search(buf, m.end())
+                    if k is None:
+                        self.at = m.start()
+                        return None
+                    if buf[k.start()] == 0x3A:  # ":"
+                        return m.start(), k.start() + 1
+            elif c in b"[{":
+                self.depth += 1
             else:
-                eof = True
-        progressed = False
-        while search < len(buf):
-            m = _BOUNDARY.search(buf, search)
-            if m is None:
-                search = max(len(buf) - 8, search)
-                break
-            if decode(_array(buf, pos, m.start() + 1)):
-                pos = m.end() - 1
-                progressed = True
-                break
-            search = m.end()  # the cut fell inside a value: try the next boundary
-        if progressed:
-            if pos >= 2 * chunk:  # drop what was decoded now and then (each drop moves the rest)
-                del buf[:pos]
-                pos = 0
-            search = pos + chunk
-            continue
-        if eof:
-            break
-        data = r.read(max(chunk, len(buf)))
-        if data:
-            buf += data
-        else:
-            eof = True
+                self.depth -= 1
+                if self.depth <= 0:
+                    self.ended = True
+                    self.at = len(buf)
+                    return None
+            self.at = m.end()
+        self.at = max(self.at, len(buf))
+        return None
 
-    # 3. The last piece: up to the array's end, or up to the cut.
-    closes = _closes(buf, pos, header)
-    for close, top in closes:
-        piece = buf[pos:close]
-        if not piece.strip(_WS) or decode(b"[" + piece + b"]"):
-            return StreamResult(top, r.problem is not None, r.problem, r.total)
-    top = _head_only(header, path)
-    _decode_until_cut(buf, pos, decode)
-    problem = r.problem or "truncated or damaged JSON (the traceEvents array does not end cleanly)"
-    return StreamResult(top, True, problem, r.total)
+
+def deep_offset(chunk: bytes, limit: int) -> int:
+    """Where the nesting in ``chunk`` first gets deeper than ``limit`` (1 when it never does)."""
+    depth = 0
+    for m in _STRUCT.finditer(chunk):
+        c = m.group()[:1]
+        if c in b"[{":
+            depth += 1
+            if depth > limit:
+                return m.start()
+        elif c in b"]}":
+            depth -= 1
+    return 1
+
+
+def repair(event: bytes) -> tuple[bytes, set[str]]:
+    """The event's JSON with its bad tokens made valid, and what was mended: invalid UTF-8 and
+    lone surrogates become U+FFFD, raw control characters in strings are escaped, invalid
+    escapes are kept as text, ``NaN``/``Infinity``/``inf`` and numbers out of a double's range
+    become null, and values nested deeper than ``MAX_DEPTH`` become null."""
+    fixed: set[str] = set()
+    try:
+        event.decode("utf-8")
+    except UnicodeDecodeError:
+        event = event.decode("utf-8", "replace").encode()
+        fixed.add("invalid UTF-8")
+    out: list[bytes] = []
+    last = 0
+    depth = 0
+    skip_at = 0  # the depth of a value being replaced by null (0: none)
+    for m in _TOKEN.finditer(event):
+        tok = m.group()
+        c = tok[:1]
+        if skip_at:
+            if c in b"[{":
+                depth += 1
+            elif c in b"]}":
+                depth -= 1
+                if depth < skip_at:
+                    out.append(b"null")
+                    last = m.end()
+                    skip_at = 0
+            continue
+        out.append(event[last : m.start()])
+        last = m.end()
+        if c == b'"':
+            out.append(_mend_string(tok, fixed))
+        elif c in b"[{":
+            depth += 1
+            if depth > MAX_DEPTH:
+                skip_at = depth
+                fixed.add(f"values nested deeper than {MAX_DEPTH}")
+                continue
+            out.append(tok)
+        elif c in b"]}":
+            depth -= 1
+            out.append(tok)
+        elif c.isdigit() or (c == b"-" and tok[1:2].isdigit()):
+            if abs(float(tok)) == float("inf"):
+                out.append(b"null")
+                fixed.add("numbers out of range")
+            else:
+                out.append(tok)
+        else:
+            out.append(b"null")
+            fixed.add("NaN or Infinity")
+    if skip_at:  # the event ends inside the deep value
+        out.append(b"null")
+        last = len(event)
+    out.append(event[last:])
+    return b"".join(out), fixed
+
+
+def _mend_string(tok: bytes, fixed: set[str]) -> bytes:
+    try:
+        orjson.loads(tok)
+        return tok
+    except orjson.JSONDecodeError:
+        pass
+    text = tok.decode()
+    try:
+        s = json.loads(text, strict=False)  # raw control characters and lone surrogates accepted
+    except json.JSONDecodeError:
+        try:
+            s = json.loads(_BAD_ESCAPE.sub(r"\\\\", text), strict=False)
+        except json.JSONDecodeError:
+            return tok
+        fixed.add("invalid escapes")
+    if any(ord(ch) < 0x20 for ch in s):
+        fixed.add("control characters")
+    clean = s.encode("utf-16", "surrogatepass").decode("utf-16", "replace")
+    if clean != s:
+        fixed.add("lone surrogates")
+    return orjson.dumps(clean)
+
+
+class _Stream:
+    """One pass over the content: find the array, decode it chunk by chunk, read its end."""
+
+    def __init__(self, r: ContentReader, path: str, decode: Decoder, chunk: int):
+        self.r = r
+        self.path = path
+        self.decode = decode
+        self.chunk = chunk
+        self.buf = bytearray()
+        self.base = 0  # content offset of buf[0]
+        self.max_piece = limits.max_event_bytes()
+        self.res = StreamResult({}, False, None, 0)
+        self.closed_at: int | None = None  # the array's closing bracket, once a chunk ran into it
+
+    # -- reading ---------------------------------------------------------------------------
+    def _more(self, n: int) -> bool:
+        data = self.r.read(n)
+        self.buf += data
+        return bool(data)
+
+    def _too_big(self, what: str) -> ParseError:
+        mb = self.max_piece // limits.MB
+        return ParseError(self.path, f"{what} is larger than {mb} MB (set TRACELENS_MAX_EVENT_MB to read it anyway)")
+
+    # -- the parts of the file -------------------------------------------------------------
+    def run(self) -> StreamResult:
+        header, body = self._find_array()
+        pos = self._chunks(body)
+        self._end(pos, header)
+        self.res.content_bytes = self.r.total
+        return self.res
+
+    def _find_array(self) -> tuple[bytes | None, int]:
+        """(the bytes before the array's key, or None for a bare array; offset of the array's
+        first element)."""
+        buf = self.buf
+        scan: _KeyScan | None = None
+        while True:
+            data = self._more(READ_BYTES)
+            start = 3 if buf.startswith(b"\xef\xbb\xbf") else 0
+            first_m = _NOT_WS.search(buf, start)
+            i = first_m.start() if first_m else len(buf)
+            if i < len(buf):
+                first = buf[i : i + 1]
+                if first == b"[":
+                    return None, i + 1
+                if first != b"{":
+                    raise ParseError(self.path, "not a trace: the content is not a JSON object or array")
+                if scan is None:
+                    scan = _KeyScan(i)
+                found = None if scan.ended else scan.find(buf)
+                if found is not None:
+                    key, j = found
+                    k = _NOT_WS.search(buf, j)
+                    if k is not None:
+                        if buf[k.start()] != 0x5B:  # "["
+                            raise ParseError(self.path, "traceEvents is not an array")
+                        return bytes(buf[:key]), k.start() + 1
+                    scan.at = key  # the value has not arrived yet
+            if not data:
+                if i >= len(buf):
+                    if self.r.problem:
+                        raise ParseError(self.path, self.r.problem)
+                    raise ParseError(self.path, "empty file" if not buf else "file holds only whitespace")
+                if self.r.problem:
+                    raise ParseError(self.path, f"{self.r.problem} before any trace events")
+                try:
+                    obj = orjson.loads(buf)
+                except orjson.JSONDecodeError as e:
+                    raise ParseError(self.path, f"invalid or truncated JSON and no traceEvents array ({e})") from None
+                raise ParseError(self.path, f"not a trace: JSON without a traceEvents array ({describe(obj)})")
+            if len(buf) > self.max_piece:
+                raise self._too_big("the JSON before the traceEvents array")
+
+    def _chunks(self, pos: int) -> int:
+        """Decode whole chunks of events while more content follows; the offset of the first
+        event not decoded."""
+        buf = self.buf
+        chunk = self.chunk
+        step = chunk
+        search = pos + chunk
+        eof = False
+        while True:
+            while not eof and len(buf) - pos < 2 * chunk:
+                eof = not self._more(chunk)
+            m = _BOUNDARY.search(buf, search) if search < len(buf) else None
+            if m is not None:
+                left = self._decode(pos, m.start() + 1, final=False)
+                if self.closed_at is not None:  # the chunk ran past the array's end (keys after it hold objects)
+                    return self.closed_at
+                if left is None:  # all of it
+                    pos = m.end() - 1
+                    step = chunk
+                    if pos >= 2 * chunk:  # drop what was decoded now and then (each drop moves the rest)
+                        del buf[:pos]
+                        self.base += pos
+                        pos = 0
+                    search = pos + chunk
+                else:  # the cut fell inside a value: a later boundary, further each time
+                    pos = left
+                    search = max(m.end(), pos + step)
+                    step *= 2
+                continue
+            if eof:
+                return pos
+            search = max(len(buf) - 8, search)
+            if len(buf) - pos > self.max_piece:
+                raise self._too_big(f"the event at byte {self.base + pos}")
+            eof = not self._more(max(chunk, len(buf) - pos))
+
+    def _end(self, pos: int, header: bytes | None) -> None:
+        """The last piece: up to the array's end, or up to the cut."""
+        buf = self.buf
+        if self.closed_at is not None:
+            self._after_close(pos, header)
+            return
+        closes = _closes(buf, pos, header)
+        for close, top in closes:  # the clean case: the piece decodes as it is
+            piece = buf[pos:close]
+            if not piece.strip(_WS) or self.decode(b"[" + piece + b"]") is None:
+                self._finish(top)
+                return
+        if closes:  # damaged events in the last piece: the first end that fits
+            close, top = min(closes)
+            left = self._decode(pos, close, final=True)
+            if left is None:
+                self._finish(top)
+                return
+            pos = left
+        self.res.top = _head_only(header, self.path)
+        self._decode_until_cut(pos)
+        self.res.truncated = True
+        self.res.problem = self.r.problem or "truncated or damaged JSON (the traceEvents array does not end cleanly)"
+
+    def _after_close(self, close: int, header: bytes | None) -> None:
+        """The keys after the array, whose end a chunk ran into (``close``: its ``]``)."""
+        buf = self.buf
+        while self._more(READ_BYTES):
+            if len(buf) - close > self.max_piece:
+                raise self._too_big("the JSON after the traceEvents array")
+        tail = bytes(buf[close + 1 :])
+        try:
+            top = orjson.loads(header + b'"traceEvents":[]' + tail) if header is not None else {}
+            if header is None and tail.strip(_WS):
+                raise orjson.JSONDecodeError("trailing content", "", 0)
+        except orjson.JSONDecodeError:
+            self.res.notes.append("the JSON after the traceEvents array is damaged: its keys were ignored")
+            top = _head_only(header, self.path)
+        self._finish(top if isinstance(top, dict) else {})
+
+    def _finish(self, top: dict) -> None:
+        more = top.pop("traceEvents", None)
+        if isinstance(more, list) and more:  # a second traceEvents key: its events are events too
+            n = len(more)
+            if self.decode(orjson.dumps(more)) is None:
+                self.res.notes.append(f"a second traceEvents array: its {n} events were read too")
+            else:
+                self.res.notes.append(f"a second traceEvents array could not be read: its {n} events were skipped")
+        self.res.top = top
+        if self.r.problem is not None:
+            self.res.truncated = True
+            self.res.problem = self.r.problem
+
+    def _decode_until_cut(self, pos: int) -> None:
+        """The content was cut inside ``buf[pos:]``: keep the whole events before the cut."""
+        buf = self.buf
+        tail = bytes(buf[pos:]).rstrip(_WS).rstrip(b",")
+        if tail.endswith(b"}"):
+            ends = [pos + len(tail)]
+        else:
+            ends = []
+        ends += [m.start() + 1 for m in _BOUNDARY.finditer(buf, pos)][::-1]
+        for b in ends[:64]:
+            if b <= pos:
+                break
+            left = self._decode(pos, b, final=False)
+            if left is None:
+                return
+            pos = left
+
+    # -- decoding with recovery ------------------------------------------------------------
+    def _decode(self, pos: int, end: int, final: bool) -> int | None:
+        """Decode the events in ``buf[pos:end]`` (``end`` just after an event's ``}``), past
+        damaged ones.  None when all were consumed; else the offset of the first event of a
+        remainder that runs past ``end`` (its error lies at its very end) - or, when not
+        ``final``, of a damaged event whose end lies past ``end``."""
+        buf = self.buf
+        while pos < end:
+            chunk = _array(buf, pos, end)
+            err = self.decode(chunk)
+            if err is None:
+                return None
+            if err >= len(chunk) - 1:
+                return pos
+            close = self._array_end(pos + err - 1)
+            if close is not None and self.decode(_array(buf, pos, close)) is None:
+                self.closed_at = close
+                return None
+            bad = pos + max(err - 1, 0)  # the offending byte in buf
+            start = self._before(pos, bad)
+            m = _BOUNDARY.search(buf, bad, end)
+            if m is None and not final:
+                return start
+            stop = m.start() + 1 if m else end
+            self._mend(start, stop)
+            if m is None:
+                return None
+            pos = m.end() - 1
+        return None
+
+    def _array_end(self, at: int) -> int | None:
+        """When the error at ``buf[at]`` is content after a ``]`` that reads as the end of the
+        events array (followed by ``}`` or by ``,`` and a key), that ``]``'s offset."""
+        buf = self.buf
+        if buf[at - 1 : at] == b",":  # msgspec points one past the first trailing character
+            at -= 1
+        j = at - 1
+        while j >= 0 and buf[j] in _WS:
+            j -= 1
+        if j < 0 or buf[j] != 0x5D:  # "]"
+            return None
+        k = at
+        while k < len(buf) and buf[k] in _WS:
+            k += 1
+        nxt = buf[k : k + 1]
+        if nxt == b",":
+            k += 1
+            while k < len(buf) and buf[k] in _WS:
+                k += 1
+            return j if buf[k : k + 1] == b'"' else None
+        return j if nxt == b"}" else None
+
+    def _before(self, pos: int, bad: int) -> int:
+        """Decode the whole events of ``buf[pos:bad]``; the offset of the event that holds
+        ``bad``.  The nearest boundary before ``bad`` is tried first: one inside the damaged
+        event (a list of objects in its args) fails at its end and the one before is tried."""
+        buf = self.buf
+        window = max(pos, bad - (1 << 16))
+        tried = 0
+        for lo, hi in ((window, bad), (pos, window)):
+            for m in reversed(list(_BOUNDARY.finditer(buf, lo, hi))):
+                if tried >= 16:
+                    return pos
+                tried += 1
+                if self.decode(_array(buf, pos, m.start() + 1)) is None:
+                    return m.end() - 1
+        return pos
+
+    def _mend(self, start: int, stop: int) -> None:
+        """One damaged event, ``buf[start:stop]``: decoded repaired, or skipped."""
+        res = self.res
+        if len(res.where) < WHERE_SHOWN:
+            res.where.append(self.base + start)
+        fixed_bytes, fixed = repair(bytes(self.buf[start:stop]))
+        if fixed and self.decode(b"[" + fixed_bytes + b"]") is None:
+            res.repaired_events += 1
+            res.repaired.update(fixed)
+        else:
+            res.skipped_events += 1
 
 
 def _array(buf: bytearray, start: int, end: int) -> bytes:
@@ -247,7 +582,6 @@ def _closes(buf: bytearray, pos: int, header: bytes | None) -> list[tuple[int, d
         except orjson.JSONDecodeError:
             continue
         if isinstance(top, dict):
-            top.pop("traceEvents", None)
             out.append((p, top))
             if len(out) >= 8:
                 break
@@ -266,16 +600,6 @@ def _head_only(header: bytes | None, path: str) -> dict:
     except orjson.JSONDecodeError:
         raise ParseError(path, "truncated JSON: the keys before traceEvents are incomplete") from None
     return top if isinstance(top, dict) else {}
-
-
-def _decode_until_cut(buf: bytearray, pos: int, decode: Decoder) -> int:
-    """The content was cut inside ``buf[pos:]``: keep the whole events before the cut."""
-    tail = bytes(buf[pos:]).rstrip(_WS).rstrip(b",")
-    candidates = [pos + len(tail)] + [m.start() + 1 for m in _BOUNDARY.finditer(buf, pos)][::-1]
-    for b in candidates[:256]:
-        if b > pos and decode(b"[" + buf[pos:b] + b"]"):
-            return b
-    return pos
 
 
 def describe(obj: Any) -> str:

@@ -31,7 +31,7 @@ from typing import Any
 import msgspec
 import orjson
 import polars as pl
-from tracelens.parsers.jsonstream import stream_events
+from tracelens.parsers.jsonstream import StreamResult, deep_offset, stream_events
 
 from tracelens.collectives import P2P, dtype_bytes, normalize_collective
 from tracelens.errors import ParseError
@@ -111,7 +111,6 @@ _DEC_TS = msgspec.json.Decoder(list[_RawTs])
 # Above this many µs a float64 no longer holds every ns: such timestamps are read from the text.
 _EXACT_FLOAT_US = float(1 << 53) / 1000.0
 _MAX_US = 9_200_000_000_000_000  # int64 ns reach about 9.22e18
-_BOUNDARY = re.compile(rb"\}\s*,\s*\{")
 _FLOW_CATS = frozenset({"ac2g", "async", "async_cpu_to_gpu", "async_gpu"})
 _FLOW_PHS = frozenset({"s", "f", "t"})
 _DROP_CATS = frozenset({"Trace", "python_function"})  # complete events not kept (python ones unless asked)
@@ -120,6 +119,8 @@ _STEP_RE = r"^ProfilerStep#\d+$"
 _DATALOADER_RE = r"(?i)enumerate\(DataLoader\)|DataLoaderIter\.__next__|^## data_load"
 _SYNC_RE = r"^(cuda|hip|cu)(Device|Stream|Event|Ctx)Synchronize"
 _INT64_MAX = (1 << 63) - 1
+# an event's end (ts + dur, in ns) must fit an int64; ``ts`` is already in ns here
+_BAD_DUR = (pl.col("dur") * 1000.0 + pl.col("ts").cast(pl.Float64)).abs() >= 9.2e18
 _NUM_TAIL = re.compile(r"(-?\d+)\s*$")
 
 def _as_int(v: Any) -> int | None:
@@ -163,8 +164,20 @@ def _str_col(values: list) -> pl.Series:
 def _float_col(values: list) -> pl.Series:
     try:
         return pl.Series(values, dtype=pl.Float64)
-    except (TypeError, pl.exceptions.PolarsError):
-        return pl.Series([v if isinstance(v, (int, float)) else None for v in values], dtype=pl.Float64)
+    except (TypeError, OverflowError, pl.exceptions.PolarsError):
+        return pl.Series([_as_float(v) for v in values], dtype=pl.Float64)
+
+
+def _as_float(v: Any) -> float | None:
+    """A number as a float (an integer past a double's range: +-inf, which no check lets through)."""
+    if type(v) is float:
+        return v
+    if type(v) is int:
+        try:
+            return float(v)
+        except OverflowError:
+            return float("inf") if v > 0 else float("-inf")
+    return None
 
 
 def decimal_us_to_ns(text: pl.Series) -> pl.Series:
@@ -402,24 +415,57 @@ def _decode_args(rargs: tuple[msgspec.Raw, ...]) -> list[_Args]:
         return out
 
 
-def _decode_chunk(chunk: bytes, builder: _Builder) -> bool:
-    """Decode a JSON array of events into the builder; False if it is not valid JSON."""
+_BYTE_AT = re.compile(r"\(byte (\d+)\)")
+_DEEP = 256  # nesting this deep in a chunk the decoder gave up on is taken for the culprit
+
+
+def _decode_chunk(chunk: bytes, builder: _Builder) -> int | None:
+    """Decode a JSON array of events into the builder: None when done, else the offset of the
+    chunk's first error (``len(chunk)`` when it ends early), for jsonstream to recover from."""
     try:
         evs = (_DEC_EVENTS_EXACT if builder.exact_ts else _DEC_EVENTS).decode(chunk)
     except msgspec.ValidationError:
         return _decode_lenient(chunk, builder)
-    except msgspec.DecodeError:
-        return False
+    except msgspec.DecodeError as e:
+        return _error_offset(str(e), chunk)
+    except RecursionError:
+        return deep_offset(chunk, _DEEP)
     builder.add(evs, chunk)
-    return True
+    return None
 
 
-def _decode_lenient(chunk: bytes, builder: _Builder) -> bool:
+def _error_offset(msg: str, chunk: bytes) -> int:
+    """Where msgspec's error lies in ``chunk``, from its message (or found again)."""
+    m = _BYTE_AT.search(msg)
+    if m:
+        return min(int(m.group(1)), len(chunk))
+    if "truncated" in msg:
+        return len(chunk)
+    if "UTF-8" in msg:
+        try:
+            chunk.decode()
+        except UnicodeDecodeError as u:
+            return u.start
+    return _orjson_offset(chunk)
+
+
+def _orjson_offset(chunk: bytes) -> int:
+    """The byte offset of orjson's first error in ``chunk`` (it counts characters)."""
+    try:
+        orjson.loads(chunk)
+    except orjson.JSONDecodeError as e:
+        if chunk.isascii():
+            return e.pos
+        return len(chunk.decode("utf-8", "replace")[: e.pos].encode())
+    return 1  # valid JSON the decoder refused anyway: the first event takes the blame
+
+
+def _decode_lenient(chunk: bytes, builder: _Builder) -> int | None:
     """Slow path for a chunk with oddly typed fields: keep every event that converts."""
     try:
         items = orjson.loads(chunk)
     except orjson.JSONDecodeError:
-        return False
+        return _orjson_offset(chunk)
     evs: list[_Event] = []
     for item in items:
         if not isinstance(item, dict):
@@ -437,7 +483,7 @@ def _decode_lenient(chunk: bytes, builder: _Builder) -> bool:
         ev.args = msgspec.Raw(orjson.dumps(a)) if isinstance(a, dict) else msgspec.Raw(b"{}")
         evs.append(ev)
     builder.add(evs, None)
-    return True
+    return None
 
 
 def parse(path: str | Path, *, keep_python: bool = False, keep_args: bool = True,
@@ -486,11 +532,26 @@ def _parse(path: Path, keep_python: bool, keep_args: bool, progress: Callable[[i
         size_bytes=size,
         uncompressed_bytes=res.content_bytes,
     )
+    _damage_warnings(meta, res)
     if res.truncated:
         meta.truncated = True
         meta.warnings.append(f"{res.problem}; loaded the {builder.events} whole events before the cut")
     df = _finish(builder, meta, res.top)
     return df, meta
+
+
+def _damage_warnings(meta: TraceMeta, res: StreamResult) -> None:
+    """Say what the recovery from damaged events did, and where (content byte offsets)."""
+    where = ", ".join(map(str, res.where))
+    more = ", ..." if res.repaired_events + res.skipped_events > len(res.where) else ""
+    at = f" (at byte {where}{more} of the content)" if where else ""
+    if res.repaired_events:
+        what = ", ".join(f"{k}: {v}" for k, v in sorted(res.repaired.items()))
+        meta.warnings.append(f"{res.repaired_events} events with invalid JSON were read after mending it ({what}){at}")
+        at = ""
+    if res.skipped_events:
+        meta.warnings.append(f"{res.skipped_events} events with invalid JSON could not be read and were skipped{at}")
+    meta.warnings.extend(res.notes)
 
 
 def _fill_meta(meta: TraceMeta, top: dict, builder: _Builder) -> None:
@@ -540,6 +601,7 @@ def _finish(builder: _Builder, meta: TraceMeta, top: dict) -> pl.DataFrame:
         ("no_tid", "host events without a usable thread id were dropped"),
         ("no_dev", "GPU events without a usable device id were dropped"),
         ("no_ts", "complete events without a usable timestamp were dropped"),
+        ("bad_dur", "complete events whose end lies past what int64 ns can hold (a duration of 292 years or more, or infinite) were dropped"),
         ("args_unsplit", "events whose args text could not be told apart were given no args text"),
     ):
         if c[key]:
@@ -615,10 +677,11 @@ def _batch(frames: list[pl.DataFrame], args: list[bytes], us: list[bool], keep_a
     raw = df.lazy()
     queries = [
         raw.select(
-            (pl.col("dur") < 0).sum().alias("neg_dur"),
+            ((pl.col("dur") < 0) & ~_BAD_DUR).sum().alias("neg_dur"),
             pl.col("dur").is_null().sum().alias("no_dur"),
             pl.col("cat").is_in(["Operator", "Kernel", "Runtime"]).sum().alias("old_schema"),
             pl.col("ts").null_count().alias("no_ts"),
+            _BAD_DUR.sum().alias("bad_dur"),
         ),
         # what an event is (kind, class, collective) depends on its category, name and
         # collective name only: worked out once per distinct combination, then joined back
@@ -682,8 +745,8 @@ def _batch(frames: list[pl.DataFrame], args: list[bytes], us: list[bool], keep_a
     dsize = {d: dtype_bytes(d) for d in dtypes.get_column("dtype").to_list()}
     elem = pl.col("dtype").replace_strict(dsize, default=None, return_dtype=pl.Int64) if dsize else pl.lit(None, pl.Int64)
     lf = pl.concat([raw, col.to_frame().lazy()], how="horizontal")
-    if c["no_ts"]:
-        lf = lf.filter(pl.col("ts").is_not_null())
+    if c["no_ts"] or c["bad_dur"]:
+        lf = lf.filter(pl.col("ts").is_not_null() & ~_BAD_DUR.fill_null(False))
     lf = (
         lf.join(combos, on=_COMBO, how="left", nulls_equal=True, maintain_order="left")
         .with_columns(

@@ -461,7 +461,7 @@ def analyze(trace: Trace, options: Options | None = None) -> Analysis:
     return Analysis(
         inputs=inputs,
         ranks=tuple(ranks),
-        warnings=tuple(trace.warnings + warnings),
+        warnings=tuple(trace.all_warnings + warnings),
         collectives=tuple(table),
         stragglers=tuple(slow),
         straggler_check=check,

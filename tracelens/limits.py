@@ -1,0 +1,46 @@
+"""The bounds that keep memory and time finite on any input, each overridable by an
+environment variable (DESIGN §7).  A file that passes one is refused with a one-line error
+naming the limit and its variable, before the process holds more than a few times the limit.
+
+``TRACELENS_MAX_EVENT_MB`` (default 256)
+    The largest piece of JSON the trace reader buffers whole: one event, the keys before the
+    ``traceEvents`` array, or the keys after it.  Kineto's largest events are a few KB (a
+    collective's args); 256 MB is far beyond any real one.  The reader holds at most about
+    three times this.
+``TRACELENS_MAX_INFLATE`` (default 200)
+    How much a gzip-compressed trace may expand: past 1 GiB of content, a file that has
+    expanded more than this many times its size on disk is taken for a decompression bomb.
+    Real traces expand 5-30x (the worst of the 58 real ones in the test data: 30x).
+``TRACELENS_MAX_REPORT_MB`` (default 256)
+    The largest saved report (``--load``, ``--compare``, ``tracelens open report.json``) read.
+"""
+
+from __future__ import annotations
+
+import os
+
+MB = 1 << 20
+INFLATE_FREE_BYTES = 1 << 30  # below this much content, any expansion is allowed
+
+
+def _number(var: str, default: float) -> float:
+    raw = os.environ.get(var)
+    if raw is None or not raw.strip():
+        return default
+    try:
+        v = float(raw)
+    except ValueError:
+        return default
+    return v if v > 0 and v == v and v != float("inf") else default
+
+
+def max_event_bytes() -> int:
+    return int(_number("TRACELENS_MAX_EVENT_MB", 256) * MB)
+
+
+def max_inflate() -> float:
+    return _number("TRACELENS_MAX_INFLATE", 200)
+
+
+def max_report_bytes() -> int:
+    return int(_number("TRACELENS_MAX_REPORT_MB", 256) * MB)
