@@ -157,47 +157,64 @@ _STRUCT = re.compile(rb'"(?:[^"\\]|\\.)*"|[\[\]{}]', re.S)
 _BAD_ESCAPE = re.compile(r'\\(?![\\"/bfnrt]|u[0-9a-fA-F]{4})')
 
 
-_HEAD_TOKEN = re.compile(rb'"(?:[^"\\]|\\.)*(?P<q>")?|[\[\]{}]', re.S)
+_HEAD_TOKEN = re.compile(rb'"[^"\\]*(?:\\.[^"\\]*)*(?P<q>")?|[\[\]{}]', re.S)
+_STRING_REST = re.compile(rb'[^"\\]*(?:\\.[^"\\]*)*(?P<q>")?', re.S)
 _NOT_WS = re.compile(rb"[^ \t\r\n]")
+_KEY = b'"traceEvents"'
 
 
 class _KeyScan:
     """Finds the top-level ``"traceEvents"`` key of an object as its bytes arrive, skipping
     strings and nested values; each byte is scanned once (a string cut by the end of what has
-    been read is scanned again whole)."""
+    been read is resumed where it was left)."""
 
     def __init__(self, start: int):
         self.at = start  # where the next scan starts
         self.depth = 0
+        self.in_string: int | None = None  # the start of a string that runs past what has been read
         self.ended = False  # the object closed without the key
 
     def find(self, buf: bytearray) -> tuple[int, int] | None:
         """(offset of the key, offset just after its ``:``), or None: not in ``buf`` yet."""
+        if self.in_string is not None:
+            m = _STRING_REST.match(buf, self.at)
+            if m.group("q") is None:
+                self.at = m.end()
+                return None
+            start, self.in_string = self.in_string, None
+            self.at = m.end()
+            found = self._key(buf, start, m.end())
+            if found is not None:
+                return found
         for m in _HEAD_TOKEN.finditer(buf, self.at):
-            tok = m.group()
-            c = tok[:1]
-            if c == b'"':
+            c = buf[m.start()]
+            if c == 0x22:  # '"'
                 if m.group("q") is None:  # runs past what has been read
-                    self.at = m.start()
+                    self.in_string = m.start()
+                    self.at = m.end()
                     return None
-                if self.depth == 1 and tok == b'"traceEvents"':
-                    k = _NOT_WS.search(buf, m.end())
-                    if k is None:
-                        self.at = m.start()
-                        return None
-                    if buf[k.start()] == 0x3A:  # ":"
-                        return m.start(), k.start() + 1
+                found = self._key(buf, m.start(), m.end())
+                if found is not None:
+                    return found
             elif c in b"[{":
                 self.depth += 1
             else:
                 self.depth -= 1
                 if self.depth <= 0:
                     self.ended = True
-                    self.at = len(buf)
                     return None
             self.at = m.end()
         self.at = max(self.at, len(buf))
         return None
+
+    def _key(self, buf: bytearray, start: int, end: int) -> tuple[int, int] | None:
+        if self.depth != 1 or end - start != len(_KEY) or buf[start:end] != _KEY:
+            return None
+        k = _NOT_WS.search(buf, end)
+        if k is None:  # what follows has not arrived yet: look at the key again next time
+            self.at = start
+            return None
+        return (start, k.start() + 1) if buf[k.start()] == 0x3A else None  # ":"
 
 
 def deep_offset(chunk: bytes, limit: int) -> int:
@@ -332,11 +349,17 @@ class _Stream:
         first element)."""
         buf = self.buf
         scan: _KeyScan | None = None
+        seen = False  # the key's bytes have been read
+        checked = 0  # how far they have been looked for
+        i = 0  # the first byte that is not whitespace (len(buf) while there is none)
         while True:
+            before = len(buf)
             data = self._more(READ_BYTES)
-            start = 3 if buf.startswith(b"\xef\xbb\xbf") else 0
-            first_m = _NOT_WS.search(buf, start)
-            i = first_m.start() if first_m else len(buf)
+            if i >= before:  # still in the leading whitespace: look at the new bytes only
+                if i == 0 and buf.startswith(b"\xef\xbb\xbf"):
+                    i = 3
+                first_m = _NOT_WS.search(buf, i)
+                i = first_m.start() if first_m else len(buf)
             if i < len(buf):
                 first = buf[i : i + 1]
                 if first == b"[":
@@ -345,7 +368,10 @@ class _Stream:
                     raise ParseError(self.path, "not a trace: the content is not a JSON object or array")
                 if scan is None:
                     scan = _KeyScan(i)
-                found = None if scan.ended else scan.find(buf)
+                # the scan runs once the key's bytes have arrived (a string may hold them too)
+                seen = seen or buf.find(_KEY, max(checked - len(_KEY), 0)) >= 0
+                checked = len(buf)
+                found = scan.find(buf) if seen and not scan.ended else None
                 if found is not None:
                     key, j = found
                     k = _NOT_WS.search(buf, j)
@@ -402,8 +428,8 @@ class _Stream:
                 return pos
             search = max(len(buf) - 8, search)
             if len(buf) - pos > self.max_piece:
-                raise self._too_big(f"the event at byte {self.base + pos}")
-            eof = not self._more(max(chunk, len(buf) - pos))
+                raise self._too_big(f"the JSON value at byte {self.base + pos} (an event, or what follows the events)")
+            eof = not self._more(min(max(chunk, len(buf) - pos), self.max_piece + chunk - (len(buf) - pos)))
 
     def _end(self, pos: int, header: bytes | None) -> None:
         """The last piece: up to the array's end, or up to the cut."""

@@ -6,9 +6,9 @@ naming the limit and its variable, before the process holds more than a few time
     The largest piece of JSON the trace reader buffers whole: one event, the keys before the
     ``traceEvents`` array, or the keys after it.  Kineto's largest events are a few KB (a
     collective's args); 256 MB is far beyond any real one.  The reader holds at most about
-    three times this.
+    twice this (a 256 MB event is refused at a peak RSS of about 400 MB).
 ``TRACELENS_MAX_INFLATE`` (default 200)
-    How much a gzip-compressed trace may expand: past 1 GiB of content, a file that has
+    How much a gzip-compressed trace may expand: past 256 MB of content, a file that has
     expanded more than this many times its size on disk is taken for a decompression bomb.
     Real traces expand 5-30x (the worst of the 58 real ones in the test data: 30x).
 ``TRACELENS_MAX_REPORT_MB`` (default 256)
@@ -20,7 +20,7 @@ from __future__ import annotations
 import os
 
 MB = 1 << 20
-INFLATE_FREE_BYTES = 1 << 30  # below this much content, any expansion is allowed
+INFLATE_FREE_BYTES = 256 << 20  # below this much content, any expansion is allowed
 
 
 def _number(var: str, default: float) -> float:
