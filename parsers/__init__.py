@@ -8,7 +8,7 @@ from __future__ import annotations
 import zlib
 from pathlib import Path
 
-from tracelens.errors import ParseError
+from tracelens.errors import ParseError, UnreadableError
 
 GZIP_MAGIC = b"\x1f\x8b"
 SQLITE_MAGIC = b"SQLite format 3\x00"
@@ -54,7 +54,7 @@ def sniff(path: Path) -> str:
     try:
         head = head_bytes(path)
     except OSError as e:
-        raise ParseError(str(path), f"cannot read file ({e.strerror or e})") from None
+        raise UnreadableError(str(path), f"cannot read file ({e.strerror or e})") from None
     if not head:
         with open(path, "rb") as fh:
             raw = fh.read(2)

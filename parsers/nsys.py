@@ -5,16 +5,36 @@ description (``TARGET_INFO_GPU``), so that a job's GPU can be told from its nsys
 
 from __future__ import annotations
 
+import os
 import sqlite3
+import urllib.parse
 from pathlib import Path
+from stat import S_ISREG
 from typing import Any
 
-from tracelens.errors import ParseError
+from tracelens.errors import ParseError, TraceInputError, UnreadableError
+
+
+def sqlite_uri(path: Path) -> str:
+    """A read-only SQLite URI for ``path``: the path percent-escaped (a ``#``, ``?`` or ``%`` in a
+    name would otherwise end it or escape what follows), ``mode=ro`` (never creates a file) and
+    ``immutable=1`` (no lock, journal or WAL files beside the export)."""
+    return "file://" + urllib.parse.quote(os.path.abspath(path), safe="/") + "?mode=ro&immutable=1"
 
 
 def _connect(path: Path) -> sqlite3.Connection:
     try:
-        return sqlite3.connect(f"file:{path}?mode=ro&immutable=1", uri=True)
+        st = os.stat(path)
+    except (FileNotFoundError, NotADirectoryError):
+        raise TraceInputError(str(path), "no such file") from None
+    except OSError as e:
+        raise UnreadableError(str(path), f"cannot open the SQLite export ({e.strerror or e})") from None
+    if not S_ISREG(st.st_mode):
+        raise ParseError(str(path), "not a regular file, so not an SQLite export")
+    if st.st_size == 0:  # SQLite would take it for an empty database
+        raise ParseError(str(path), "empty file, not an SQLite export")
+    try:
+        return sqlite3.connect(sqlite_uri(path), uri=True)
     except sqlite3.Error as e:
         raise ParseError(str(path), f"cannot open the SQLite export ({e})") from None
 

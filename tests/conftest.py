@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import functools
 from pathlib import Path
 
 import pytest
@@ -24,6 +25,27 @@ def real_trace_files(*folders: str) -> list[Path]:
         assert found, f"no real traces under {TRACES / folder}"
         out.extend(found)
     return out
+
+
+@functools.lru_cache(maxsize=None)
+def modes_bind() -> bool:
+    """Whether the mode bits stop this process (not for root, unless it runs without
+    CAP_DAC_OVERRIDE): the tests of unreadable files chmod where they do, and where they do
+    not, refuse the same calls (open, scandir, stat) with PermissionError themselves."""
+    import os
+    import tempfile
+
+    if os.geteuid() != 0:
+        return True
+    with tempfile.TemporaryDirectory() as d:
+        f = Path(d) / "probe"
+        f.write_bytes(b"x")
+        f.chmod(0)
+        try:
+            open(f, "rb").close()
+        except PermissionError:
+            return True
+        return False
 
 
 def holds_trace_events(path: Path) -> bool:

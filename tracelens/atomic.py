@@ -1,19 +1,27 @@
 """Write files so that a reader never sees half of one: a temporary name beside the
-destination, then a rename."""
+destination, then a rename.
+
+The temporary name is ``.<destination name>.<pid>.<random>.tmp``: a run killed mid-write
+leaves such a file behind, and ``temp_owner`` reads back whose it was (the cache sweeps its
+own, tracelens.cache.sweep)."""
 
 from __future__ import annotations
 
 import os
+import re
 import tempfile
 from collections.abc import Callable
 from pathlib import Path
+
+# ".<dest>.<pid>.<random>.tmp"; before the pid was in it, ".<dest>.<random>.tmp"
+_TEMP_NAME = re.compile(r"\.(?P<dest>.+?)(?:\.(?P<pid>\d+))?\.[A-Za-z0-9_]+\.tmp")
 
 
 def write_with(dest: str | Path, write: Callable[[str], None]) -> None:
     """Call ``write(tmp_path)`` and rename the result onto ``dest``; on failure remove it."""
     dest = Path(dest)
     dest.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=dest.parent, prefix=f".{dest.name}.", suffix=".tmp")
+    fd, tmp = tempfile.mkstemp(dir=dest.parent, prefix=f".{dest.name}.{os.getpid()}.", suffix=".tmp")
     os.close(fd)
     try:
         write(tmp)
@@ -29,6 +37,15 @@ def write_with(dest: str | Path, write: Callable[[str], None]) -> None:
 
 def write_bytes(dest: str | Path, data: bytes) -> None:
     write_with(dest, lambda tmp: Path(tmp).write_bytes(data))
+
+
+def temp_owner(name: str) -> tuple[str, int | None] | None:
+    """(the destination's name, the writer's process id or None when the name predates it)
+    when ``name`` is one of write_with's temporary files, else None."""
+    m = _TEMP_NAME.fullmatch(name)
+    if m is None:
+        return None
+    return m.group("dest"), int(m.group("pid")) if m.group("pid") else None
 
 
 def _umask() -> int:

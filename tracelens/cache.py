@@ -1,24 +1,42 @@
 """Parse cache: each parsed file is kept as Parquet (events) + JSON (TraceMeta), keyed by a
 hash of the file's bytes and the parser's version, so a second open is near-instant.
 
-A small stat index (path, size, mtime) -> content hash spares re-hashing unchanged files.
+The cache never lies.  An entry's JSON carries blake2b checksums of its Parquet file and of
+its metadata, and the key it was stored under; ``get`` checks them all before use and removes
+an entry that fails (CorruptEntry), so the caller parses again.  A small stat index (path,
+size, mtime, ctime, inode, device) -> content hash spares re-hashing unchanged files; its
+entries carry a checksum too, and a rewrite that restores the mtime still changes the ctime.
+
 Everything is written to a temporary name and renamed, so a killed run never leaves a
 half-written entry; the Parquet file is renamed last and is what marks an entry complete.
+The temporary files of a killed run are removed by a later run (``sweep``).
 """
 
 from __future__ import annotations
 
 import hashlib
 import os
+import re
+import stat
+import time
 from pathlib import Path
 
 import orjson
 import polars as pl
 
-from tracelens.atomic import write_bytes, write_with
+from tracelens.atomic import temp_owner, write_bytes, write_with
 from tracelens.schema import TraceMeta
 
 HASH_BLOCK = 1 << 22
+LAYOUT = 2  # in every entry's file name: entries written by an older layout are never read
+MAX_META_BYTES = 64 << 20  # an entry's metadata is kilobytes: a bigger file is not one
+STALE_TEMP_S = 600  # a temporary file untouched this long belongs to no live write
+DEAD_TEMP_S = 60  # ... nor one this old whose writer's pid is gone (the grace: another machine sharing the directory)
+_CACHE_NAME = re.compile(r"[0-9a-f]{32}|[0-9a-f]{40}-[\w.-]+\.(?:parquet|meta\.json)")  # stat index | entries
+
+
+class CorruptEntry(Exception):
+    """A cache entry failed its checks; it has been removed.  The message says what failed."""
 
 
 def cache_dir() -> Path:
@@ -31,55 +49,166 @@ def cache_dir() -> Path:
 
 
 def content_hash(path: Path) -> str:
-    h = hashlib.blake2b(digest_size=20)
+    return _file_digest(path, 20)
+
+
+def _file_digest(path: Path | str, size: int = 32) -> str:
+    h = hashlib.blake2b(digest_size=size)
     with open(path, "rb") as fh:
         while block := fh.read(HASH_BLOCK):
             h.update(block)
     return h.hexdigest()
 
 
-def _stat_key(path: Path) -> str:
-    st = path.stat()
-    ident = f"{path.resolve()}|{st.st_size}|{st.st_mtime_ns}".encode()
-    return hashlib.blake2b(ident, digest_size=16).hexdigest()
+def _digest(data: bytes) -> str:
+    return hashlib.blake2b(data, digest_size=32).hexdigest()
+
+
+def _stat_ident(path: Path) -> bytes:
+    st = os.stat(path)
+    return f"{path.resolve()}|{st.st_size}|{st.st_mtime_ns}|{st.st_ctime_ns}|{st.st_ino}|{st.st_dev}".encode()
 
 
 def file_hash(path: Path, root: Path | None = None) -> str:
-    """Content hash of ``path``, taken from the stat index when the file has not changed."""
+    """Content hash of ``path``, taken from the stat index when the file has not changed.  An
+    index entry is "<hash> <checksum of the stat and the hash>": a damaged one is not believed."""
     root = root or cache_dir()
-    idx = root / "stat" / _stat_key(path)
+    ident = _stat_ident(path)
+    idx = root / "stat" / hashlib.blake2b(ident, digest_size=16).hexdigest()
     try:
-        h = idx.read_text().strip()
-        if len(h) == 40:
+        with open(idx, "rb") as fh:
+            h, check = fh.read(200).decode("ascii").split()
+        if len(h) == 40 and check == _digest(ident + h.encode()):
             return h
-    except OSError:
+    except (OSError, ValueError):  # missing, unreadable or damaged: hash the file again
         pass
     h = content_hash(path)
     try:
-        write_bytes(idx, h.encode())
-    except OSError:
+        write_bytes(idx, f"{h} {_digest(ident + h.encode())}".encode())
+    except OSError:  # a read-only cache still serves its entries; put() reports a cache that cannot be written
         pass
     return h
 
 
 def _entry(root: Path, key: str) -> tuple[Path, Path]:
-    return root / f"{key}.parquet", root / f"{key}.meta.json"
+    return root / f"{key}.v{LAYOUT}.parquet", root / f"{key}.v{LAYOUT}.meta.json"
 
 
 def get(key: str, root: Path | None = None) -> tuple[pl.DataFrame, TraceMeta] | None:
+    """The entry stored under ``key``; None when there is none (or only half of one, from a
+    killed run).  CorruptEntry (after removing it) when it fails a check; OSError when the
+    cache directory cannot be read."""
     pq, mj = _entry(root or cache_dir(), key)
-    if not pq.exists() or not mj.exists():
+    try:
+        with open(mj, "rb") as fh:
+            raw = fh.read(MAX_META_BYTES + 1)
+        size = pq.stat().st_size
+    except FileNotFoundError:
         return None
     try:
-        meta = TraceMeta.from_dict(orjson.loads(mj.read_bytes()))
-        df = pl.read_parquet(pq)
-    except Exception:  # a damaged cache entry is a cache miss, never an error
+        why = None
+        head = orjson.loads(raw) if len(raw) <= MAX_META_BYTES else None
+        if len(raw) > MAX_META_BYTES or not isinstance(head, dict) or not isinstance(head.get("meta"), dict):
+            why = "its metadata is not an entry's"
+        elif head.get("key") != key or head.get("layout") != LAYOUT:
+            why = "its metadata belongs to another entry"
+        elif head.get("meta_blake2b") != _digest(orjson.dumps(head["meta"])):
+            why = "its metadata fails its checksum"
+        elif head.get("parquet_bytes") != size:
+            why = f"its Parquet file has {size:,} bytes, not as many as it was written with"
+        elif head.get("parquet_blake2b") != _file_digest(pq):
+            why = "its Parquet file fails its checksum"
+        if why is None:
+            meta = TraceMeta.from_dict(head["meta"])
+            df = pl.read_parquet(pq)
+    except FileNotFoundError:  # removed under us by another run: a miss
         return None
+    except OSError:
+        raise
+    except Exception as e:  # noqa: BLE001 - whatever a damaged entry raises, it is not used
+        why = f"unreadable ({type(e).__name__})"
+    if why is not None:
+        drop(key, root)
+        raise CorruptEntry(why)
     return df, meta
 
 
+def drop(key: str, root: Path | None = None) -> None:
+    """Remove the entry stored under ``key`` (what can be removed)."""
+    for p in _entry(root or cache_dir(), key):
+        try:
+            p.unlink()
+        except OSError:
+            pass
+
+
 def put(key: str, df: pl.DataFrame, meta: TraceMeta, root: Path | None = None) -> None:
-    """Store an entry: the metadata first, the Parquet file (which marks it complete) last."""
+    """Store an entry: the Parquet file is written to its temporary name and hashed, the
+    metadata (with the checksums) is written, and the Parquet file, which marks the entry
+    complete, is renamed last.  OSError when the cache cannot be written."""
     pq, mj = _entry(root or cache_dir(), key)
-    write_bytes(mj, orjson.dumps(meta.to_dict()))
-    write_with(pq, lambda tmp: df.write_parquet(tmp, compression="zstd", compression_level=1, statistics=False))
+    meta_dict = meta.to_dict()
+
+    def write(tmp: str) -> None:
+        df.write_parquet(tmp, compression="zstd", compression_level=1, statistics=False)
+        head = {
+            "layout": LAYOUT,
+            "key": key,
+            "parquet_bytes": os.stat(tmp).st_size,
+            "parquet_blake2b": _file_digest(tmp),
+            "meta_blake2b": _digest(orjson.dumps(meta_dict)),
+            "meta": meta_dict,
+        }
+        write_bytes(mj, orjson.dumps(head))
+
+    write_with(pq, write)
+
+
+def sweep(root: Path | None = None, now: float | None = None) -> list[Path]:
+    """Remove the temporary files that killed runs left in the cache: only the cache's own
+    (write_with's names for the cache's file names) and only stale ones - untouched for
+    STALE_TEMP_S, or for DEAD_TEMP_S when the process that wrote it is gone.  Returns what it
+    removed; a directory that cannot be read is left alone."""
+    root = root or cache_dir()
+    now = time.time() if now is None else now
+    removed = []
+    for d in (root, root / "stat"):
+        try:
+            with os.scandir(d) as it:
+                names = [e for e in it if e.name.endswith(".tmp")]
+        except OSError:
+            continue
+        for e in names:
+            owner = temp_owner(e.name)
+            if owner is None or not _CACHE_NAME.fullmatch(owner[0]):
+                continue
+            try:
+                st = e.stat(follow_symlinks=False)
+            except OSError:
+                continue
+            age = now - st.st_mtime
+            if not stat.S_ISREG(st.st_mode) or not (age > STALE_TEMP_S or (age > DEAD_TEMP_S and not _alive(owner[1]))):
+                continue
+            try:
+                os.unlink(e.path)
+                removed.append(Path(e.path))
+            except OSError:
+                pass
+    return removed
+
+
+def _alive(pid: int | None) -> bool:
+    """Whether ``pid`` is a live process here (unknown counts as alive)."""
+    if pid is None or os.name == "nt":  # Windows' os.kill would end the process
+        return True
+    if pid <= 0:
+        return False
+    if pid == os.getpid():
+        return True
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:  # EPERM: another user's live process
+        return True
+    return True

@@ -23,6 +23,8 @@ def _common(p: argparse.ArgumentParser, nargs: str = "+") -> None:
     p.add_argument("--no-cache", action="store_true", help="parse again instead of reading the Parquet cache")
     p.add_argument("--jobs", "-j", type=int, default=None, metavar="N", help="parse N files in parallel (default: one per core)")
     p.add_argument("--keep-python", action="store_true", help="keep python_function events (dropped by default)")
+    p.add_argument("--strict", action="store_true",
+                   help="a file or subdirectory of a job directory that cannot be read is an error (default: a warning, skipped)")
 
 
 def _analysis_options(p: argparse.ArgumentParser) -> None:
@@ -148,17 +150,19 @@ def _cmd_info(args: argparse.Namespace) -> int:
 
     def is_nsys(p: str) -> bool:
         try:
+            if not Path(p).is_file():
+                return False
             with open(p, "rb") as f:
                 return f.read(len(SQLITE_MAGIC)) == SQLITE_MAGIC
-        except OSError:
+        except OSError:  # load() says why it cannot be read
             return False
 
-    nsys = [p for p in args.paths if Path(p).is_file() and is_nsys(p)]
+    nsys = [p for p in args.paths if is_nsys(p)]
     rest = [p for p in args.paths if p not in nsys]
     summary = {"files": [], "warnings": []}
     trace = None
     if rest:
-        trace = load(rest, use_cache=not args.no_cache, keep_python=args.keep_python, jobs=args.jobs)
+        trace = load(rest, use_cache=not args.no_cache, keep_python=args.keep_python, jobs=args.jobs, strict=args.strict)
         summary = summarize(trace)
     summary["nsys"] = [nsys_summary(p) for p in nsys]
     if args.json:
@@ -232,7 +236,7 @@ def _analyze_paths(paths: list[str], args: argparse.Namespace, steps) -> dict:
     from tracelens.errors import UsageError
     from tracelens.load import load
 
-    trace = load(paths, use_cache=not args.no_cache, keep_python=args.keep_python, jobs=args.jobs)
+    trace = load(paths, use_cache=not args.no_cache, keep_python=args.keep_python, jobs=args.jobs, strict=args.strict)
     a = analyze(trace, _options(args, steps))
     bad = next((r.mfu_error for r in a.ranks if r.mfu_error), None)
     if bad:  # an MFU above 100% from a number the user gave is a mistake in it, not a result
@@ -337,7 +341,7 @@ def _cmd_open(args: argparse.Namespace) -> int:
     if report is not None:
         app = make_app(report=report)
     else:
-        app = make_app(args.paths, options=_options(args, steps), use_cache=not args.no_cache, jobs=args.jobs)
+        app = make_app(args.paths, options=_options(args, steps), use_cache=not args.no_cache, jobs=args.jobs, strict=args.strict)
     app.run()
     if app.error:
         print(f"tracelens: error: {_clean(app.error)}", file=sys.stderr)

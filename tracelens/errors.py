@@ -22,6 +22,10 @@ class TraceInputError(Exception):
         return (type(self), (self.path, self.problem))
 
 
+class UnreadableError(TraceInputError):
+    """The operating system will not let tracelens read a file or directory (permissions, I/O)."""
+
+
 class ParseError(TraceInputError):
     """A file's bytes are not a readable trace of the format it was taken for."""
 

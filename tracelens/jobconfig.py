@@ -48,11 +48,14 @@ def find(paths: list[str]) -> Path | None:
     the files given when they all lie in one folder; None when there is none."""
     if not paths:
         return None
-    folders = {Path(p) if Path(p).is_dir() else Path(p).parent for p in paths}
-    if len(folders) != 1:
+    try:
+        folders = {Path(p) if Path(p).is_dir() else Path(p).parent for p in paths}
+        if len(folders) != 1:
+            return None
+        candidate = folders.pop() / FILENAME
+        return candidate if candidate.is_file() else None
+    except OSError:  # a path that cannot be reached: loading it says so
         return None
-    candidate = folders.pop() / FILENAME
-    return candidate if candidate.is_file() else None
 
 
 def read(path: str | Path) -> dict[str, object]:

@@ -9,10 +9,11 @@ import re
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
+from stat import S_ISDIR, S_ISREG
 
 import polars as pl
 
-from tracelens.errors import ParseError, TraceInputError
+from tracelens.errors import ParseError, TraceInputError, UnreadableError
 from tracelens.schema import EVENT_SCHEMA, TraceMeta, empty_frame
 
 TRACE_SUFFIXES = (".json", ".json.gz")
@@ -59,33 +60,128 @@ def _natural_key(p: Path) -> list:
     return [int(t) if t.isdigit() else t for t in re.split(r"(\d+)", str(p))]
 
 
-def discover(paths: Iterable[str | Path]) -> tuple[list[Path], set[Path]]:
+def discover(paths: Iterable[str | Path], *, strict: bool = False) -> tuple[list[Path], set[Path], list[str]]:
     """Expand directories into their trace files.  Returns (files, files found by walking a
-    directory) - the latter may be skipped when they turn out not to be traces."""
+    directory - they may be skipped when they turn out not to be traces or cannot be read -,
+    warnings).  A file reached twice (given twice, or through links) is kept once.
+
+    Symlinked subdirectories are followed, each directory once; a link to a directory above
+    it (a loop) is not.  A subdirectory or file inside a directory that cannot be read is a
+    warning naming it, or with ``strict`` an UnreadableError; a path given that cannot be
+    reached (a directory on its way is not searchable) is always an error."""
     files: list[Path] = []
     from_dirs: set[Path] = set()
+    warnings: list[str] = []
     for raw in paths:
         p = Path(raw)
-        if p.is_dir():
-            found = sorted((q for q in p.rglob("*") if q.is_file() and is_trace_name(q)), key=_natural_key)
+        try:
+            st = os.stat(p)
+        except (FileNotFoundError, NotADirectoryError):
+            raise TraceInputError(str(p), "no such file or directory") from None
+        except PermissionError as e:
+            raise UnreadableError(str(p), f"cannot reach it ({e.strerror}: a directory on its path cannot be searched)") from None
+        except OSError as e:
+            raise UnreadableError(str(p), f"cannot reach it ({e.strerror or e})") from None
+        if S_ISDIR(st.st_mode):
+            found = _walk(p, strict, warnings)
             if not found:
                 raise TraceInputError(str(p), "no trace files (*.json, *.json.gz) in this directory")
+            found.sort(key=_natural_key)
             files.extend(found)
             from_dirs.update(found)
-        elif p.is_file():
+        elif S_ISREG(st.st_mode):
             files.append(p)
-        elif p.exists():
-            raise TraceInputError(str(p), "not a regular file or directory")
         else:
-            raise TraceInputError(str(p), "no such file or directory")
-    seen: set[Path] = set()
-    unique = []
+            raise TraceInputError(str(p), "not a regular file or directory")
+    kept: dict[tuple[int, int], int] = {}  # (device, inode) -> its place in unique
+    unique: list[Path] = []
     for f in files:
-        r = f.resolve()
-        if r not in seen:
-            seen.add(r)
+        try:
+            st = os.stat(f)
+        except OSError as e:  # a file found in a directory whose entries cannot be looked at
+            _unreadable(f, "cannot read file", e, strict, warnings)
+            from_dirs.discard(f)
+            continue
+        at = kept.get((st.st_dev, st.st_ino))
+        if at is None:
+            kept[(st.st_dev, st.st_ino)] = len(unique)
             unique.append(f)
-    return unique, from_dirs
+        elif _through_links(unique[at]) and not _through_links(f):  # the same file: name it by its real path
+            unique[at] = f
+    return unique, from_dirs, warnings
+
+
+def _through_links(p: Path) -> bool:
+    return os.path.realpath(p) != os.path.abspath(p)
+
+
+def _unreadable(p: Path, what: str, e: OSError, strict: bool, warnings: list[str]) -> None:
+    problem = f"{what} ({e.strerror or e})"
+    if strict:
+        raise UnreadableError(str(p), problem)
+    warnings.append(f"{p}: skipped ({problem})")
+
+
+def _is_link(e: os.DirEntry) -> bool:
+    try:
+        return e.is_symlink()
+    except OSError:
+        return False
+
+
+def _walk(top: Path, strict: bool, warnings: list[str]) -> list[Path]:
+    """The trace files under ``top``, following symlinked directories once each (by device and
+    inode), never into a directory above the link (a loop)."""
+    found: list[Path] = []
+    st = os.stat(top)
+    seen = {(st.st_dev, st.st_ino)}
+    stack = [top]
+    while stack:
+        d = stack.pop()
+        try:
+            with os.scandir(d) as it:  # real subdirectories before links to them: files keep their real paths
+                entries = sorted(it, key=lambda e: (_is_link(e), e.name))
+        except OSError as e:
+            if d == top:
+                raise UnreadableError(str(d), f"cannot read this directory ({e.strerror or e})") from None
+            _unreadable(d, "cannot read this directory", e, strict, warnings)
+            continue
+        subdirs = []
+        for e in entries:
+            p = Path(e.path)
+            try:
+                is_dir = e.is_dir()
+                is_link = e.is_symlink()
+            except OSError as err:
+                _unreadable(p, "cannot look at it", err, strict, warnings)
+                continue
+            if is_dir:
+                try:
+                    dst = os.stat(p)
+                except OSError as err:
+                    _unreadable(p, "cannot look at this directory", err, strict, warnings)
+                    continue
+                if is_link:
+                    target = p.resolve()
+                    here = d.resolve()
+                    if target == here or target in here.parents:
+                        warnings.append(f"{p}: a link to {target}, a directory above it; not followed (it would loop)")
+                        continue
+                if (dst.st_dev, dst.st_ino) not in seen:  # reached before, through a link or the real path
+                    seen.add((dst.st_dev, dst.st_ino))
+                    subdirs.append(p)
+            elif is_trace_name(p):
+                try:
+                    is_file = e.is_file()
+                except OSError as err:
+                    _unreadable(p, "cannot look at it", err, strict, warnings)
+                    continue
+                if is_file:
+                    found.append(p)
+                elif is_link and not p.exists():
+                    warnings.append(f"{p}: skipped (a broken link)")
+        stack.extend(reversed(subdirs))
+    return found
 
 
 def _name_rank(path: Path) -> tuple[int, bool] | None:
@@ -108,9 +204,12 @@ def rank_from_name(path: Path, pids: Iterable[int] = ()) -> int | None:
 
 
 def parse_file(path: str | Path, *, use_cache: bool = True, keep_python: bool = False,
-               progress: Callable[[int], None] | None = None) -> tuple[pl.DataFrame, TraceMeta]:
+               progress: Callable[[int], None] | None = None,
+               notes: list[tuple[str, str]] | None = None) -> tuple[pl.DataFrame, TraceMeta]:
     """Parse one file through the cache (sniffing its format); ``progress(bytes)``: how far into
-    the file (on disk) the parser is."""
+    the file (on disk) the parser is.  What the job's warnings should say about the cache is
+    appended to ``notes`` as (kind, text): "cache" when the cache cannot be used (the parse
+    goes on without it), "corrupt" when this file's entry failed its checks and was re-parsed."""
     from tracelens.parsers import sniff
 
     path = Path(path)
@@ -121,32 +220,50 @@ def parse_file(path: str | Path, *, use_cache: bool = True, keep_python: bool = 
         raise ParseError(str(path), f"{fmt} files are not supported yet (PyTorch profiler JSON only)")
     from tracelens import cache
 
+    notes = [] if notes is None else notes
     key = None
     if use_cache:
         try:
             h = cache.file_hash(path)
+        except OSError:  # the trace itself could not be read: its parse says why
+            h = None
+        if h is not None:
             key = f"{h}-{fmt}-{parser.PARSER_VERSION}{'-py' if keep_python else ''}"
-            hit = cache.get(key)
-        except OSError:
-            hit, key = None, None
-        if hit is not None:
-            df, meta = hit
-            meta.path = str(path)
-            return df, meta
+            try:
+                hit = cache.get(key)
+            except cache.CorruptEntry as e:
+                notes.append(("corrupt", f"{path}: the cache entry for this file was corrupt ({e}); "
+                                         "it was removed and the file re-parsed"))
+                hit = None
+            except OSError as e:
+                notes.append(("cache", _cache_off(e)))
+                hit, key = None, None
+            if hit is not None:
+                df, meta = hit
+                meta.path = str(path)
+                return df, meta
     df, meta = parser.parse(path, keep_python=keep_python, progress=progress)
     if key is not None:
         meta.content_hash = key.split("-", 1)[0]
         if not meta.truncated:  # a partial parse is never cached
             try:
                 cache.put(key, df, meta)
-            except OSError:
-                pass
+            except OSError as e:
+                notes.append(("cache", _cache_off(e)))
     return df, meta
 
 
-def _parse_job(args: tuple[str, bool, bool]) -> tuple[pl.DataFrame, TraceMeta]:
+def _cache_off(e: OSError) -> str:
+    from tracelens.cache import cache_dir
+
+    return f"the parse cache in {cache_dir()} cannot be used ({e.strerror or e}); running without it"
+
+
+def _parse_job(args: tuple[str, bool, bool]) -> tuple[pl.DataFrame, TraceMeta, list[tuple[str, str]]]:
     path, use_cache, keep_python = args
-    return parse_file(path, use_cache=use_cache, keep_python=keep_python)
+    notes: list[tuple[str, str]] = []
+    df, meta = parse_file(path, use_cache=use_cache, keep_python=keep_python, notes=notes)
+    return df, meta, notes
 
 
 def load(
@@ -157,20 +274,27 @@ def load(
     jobs: int | None = None,
     progress: Callable[[int, int, TraceMeta], None] | None = None,
     bytes_progress: Callable[[int, int], None] | None = None,
+    strict: bool = False,
 ) -> Trace:
     """Load trace files and directories of them into one Trace.  ``progress(done, total, meta)``
     after each file; ``bytes_progress(done, total)`` in bytes on disk as the files are read (within
     a file too, when parsing in this process).
 
     Raises TraceInputError (naming the file) when an input cannot be used.  Files found by
-    walking a directory that are JSON but not traces are skipped with a warning.
+    walking a directory that are JSON but not traces, or (unless ``strict``) cannot be read,
+    are skipped with a warning.  A cache that cannot be used is one warning; the job loads
+    without it.
     """
-    files, from_dirs = discover(paths)
+    files, from_dirs, warnings = discover(paths, strict=strict)
     if not files:
         raise TraceInputError(".", "no input files")
     results: dict[int, tuple[pl.DataFrame, TraceMeta]] = {}
-    warnings: list[str] = []
-    sizes = [f.stat().st_size for f in files]
+    notes: dict[int, list[tuple[str, str]]] = {}  # file -> what its parse said about the cache
+    if use_cache:
+        from tracelens import cache
+
+        cache.sweep()
+    sizes = [_size(f) for f in files]
     total = sum(sizes)
     if jobs is None:
         # worker processes cost ~0.3 s to start (imports): worth it only for real work
@@ -179,7 +303,8 @@ def load(
 
     def record(i: int, res: tuple[pl.DataFrame, TraceMeta] | None, err: TraceInputError | None) -> None:
         if err is not None:
-            if files[i] in from_dirs and err.problem.startswith("not a trace"):
+            skip = err.problem.startswith("not a trace") or (isinstance(err, UnreadableError) and not strict)
+            if files[i] in from_dirs and skip:
                 warnings.append(f"{err.path}: skipped ({err.problem})")
                 return
             raise err
@@ -196,10 +321,14 @@ def load(
             inner = None
             if bytes_progress is not None:
                 inner = (lambda base: lambda n: bytes_progress(base + n, total))(before)
+            got = notes[i] = []
+            cache_off = any(k == "cache" for n in notes.values() for k, _ in n)  # once it failed, the rest go without
             try:
-                record(i, parse_file(path, use_cache=cache_ok, keep_python=keep_py, progress=inner), None)
+                res = parse_file(path, use_cache=cache_ok and not cache_off, keep_python=keep_py, progress=inner, notes=got)
             except TraceInputError as e:
                 record(i, None, e)
+            else:
+                record(i, res, None)
             before += sizes[i]
     else:
         from concurrent.futures import ProcessPoolExecutor, as_completed  # only here: ~3 ms to import
@@ -211,13 +340,19 @@ def load(
                 for fut in as_completed(futs):
                     i = futs[fut]
                     try:
-                        record(i, fut.result(), None)
+                        df, meta, got = fut.result()
                     except TraceInputError as e:
                         record(i, None, e)
+                    else:
+                        notes[i] = got
+                        record(i, (df, meta), None)
             except BaseException:
                 for f in futs:
                     f.cancel()
                 raise
+    said = [n for i in sorted(notes) for n in notes[i]]
+    warnings.extend(text for kind, text in said if kind == "corrupt")
+    warnings.extend(next(([text] for kind, text in said if kind == "cache"), []))  # one, however many files met it
     if not results:
         raise TraceInputError(str(files[0].parent if len(files) > 1 else files[0]), "no traces among the inputs")
     order = sorted(results)
@@ -233,6 +368,13 @@ def load(
     events = pl.concat(out, how="vertical") if out else empty_frame()
     assert list(events.schema) == list(EVENT_SCHEMA)
     return Trace(events=events, metas=metas, warnings=warnings, separate_runs=separate)
+
+
+def _size(f: Path) -> int:
+    try:
+        return f.stat().st_size
+    except OSError:  # its parse says why it cannot be read
+        return 0
 
 
 def _assign_ranks(files: list[Path], metas: list[TraceMeta], warnings: list[str],

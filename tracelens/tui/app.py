@@ -74,12 +74,13 @@ class TracelensApp(App):
     ] + [Binding(str(i + 1), f"show_tab('{pane_id}')", title, show=False) for i, (pane_id, title, _) in enumerate(VIEWS)]
 
     def __init__(self, *, paths: list[str], options: Any = None, use_cache: bool = True, jobs: int | None = None,
-                 report: dict[str, Any] | None = None, trace: Any = None):
+                 report: dict[str, Any] | None = None, trace: Any = None, strict: bool = False):
         super().__init__()
         self.paths = paths
         self.options = options
         self.use_cache = use_cache
         self.jobs = jobs
+        self.strict = strict
         self.report: dict[str, Any] | None = report
         self._trace = trace
         self.timeline = None
@@ -141,7 +142,8 @@ class TracelensApp(App):
                                        done, total))
 
         self.post_message(Progress("reading…", None, None))
-        trace = load(self.paths, use_cache=self.use_cache, jobs=self.jobs, progress=progress, bytes_progress=bytes_progress)
+        trace = load(self.paths, use_cache=self.use_cache, jobs=self.jobs, progress=progress, bytes_progress=bytes_progress,
+                     strict=self.strict)
         self.post_message(Progress(f"analyzing {trace.events.height:,} events…", None, None))
         self._trace = trace  # kept for a re-analysis with other options (set GPU)
         report = analyze(trace, self.options or Options()).to_dict()
