@@ -12,7 +12,7 @@ from pathlib import Path
 
 import polars as pl
 
-from tracelens.errors import ParseError, TraceInputError
+from tracelens.errors import TraceInputError, UnsupportedFormat
 from tracelens.schema import EVENT_SCHEMA, TraceMeta, empty_frame
 
 TRACE_SUFFIXES = (".json", ".json.gz")
@@ -111,14 +111,16 @@ def parse_file(path: str | Path, *, use_cache: bool = True, keep_python: bool = 
                progress: Callable[[int], None] | None = None) -> tuple[pl.DataFrame, TraceMeta]:
     """Parse one file through the cache (sniffing its format); ``progress(bytes)``: how far into
     the file (on disk) the parser is."""
-    from tracelens.parsers import sniff
+    from tracelens.parsers import SQLITE_MAGIC, sniff
 
     path = Path(path)
     fmt = sniff(path)
     if fmt == "kineto":
         from tracelens.parsers import kineto as parser
-    else:
-        raise ParseError(str(path), f"{fmt} files are not supported yet (PyTorch profiler JSON only)")
+    else:  # an nsys SQLite export: recognised (tracelens info reads its GPUs), not analysed
+        from tracelens.parsers import unsupported
+
+        raise UnsupportedFormat(str(path), unsupported(path, SQLITE_MAGIC) or f"{fmt} files are not supported yet (PyTorch profiler JSON only)")
     from tracelens import cache
 
     key = None
@@ -179,7 +181,7 @@ def load(
 
     def record(i: int, res: tuple[pl.DataFrame, TraceMeta] | None, err: TraceInputError | None) -> None:
         if err is not None:
-            if files[i] in from_dirs and err.problem.startswith("not a trace"):
+            if files[i] in from_dirs and (isinstance(err, UnsupportedFormat) or err.problem.startswith("not a trace")):
                 warnings.append(f"{err.path}: skipped ({err.problem})")
                 return
             raise err
