@@ -5,13 +5,45 @@
 
 from __future__ import annotations
 
+import re
 import zlib
 from pathlib import Path
 
-from tracelens.errors import ParseError, UnreadableError
+from tracelens.errors import ParseError, UnreadableError, UnsupportedFormat
 
 GZIP_MAGIC = b"\x1f\x8b"
 SQLITE_MAGIC = b"SQLite format 3\x00"
+NSYS_REPORT_SUFFIXES = (".nsys-rep", ".qdrep")  # Nsight Systems' own report format (not documented; not SQLite)
+# NCCL_DEBUG=INFO output ("host:pid:tid [dev] NCCL INFO ..."), and PyTorch's NCCL watchdog messages
+_NCCL_LOG = re.compile(rb"\bNCCL (?:INFO|WARN|TRACE|ERROR|ABORT)\b|\bNCCL version \d|\bWorkNCCL\(|ProcessGroupNCCL")
+# nccl-tests (all_reduce_perf ...) tables: their header, or a row's "<type> <redop>"
+_NCCL_TESTS = re.compile(rb"\bout-of-place\b|\balgbw\b|\bbusbw\b|#\s*nThread\b|"
+                         rb"\b(?:float|half|bfloat16|double|int8|uint8|int32|uint32|int64|uint64)\s+(?:sum|prod|max|min|avg|none)\b")
+RECORD_TORCH = "record the job with the PyTorch profiler (torch.profiler) for a report"
+
+
+def unsupported(path: Path, head: bytes) -> str | None:
+    """What a file tracelens recognises but does not analyse is, and what to do instead (the
+    README's table of inputs); None for anything else.  ``head``: its first bytes, decompressed."""
+    if head.startswith(SQLITE_MAGIC):
+        return ("an Nsight Systems SQLite export: `tracelens report` does not analyse nsys events yet "
+                f"(`tracelens info` shows its GPUs); {RECORD_TORCH}")
+    if path.name.lower().endswith(NSYS_REPORT_SUFFIXES):
+        return ("looks like an Nsight Systems report (.nsys-rep), which tracelens cannot read: export it with "
+                "`nsys export --type sqlite FILE.nsys-rep` (`tracelens info` reads the GPUs of the .sqlite)")
+    if len(head) > 1 and head[0] == 0x80 and 2 <= head[1] <= 5:  # a pickle (protocol 2-5): never unpickled
+        if b"pg_config" in head or b"entries" in head or b"profiling_name" in head:
+            return ("looks like a PyTorch Flight Recorder dump (pickle), which tracelens does not analyse (and never "
+                    "unpickles a file): torch's `torchfrtrace DIR` analyses a job's dumps; " + RECORD_TORCH)
+        return "a Python pickle, not a trace (tracelens never unpickles a file)"
+    text = head.lstrip(b"\xef\xbb\xbf \t\r\n")
+    if text[:1] in (b"{", b"["):
+        return None  # JSON: the Kineto parser says what it is (a Flight Recorder JSON dump among others)
+    if _NCCL_LOG.search(head):
+        return f"looks like an NCCL log (NCCL_DEBUG=INFO output), which tracelens does not analyse; {RECORD_TORCH}"
+    if _NCCL_TESTS.search(head):
+        return f"looks like nccl-tests output (all_reduce_perf ...), which tracelens does not analyse; {RECORD_TORCH}"
+    return None
 
 
 def head_bytes(path: Path, n: int = 4096) -> bytes:
@@ -61,6 +93,9 @@ def sniff(path: Path) -> str:
         raise ParseError(str(path), "empty gzip stream" if raw[:2] == GZIP_MAGIC else "empty file")
     if head.startswith(SQLITE_MAGIC):
         return "nsys"
+    what = unsupported(path, head)
+    if what:
+        raise UnsupportedFormat(str(path), what)
     stripped = head.lstrip(b"\xef\xbb\xbf \t\r\n")
     if not stripped:  # more than the head's worth of leading whitespace: look past it
         stripped = _after_whitespace(path)

@@ -635,7 +635,10 @@ def describe(obj: Any) -> str:
         if {"nodes", "schema"} <= keys:
             return "looks like a PyTorch Execution Trace (Chakra); give its Kineto twin"
         if "entries" in keys and "pg_config" in keys:
-            return "looks like a Flight Recorder dump"
+            return ("looks like a PyTorch Flight Recorder dump, which tracelens does not analyse: torch's `torchfrtrace DIR` "
+                    "analyses a job's dumps; record the job with the PyTorch profiler (torch.profiler) for a report")
+        if {"header", "coll_perf"} <= keys:
+            return "looks like NCCL Inspector output, which tracelens does not analyse"
         if "schema_version" in keys and "ranks" in keys:
             return "looks like a tracelens report"
         shown = ", ".join(sorted(map(str, keys))[:5])

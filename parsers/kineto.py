@@ -213,6 +213,7 @@ class _Builder:
         self.pending_rows = 0
         self.events = 0
         self.with_ph = 0
+        self.first_bad: tuple[str | None, str] | None = None  # (field, what was wrong) of the first event skipped as invalid
 
     def timestamps(self, ts: list, chunk: bytes | None, raw_ts: bool, which: list[bool] | None = None) -> pl.Series:
         """ns timestamps of a chunk's events (null where missing), exact.  Integers multiply
@@ -470,13 +471,17 @@ def _decode_lenient(chunk: bytes, builder: _Builder) -> int | None:
     for item in items:
         if not isinstance(item, dict):
             builder.counts["invalid"] += 1
+            if builder.first_bad is None:
+                builder.first_bad = (None, f"an item of traceEvents is {_kind(item)}, not an object")
             continue
         a = item.pop("args", None)
         ts = item.pop("ts", None) if builder.exact_ts else None
         try:
             ev = msgspec.convert(item, _EventExact if builder.exact_ts else _Event, strict=False)
-        except msgspec.ValidationError:
+        except msgspec.ValidationError as e:
             builder.counts["invalid"] += 1
+            if builder.first_bad is None:
+                builder.first_bad = _why_invalid(item, e)
             continue
         if builder.exact_ts:
             ev.ts = msgspec.Raw(orjson.dumps(ts if isinstance(ts, (int, float)) else None))
@@ -484,6 +489,21 @@ def _decode_lenient(chunk: bytes, builder: _Builder) -> int | None:
         evs.append(ev)
     builder.add(evs, None)
     return None
+
+
+_WANTED = {"ph": "a string", "ts": "a number", "dur": "a number", "cat": "a string", "name": "a string",
+           "pid": "a number or a string", "tid": "a number or a string", "id": "a number or a string"}
+
+
+def _why_invalid(item: dict, e: msgspec.ValidationError) -> tuple[str | None, str]:
+    """(the field, what was wrong with it) of an event msgspec refused, from its error (which ends
+    "- at `$.ts`"): the field's value as the file holds it and what it should be."""
+    m = re.search(r"at `\$\.(\w+)`", str(e))
+    if not m:
+        return None, str(e)
+    key = m.group(1)
+    value = item.get(key) if key != "ts" or "ts" in item else None
+    return key, f"its {key!r} is {_shown(value)}, not {_WANTED.get(key, 'of the expected type')}"
 
 
 def parse(path: str | Path, *, keep_python: bool = False, keep_args: bool = True,
@@ -519,9 +539,19 @@ def _parse(path: Path, keep_python: bool, keep_args: bool, progress: Callable[[i
     res = stream_events(path, lambda chunk: _decode_chunk(chunk, builder), CHUNK_BYTES, progress)
     if builder.with_ph == 0:
         if res.truncated:
-            raise ParseError(spath, f"truncated trace: {res.problem} before the first whole event")
+            what = res.problem if res.problem.startswith("truncated") else f"truncated trace: {res.problem}"
+            raise ParseError(spath, f"{what} before the first whole event")
         if builder.events == 0 and builder.counts["invalid"] == 0:
             raise ParseError(spath, "no trace events: the traceEvents array is empty")
+        bad = builder.counts["invalid"]
+        if builder.first_bad is not None and builder.events == 0:  # every item was refused: say why, not "no 'ph'"
+            key, why = builder.first_bad
+            skipped = f"all {bad} events skipped" if bad > 1 else "its one event skipped"
+            if key is None:  # not objects at all: not a trace
+                raise ParseError(spath, f"not a trace: the array holds no trace events (objects with a 'ph' field): {why}")
+            if key == "ts":
+                raise ParseError(spath, f"no event has a usable timestamp (ts): the first bad one: {why} ({skipped})")
+            raise ParseError(spath, f"no usable trace events: the first bad one: {why} ({skipped})")
         raise ParseError(spath, "not a trace: the array holds no trace events (objects with a 'ph' field)")
     meta = TraceMeta(
         path=spath,
@@ -558,18 +588,28 @@ def _fill_meta(meta: TraceMeta, top: dict, builder: _Builder) -> None:
     dist = top.get("distributedInfo")
     if isinstance(dist, dict):
         meta.distributed = dist
-        r = dist.get("rank")
-        if isinstance(r, int) and not isinstance(r, bool) and r >= 0:
+        r = _count(dist.get("rank"), 0, "distributedInfo rank", meta)
+        if r is not None:
             meta.rank = r
             meta.rank_source = "distributedInfo"
-        ws = dist.get("world_size")
-        if isinstance(ws, int) and not isinstance(ws, bool) and ws > 0:
-            meta.world_size = ws
+        ws = _count(dist.get("world_size"), 1, "distributedInfo world_size", meta)
+        if ws is not None and meta.rank is not None and meta.rank >= ws:
+            meta.warnings.append(f"distributedInfo rank {meta.rank} is not below its world_size {ws}: the world size is ignored")
+            ws = None
+        meta.world_size = ws
         be = dist.get("backend")
         meta.backend = be if isinstance(be, str) else None
+        if be is not None and meta.backend is None:
+            meta.warnings.append(f"distributedInfo backend {_shown(be)} is not text: ignored")
+    elif dist is not None:
+        meta.warnings.append(f"distributedInfo is {_kind(dist)}, not an object: ignored (no rank or world size from it)")
     devs = top.get("deviceProperties")
     if isinstance(devs, list):
         meta.devices = [d for d in devs if isinstance(d, dict)]
+        if len(meta.devices) < len(devs):
+            meta.warnings.append(f"{len(devs) - len(meta.devices)} deviceProperties entries are not objects: ignored")
+    elif devs is not None:
+        meta.warnings.append(f"deviceProperties is {_kind(devs)}, not a list: ignored (the GPU is unnamed)")
     btn = top.get("baseTimeNanoseconds")
     if isinstance(btn, int):
         meta.base_time_ns = btn
@@ -585,6 +625,34 @@ def _fill_meta(meta: TraceMeta, top: dict, builder: _Builder) -> None:
             label = _decode_args((rargs,))[0].label
             if label is not None:
                 meta.threads[f"{_as_int(pid)}:{_as_int(tid)}"] = str(label)
+
+
+def _kind(v: object) -> str:
+    """What a JSON value is, for a message: "a string", "an object", "null"."""
+    return {bool: "a boolean", int: "a number", float: "a number", str: "a string", list: "a list", dict: "an object",
+            type(None): "null"}.get(type(v), type(v).__name__)
+
+
+def _shown(v: object) -> str:
+    """A JSON value from a file, short, as JSON writes it (a message shows what the file holds)."""
+    text = orjson.dumps(v, option=orjson.OPT_NON_STR_KEYS).decode() if isinstance(v, (dict, list, str, int, float, bool, type(None))) else repr(v)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+def _count(v: object, least: int, what: str, meta: TraceMeta) -> int | None:
+    """An integer field of the metadata (a rank, a world size): ``v`` when it is an integer of at
+    least ``least``, a string of digits read as one (with a warning), else None with a warning
+    saying what was there; None without a word when the field is absent."""
+    if v is None:
+        return None
+    if isinstance(v, str) and v.strip().isdigit() and v.isascii() and int(v) >= least:
+        meta.warnings.append(f"{what} {_shown(v)} is text: read as {int(v)}")
+        return int(v)
+    if isinstance(v, int) and not isinstance(v, bool) and v >= least:
+        return v
+    want = "a non-negative integer" if least == 0 else f"an integer of at least {least}"
+    meta.warnings.append(f"{what} {_shown(v)} is not {want}: ignored")
+    return None
 
 
 def _finish(builder: _Builder, meta: TraceMeta, top: dict) -> pl.DataFrame:
@@ -629,8 +697,9 @@ def _finish(builder: _Builder, meta: TraceMeta, top: dict) -> pl.DataFrame:
         if meta.device_name is None and len(meta.devices) == 1:
             meta.device_properties = meta.devices[0]
             meta.device_name = meta.devices[0].get("name")
-        if meta.device_name is not None and not isinstance(meta.device_name, str):  # a hostile file: no name, not a crash
-            meta.warnings.append(f"deviceProperties name {str(meta.device_name)[:80]!r} is not text: the GPU is unnamed")
+        if meta.device_properties and not isinstance(meta.device_name, str):  # a hostile file: no name, not a crash
+            got = "no name" if "name" not in meta.device_properties else f"name {_shown(meta.device_name)} is not text"
+            meta.warnings.append(f"the deviceProperties entry of device {meta.device_id}: {got}, so the GPU is unnamed")
             meta.device_name = None
     else:
         meta.warnings.append("no GPU events (a CPU-only trace)")

@@ -461,7 +461,7 @@ def analyze(trace: Trace, options: Options | None = None) -> Analysis:
     return Analysis(
         inputs=inputs,
         ranks=tuple(ranks),
-        warnings=tuple(trace.all_warnings + warnings),
+        warnings=tuple(trace.all_warnings + warnings),  # the files' own too (a truncated file, skipped events, odd metadata)
         collectives=tuple(table),
         stragglers=tuple(slow),
         straggler_check=check,
@@ -545,6 +545,10 @@ def _analyze_rank(df: pl.DataFrame, fi: int, meta, options: Options) -> RankResu
             out += [f"{fmt_ns(he - k1)} after the last"] if he is not None and he > k1 else []
             warnings.append(f"{meta.path}: {lead}: the whole trace is one step, windowed from its first to its last GPU "
                             f"activity ({fmt_ns(k1 - k0)})" + (f"; {' and '.join(out)} are outside the window" if out else ""))
+        elif host_start is None:  # no timed event at all (only metadata or instants): one empty step
+            windows, basis = [(0, 0)], "host"
+            spans = spans.with_columns(pl.lit(0, pl.Int64).alias("start"), pl.lit(0, pl.Int64).alias("end"))
+            warnings.append(f"{meta.path}: no complete ('X') events with a timestamp: nothing to measure in this file")
         else:
             windows, basis = [(host_start, host_end)], "host"
             if options.step_range or options.steps:
@@ -927,24 +931,35 @@ def _known_matmul(kernels: pl.DataFrame, linked: pl.DataFrame, launched: pl.Data
 def _given_mfu_error(mfu: float | None, options: Options, source: str | None, gpu_source: str | None, meta, peak: float | None,
                      total: GpuTime, flops: float | None) -> str | None:
     """Why an MFU above 100% built on a number the user gave (FLOPs, parameters, peak or GPU)
-    cannot stand (None when it can): a usage error, not a result."""
-    if mfu is None or mfu <= 1.0:
-        return None
+    cannot stand (None when it can): a usage error, not a result.  Without a peak (no GPU
+    named), given FLOPs beyond what the fastest GPU in the peak table could do in the window are
+    one too."""
     given = dict(options.given)
 
     def said(key: str, value: str) -> str:  # "--params 1e+12", or "params = 1e+12 in runs/job/tracelens.toml"
         src = given.get(key, "--" + key.replace("_", "-"))
         return f"{src} {value}" if src.startswith("--") else f"{key} = {value} in {src}" if src != "options" else f"{key} {value}"
 
-    causes = []
+    user_flops = None
     if source not in (None, "shapes"):
         keys = ["model_flops_per_step"] if options.model_flops_per_step is not None else ["params", "tokens_per_step"]
-        causes.append(" ".join(said(k, f"{getattr(options, k):g}") for k in keys))
+        user_flops = " ".join(said(k, f"{getattr(options, k):g}") for k in keys)
+    if mfu is None and peak is None and user_flops and flops and total.window:
+        name, fastest = gpus.fastest()
+        over = flops / (fastest * total.window / 1e9)
+        if over > 1.0:
+            return (f"{user_flops} is {over:.3g} times what the fastest GPU in tracelens' peak table ({name}, "
+                    f"{fastest / 1e12:,.0f} TFLOP/s) can do in rank {meta.rank}'s {total.window / 1e6:.3f} ms of GPU time "
+                    f"({flops:.3g} FLOPs): give the model FLOPs of one step of one GPU")
+    if mfu is None or mfu <= 1.0:
+        return None
+    causes = [user_flops] if user_flops else []
     if gpu_source not in (None, "trace"):
         causes.append(said("peak_tflops", f"{options.peak_tflops:g} TFLOP/s") if options.peak_tflops else said("gpu", str(options.gpu)))
     if not causes:
         return None  # FLOPs and peak both from the trace: flagged by _flops_quality instead
-    return (f"{' with '.join(causes)} gives an MFU of {100 * mfu:.0f}% on rank {meta.rank} ({flops:.3g} FLOPs per window of "
+    pct = f"{100 * mfu:.0f}%" if mfu < 1e4 else f"{100 * mfu:.3g}%"  # 1e30 FLOPs: 5.21e+17%, not 18 digits
+    return (f"{' with '.join(causes)} gives an MFU of {pct} on rank {meta.rank} ({flops:.3g} FLOPs per window of "
             f"{total.window / 1e6:.3f} ms at {peak / 1e12:,.1f} TFLOP/s): more than the GPU can do; give the model FLOPs of one "
             "step of one GPU, or its dense peak")
 
@@ -1330,4 +1345,6 @@ def parse_steps(text: str) -> tuple[int, int]:
         b = int(m.group(2)) if m.group(2) else 2**62
     else:
         b = a
+    if a > b:
+        raise ValueError(f"bad step selection {text!r}: the first step {a} is after the last {b}")
     return a, b

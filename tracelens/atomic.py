@@ -52,3 +52,42 @@ def _umask() -> int:
     mask = os.umask(0)
     os.umask(mask)
     return mask
+
+
+def check_output(dest: str | Path) -> None:
+    """OutputError unless ``dest`` can be written: not a directory, in an existing directory that
+    this process may write.  Checked before the work that makes the output, so a report that
+    cannot be saved fails at once, not after the analysis."""
+    from tracelens.errors import OutputError
+
+    dest = Path(dest)
+    parent = dest.parent
+    if dest.is_dir():
+        raise OutputError(str(dest), "is a directory (give a file name, e.g. report.html)")
+    if not parent.is_dir():
+        why = "is not a directory" if parent.exists() else "does not exist"
+        raise OutputError(str(dest), f"cannot write: the directory {parent} {why}")
+    if not os.access(parent, os.W_OK | os.X_OK):
+        raise OutputError(str(dest), f"cannot write: the directory {parent} is not writable")
+    if dest.exists() and not os.access(dest, os.W_OK):
+        raise OutputError(str(dest), "cannot write: the file is read-only")
+
+
+def write_output(dest: str | Path, data: bytes) -> None:
+    """Write a user's output file whole or not at all: OutputError (naming ``dest`` and the
+    problem: a read-only place, a directory, a missing directory, a full disk) on failure, with
+    neither a partial file nor a temporary one left behind."""
+    import errno
+
+    from tracelens.errors import OutputError
+
+    check_output(dest)
+    try:
+        write_bytes(dest, data)
+    except OSError as e:
+        problems = {errno.ENOSPC: "no space left on the device", errno.EDQUOT: "disk quota exceeded",
+                    errno.EROFS: "read-only file system", errno.EACCES: "permission denied",
+                    errno.EPERM: "permission denied", errno.EISDIR: "is a directory",
+                    errno.ENOENT: "its directory does not exist", errno.ENOTDIR: "a part of its path is not a directory"}
+        problem = problems.get(e.errno or 0) or e.strerror or str(e)
+        raise OutputError(str(dest), f"cannot write: {problem}; nothing was written") from None

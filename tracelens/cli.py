@@ -12,10 +12,17 @@ import os
 import sys
 
 from tracelens import __version__
-from tracelens.errors import EXIT_BAD_INPUT, EXIT_OK, EXIT_USAGE
+from tracelens.errors import EXIT_BAD_INPUT, EXIT_CODES, EXIT_INTERNAL, EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE
 
-EXIT_INTERNAL = 4
 COMMANDS = ("info", "report", "open", "demo")
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse with one-line errors: "tracelens report: error: argument --jobs: invalid int value:
+    'x' (tracelens report --help)", exit 2, instead of the usage block and the error."""
+
+    def error(self, message: str):
+        self.exit(EXIT_USAGE, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
 
 
 def _common(p: argparse.ArgumentParser, nargs: str = "+") -> None:
@@ -45,11 +52,12 @@ def _analysis_options(p: argparse.ArgumentParser) -> None:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog="tracelens",
         description="Where did the GPU time go? Reads PyTorch profiler (Kineto) traces, one file per rank.",
-        epilog="Exit codes: 0 ok, 1 a gate failed, 2 usage, 3 bad input, 4 internal error. "
-        "Cache: $TRACELENS_CACHE_DIR (default ~/.cache/tracelens).",
+        epilog="exit codes:\n" + "".join(f"  {code:<4} {meaning}\n" for code, meaning in EXIT_CODES)
+        + "\ncache: $TRACELENS_CACHE_DIR (default ~/.cache/tracelens).",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("--version", action="version", version=f"tracelens {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
@@ -88,6 +96,9 @@ def main(argv: list[str] | None = None) -> int:
     if args.command is None:
         parser.print_help()
         return EXIT_USAGE
+    if getattr(args, "jobs", None) is not None and args.jobs < 1:
+        print(f"tracelens: error: --jobs {args.jobs}: give at least 1 (the number of files parsed in parallel)", file=sys.stderr)
+        return EXIT_USAGE
     gc_was_on = gc.isenabled()
     if args.command in ("info", "report"):
         # a batch run that ends in a second: the cycle collector would only rescan the objects
@@ -107,7 +118,7 @@ def main(argv: list[str] | None = None) -> int:
             return run(args.output, tui=not args.no_tui and sys.stdin.isatty() and sys.stdout.isatty())
     except KeyboardInterrupt:
         print("tracelens: interrupted", file=sys.stderr)
-        return 130
+        return EXIT_INTERRUPTED
     except BrokenPipeError:  # `tracelens report ... | head`: the reader left; stop quietly, like other tools
         try:
             os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
@@ -115,15 +126,15 @@ def main(argv: list[str] | None = None) -> int:
             pass
         return 141
     except Exception as e:  # one line, never a traceback (TRACELENS_DEBUG=1 shows it)
-        from tracelens.errors import TraceInputError, UsageError
+        from tracelens.errors import OutputError, TraceInputError, UsageError
 
         if os.environ.get("TRACELENS_DEBUG"):
             raise
-        if isinstance(e, TraceInputError):
+        if isinstance(e, (TraceInputError, OutputError)):  # exit 3 (an input) or 5 (the output)
             print(f"tracelens: error: {_clean(e)}", file=sys.stderr)
-            return EXIT_BAD_INPUT
-        if isinstance(e, UsageError):
-            print(f"tracelens: error: {e}", file=sys.stderr)
+            return e.exit_code
+        if isinstance(e, UsageError):  # a flag or a job setting (jobconfig.SettingsError names its file)
+            print(f"tracelens: error: {_clean(e)}", file=sys.stderr)
             return EXIT_USAGE
         print(f"tracelens: internal error: {type(e).__name__}: {_clean(e)} (set TRACELENS_DEBUG=1 for the traceback)", file=sys.stderr)
         return EXIT_INTERNAL
@@ -180,9 +191,10 @@ def _cmd_info(args: argparse.Namespace) -> int:
 
 
 def _cmd_report(args: argparse.Namespace) -> int:
+    import math
     import re
 
-    from tracelens.atomic import write_bytes
+    from tracelens.atomic import check_output, write_output
     from tracelens.report import format_for, render
 
     fmt = format_for(args.output)
@@ -193,6 +205,8 @@ def _cmd_report(args: argparse.Namespace) -> int:
         problem = "give trace paths or --load REPORT.json (one of the two)"
     elif args.fail_under_mfu is not None and not 0 <= args.fail_under_mfu <= 1:
         problem = f"--fail-under-mfu {args.fail_under_mfu:g}: give the MFU as a fraction between 0 and 1 (0.35 for 35%)"
+    elif args.fail_over_step_ms is not None and not (math.isfinite(args.fail_over_step_ms) and args.fail_over_step_ms > 0):
+        problem = f"--fail-over-step-ms {args.fail_over_step_ms:g}: give the step time in milliseconds, a positive number"
     if problem:
         print(f"tracelens: error: {problem}", file=sys.stderr)
         return EXIT_USAGE
@@ -203,6 +217,8 @@ def _cmd_report(args: argparse.Namespace) -> int:
     except (ValueError, re.error) as e:
         print(f"tracelens: error: {e}", file=sys.stderr)
         return EXIT_USAGE
+    if args.output:
+        check_output(args.output)  # before the analysis: a report that cannot be saved fails at once
     if args.load:
         d = _saved_report(args.load, required=True)
     else:
@@ -216,7 +232,7 @@ def _cmd_report(args: argparse.Namespace) -> int:
         d["comparison"] = compare(base, d)
     data = render(d, fmt)
     if args.output:
-        write_bytes(args.output, data)
+        write_output(args.output, data)
     else:
         sys.stdout.buffer.write(data)
     if not args.load:

@@ -58,13 +58,14 @@ def run(html_out: str, tui: bool) -> int:
             return EXIT_BAD_INPUT
         return EXIT_OK
     from tracelens.analysis import analyze
-    from tracelens.atomic import write_bytes
+    from tracelens.atomic import check_output, write_output
     from tracelens.load import load
     from tracelens.report import render
 
+    check_output(html_out)  # before the analysis and the text report: nothing printed for a page that cannot be saved
     d = analyze(load([job]), options(job)).to_dict()
     sys.stdout.buffer.write(render(d, "text"))
-    write_bytes(html_out, render(d, "html"))
+    write_output(html_out, render(d, "html"))
     for w in d["warnings"]:
         print(f"tracelens: warning: {printable(w)}", file=sys.stderr)
     print(f"\nThe same report as one HTML page: {os.path.abspath(html_out)} (open it in a browser; it works offline)")

@@ -101,6 +101,8 @@ def lookup(name: str) -> GpuSpec | None:
 def identify(properties: dict, name: str | None) -> tuple[GpuSpec | None, str | None]:
     """The spec of a trace's device, scaled for MIG / partitions; (None, why) when unknown."""
     if not name:
+        if isinstance(properties, dict) and properties:  # an entry whose name is missing or not text (the parser warns)
+            return None, "the trace's deviceProperties give no usable GPU name (give --gpu NAME or --peak-tflops X)"
         return None, "the trace names no GPU (no deviceProperties)"
     spec = lookup(name)
     if spec is None:
@@ -109,6 +111,13 @@ def identify(properties: dict, name: str | None) -> tuple[GpuSpec | None, str | 
     if isinstance(sms, int) and spec.sms and 0 < sms < spec.sms:
         spec = replace(spec, scale=sms / spec.sms, notes=spec.notes + (f"{sms} of {spec.sms} SMs: a MIG slice or partition; peaks scaled",))
     return spec, None
+
+
+def fastest() -> tuple[str, float]:
+    """The GPU of the peak table with the highest dense peak at any dtype, and that peak in
+    FLOP/s: a bound no step of any GPU can pass, for checking numbers when the GPU is unknown."""
+    spec = max((spec for _, spec in TABLE), key=lambda g: max(g.peak_tflops.values()))
+    return spec.name, max(spec.peak_tflops.values()) * 1e12
 
 
 USER_PEAK = "user-given peak"  # the name of a spec that is only a peak the user gave (no GPU named)

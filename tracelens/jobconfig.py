@@ -21,7 +21,20 @@ import math
 import tomllib
 from pathlib import Path
 
-from tracelens.errors import TraceInputError
+from tracelens.errors import UsageError
+
+
+
+class SettingsError(UsageError):
+    """A job settings file that cannot be used (unreadable, not TOML, an unknown key, a value of
+    the wrong type or out of range): a usage error like the flag of the same name (exit 2), whose
+    one line names the file and the key."""
+
+    def __init__(self, path: str, problem: str):
+        self.path = str(path)
+        self.problem = problem
+        super().__init__(f"{self.path}: {problem}")
+
 
 FILENAME = "tracelens.toml"
 MAX_BYTES = 64 * 1024  # a settings file, not data: anything larger is refused unread
@@ -59,35 +72,35 @@ def find(paths: list[str]) -> Path | None:
 
 
 def read(path: str | Path) -> dict[str, object]:
-    """The settings in ``path``, checked: TraceInputError naming the file and the key on an
+    """The settings in ``path``, checked: SettingsError naming the file and the key on an
     unreadable file, bad TOML, an unknown key or a value of the wrong type."""
     path = Path(path)
     try:
         with open(path, "rb") as f:
             raw = f.read(MAX_BYTES + 1)
     except OSError as e:
-        raise TraceInputError(str(path), f"cannot read the job settings ({e.strerror or e})") from None
+        raise SettingsError(str(path), f"cannot read the job settings ({e.strerror or e})") from None
     if len(raw) > MAX_BYTES:
-        raise TraceInputError(str(path), f"job settings file larger than {MAX_BYTES // 1024} KB")
+        raise SettingsError(str(path), f"job settings file larger than {MAX_BYTES // 1024} KB")
     try:
         data = tomllib.loads(raw.decode("utf-8"))
     except UnicodeDecodeError:
-        raise TraceInputError(str(path), "job settings are not UTF-8 text") from None
+        raise SettingsError(str(path), "job settings are not UTF-8 text") from None
     except tomllib.TOMLDecodeError as e:
-        raise TraceInputError(str(path), f"job settings are not valid TOML ({e})") from None
+        raise SettingsError(str(path), f"job settings are not valid TOML ({e})") from None
     out: dict[str, object] = {}
     for key, value in data.items():
         if key not in KEYS:
             known = ", ".join(KEYS)
-            raise TraceInputError(str(path), f"unknown job setting {key!r} (known: {known})")
+            raise SettingsError(str(path), f"unknown job setting {key!r} (known: {known})")
         types, meaning = KEYS[key]
         if isinstance(value, bool) or not isinstance(value, types):
             want = " or ".join(t.__name__ for t in types)
-            raise TraceInputError(str(path), f"job setting {key!r} must be {want} ({meaning}), not {type(value).__name__}")
+            raise SettingsError(str(path), f"job setting {key!r} must be {want} ({meaning}), not {type(value).__name__}")
         if key in POSITIVE and not (math.isfinite(value) and value > 0):
-            raise TraceInputError(str(path), f"job setting {key!r} must be positive, not {value!r}")
+            raise SettingsError(str(path), f"job setting {key!r} must be positive, not {value!r}")
         if isinstance(value, str) and not value.strip():
-            raise TraceInputError(str(path), f"job setting {key!r} is empty")
+            raise SettingsError(str(path), f"job setting {key!r} is empty")
         out[key] = float(value) if float in types else value
     return out
 

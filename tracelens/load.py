@@ -13,7 +13,7 @@ from stat import S_ISDIR, S_ISREG
 
 import polars as pl
 
-from tracelens.errors import ParseError, TraceInputError, UnreadableError
+from tracelens.errors import ParseError, TraceInputError, UnreadableError, UnsupportedFormat
 from tracelens.schema import EVENT_SCHEMA, TraceMeta, empty_frame
 
 TRACE_SUFFIXES = (".json", ".json.gz")
@@ -210,14 +210,16 @@ def parse_file(path: str | Path, *, use_cache: bool = True, keep_python: bool = 
     the file (on disk) the parser is.  What the job's warnings should say about the cache is
     appended to ``notes`` as (kind, text): "cache" when the cache cannot be used (the parse
     goes on without it), "corrupt" when this file's entry failed its checks and was re-parsed."""
-    from tracelens.parsers import sniff
+    from tracelens.parsers import SQLITE_MAGIC, sniff
 
     path = Path(path)
     fmt = sniff(path)
     if fmt == "kineto":
         from tracelens.parsers import kineto as parser
-    else:
-        raise ParseError(str(path), f"{fmt} files are not supported yet (PyTorch profiler JSON only)")
+    else:  # an nsys SQLite export: recognised (tracelens info reads its GPUs), not analysed
+        from tracelens.parsers import unsupported
+
+        raise UnsupportedFormat(str(path), unsupported(path, SQLITE_MAGIC) or f"{fmt} files are not supported yet (PyTorch profiler JSON only)")
     from tracelens import cache
 
     notes = [] if notes is None else notes
@@ -303,7 +305,11 @@ def load(
 
     def record(i: int, res: tuple[pl.DataFrame, TraceMeta] | None, err: TraceInputError | None) -> None:
         if err is not None:
-            skip = err.problem.startswith("not a trace") or (isinstance(err, UnreadableError) and not strict)
+            skip = (
+                isinstance(err, UnsupportedFormat)
+                or err.problem.startswith("not a trace")
+                or (isinstance(err, UnreadableError) and not strict)
+            )
             if files[i] in from_dirs and skip:
                 warnings.append(f"{err.path}: skipped ({err.problem})")
                 return
