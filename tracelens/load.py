@@ -13,7 +13,7 @@ from stat import S_ISDIR, S_ISREG
 
 import polars as pl
 
-from tracelens.errors import ParseError, TraceInputError, UnreadableError, UnsupportedFormat
+from tracelens.errors import TraceInputError, UnreadableError, UnsupportedFormat
 from tracelens.schema import EVENT_SCHEMA, TraceMeta, empty_frame
 
 TRACE_SUFFIXES = (".json", ".json.gz")
