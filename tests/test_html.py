@@ -38,7 +38,11 @@ def report_of(*paths) -> dict:
 
 
 def validate(d: dict) -> None:
+    """Valid for jsonschema and for tracelens' own validator (what --load and --compare check)."""
+    from tracelens.saved import validator
+
     jsonschema.Draft202012Validator(SCHEMA).validate(d)
+    assert validator().first_error(d) is None, validator().first_error(d)
 
 
 def test_schema_is_a_valid_schema_and_can_fail():

@@ -179,7 +179,9 @@ def _cmd_info(args: argparse.Namespace) -> int:
     if args.json:
         import orjson
 
-        sys.stdout.buffer.write(orjson.dumps(summary, option=orjson.OPT_INDENT_2) + b"\n")
+        from tracelens.views import printable_json
+
+        sys.stdout.buffer.write(printable_json(orjson.dumps(summary, option=orjson.OPT_INDENT_2)) + b"\n")
     else:
         if rest:
             sys.stdout.write(render_text(printable_report(summary)))
@@ -351,10 +353,17 @@ def _cmd_open(args: argparse.Namespace) -> int:
         return EXIT_USAGE
     from tracelens.tui import make_app
 
-    report = None
+    from tracelens.errors import TraceInputError
+
+    report = error = None
     if len(args.paths) == 1 and args.paths[0].lower().endswith((".json", ".html", ".htm")):
-        report = _saved_report(args.paths[0])
-    if report is not None:
+        try:
+            report = _saved_report(args.paths[0])
+        except TraceInputError as e:  # a damaged or malformed saved report: said in the app, then on stderr (exit 3)
+            error = f"cannot open {e}"
+    if error is not None:
+        app = make_app(error=error)
+    elif report is not None:
         app = make_app(report=report)
     else:
         app = make_app(args.paths, options=_options(args, steps), use_cache=not args.no_cache, jobs=args.jobs, strict=args.strict)
@@ -366,58 +375,9 @@ def _cmd_open(args: argparse.Namespace) -> int:
 
 
 def _saved_report(path: str, required: bool = False) -> dict | None:
-    """The report in ``path`` when it is a tracelens JSON report, else None (a trace); with
-    ``required``, anything else is bad input.  A tracelens HTML report counts: it carries its JSON."""
-    from tracelens.errors import TraceInputError
+    """The report in ``path`` when it is a tracelens report (JSON, or the JSON inside a tracelens
+    HTML page), validated against its schema (tracelens.saved); None when it is not a report (a
+    trace); with ``required``, anything but a valid report is bad input."""
+    from tracelens.saved import load_saved
 
-    if path.lower().endswith((".html", ".htm")):
-        import zlib
-
-        from tracelens.html import extract_report
-
-        try:
-            with open(path, encoding="utf-8", errors="replace") as f:
-                text = f.read()
-        except OSError as e:
-            raise TraceInputError(path, f"cannot read file ({e.strerror or e})") from None
-        try:
-            data = extract_report(text)
-        except (ValueError, EOFError, OSError, zlib.error) as e:  # bad base64, gzip or JSON
-            raise TraceInputError(path, f"the report embedded in this page is damaged ({e})") from None
-        if data is None:
-            if required:
-                raise TraceInputError(path, "no tracelens report embedded in this HTML page")
-            return None
-    else:
-        data = _read_json_report(path, required)
-        if data is None:
-            return None
-    if not isinstance(data, dict) or not isinstance(data.get("tool"), dict) or data["tool"].get("name") != "tracelens":
-        if required:
-            raise TraceInputError(path, "not a tracelens JSON report")
-        return None
-    from tracelens.schema import SCHEMA_VERSION
-
-    if data.get("schema_version") != SCHEMA_VERSION:
-        raise TraceInputError(path, f"report schema_version {data.get('schema_version')!r}; this tracelens reads {SCHEMA_VERSION}")
-    return data
-
-
-def _read_json_report(path: str, required: bool) -> dict | None:
-    import orjson
-
-    from tracelens.errors import TraceInputError
-
-    try:
-        with open(path, "rb") as f:
-            head = f.read(200)
-            if b'"schema_version"' not in head:
-                if required:
-                    raise TraceInputError(path, "not a tracelens JSON report (no schema_version at its start)")
-                return None
-            data = orjson.loads(head + f.read())
-    except OSError as e:
-        raise TraceInputError(path, f"cannot read file ({e.strerror or e})") from None
-    except orjson.JSONDecodeError as e:
-        raise TraceInputError(path, f"not a valid JSON report ({e})") from None
-    return data
+    return load_saved(path, required)

@@ -203,27 +203,27 @@ def html_section(c: dict[str, Any]) -> str:
     m = c["mfu"]
     if m["delta"] is not None:
         pts = fmt_points(m["delta"])
-        out.append(f"<li>MFU {fmt_pct(m['base'], 2)} → <b>{fmt_pct(m['new'], 2)}</b> "
-                   f"<span class='{cls(m['delta'], True, pts)}'>({pts} points)</span></li>")
+        out.append(f"<li>MFU {escape(fmt_pct(m['base'], 2))} → <b>{escape(fmt_pct(m['new'], 2))}</b> "
+                   f"<span class='{cls(m['delta'], True, pts)}'>({escape(pts)} points)</span></li>")
     st = c["step_time_ns"]["mean"]
     if st["delta"] is not None:
         pct = fmt_points(st["ratio"] - 1, 1) + "%" if st["ratio"] is not None else "-"
         out.append(f"<li>step time {escape(fmt_ns(st['base']))} → <b>{escape(fmt_ns(st['new']))}</b> "
-                   f"<span class='{cls(-st['delta'], True, pct)}'>({pct})</span></li>")
+                   f"<span class='{cls(-st['delta'], True, pct)}'>({escape(pct)})</span></li>")
     out.append("</ul><table id='compare-waterfall'><thead><tr><th>bar</th><th class='n'>baseline</th><th class='n'>now</th>"
                "<th class='n'>change</th></tr></thead><tbody>")
     for b in c["waterfall"]:
         good = b["key"] in views.FINAL_KEYS
         pts = fmt_points(b["delta"])
         arrow = {"same": ""}.get(_dir(b["delta"], True, pts), "▲" if b["delta"] > 0 else "▼")
-        out.append(f"<tr><td>{escape(b['label'])}</td><td class='n'>{_share(b['base'])}</td><td class='n'>{_share(b['new'])}</td>"
-                   f"<td class='n {cls(b['delta'], good, pts)}'>{pts} pts {arrow}</td></tr>")
+        out.append(f"<tr><td>{escape(b['label'])}</td><td class='n'>{escape(_share(b['base']))}</td><td class='n'>{escape(_share(b['new']))}</td>"
+                   f"<td class='n {cls(b['delta'], good, pts)}'>{escape(pts)} pts {arrow}</td></tr>")
     out.append("</tbody></table>")
     for key, title in (("kernel_classes", "kernel classes"), ("kernels", "kernels"), ("matmuls", "matmul shapes"), ("collectives", "collectives")):
         rows = [r for r in c[key] if r["delta_ns"]]  # outside_top rows (delta unknown) are left out
         if not rows:
             continue
-        out.append(f"<details open><summary>{title} that changed most (time per rank-step)</summary><table><thead><tr><th>{title}</th>"
+        out.append(f"<details open><summary>{escape(title)} that changed most (time per rank-step)</summary><table><thead><tr><th>{escape(title)}</th>"
                    "<th class='n'>baseline</th><th class='n'>now</th><th class='n'>change</th><th></th></tr></thead><tbody>")
         for r in rows:
             out.append(f"<tr><td class='name'>{escape(r['label'][:200])}</td><td class='n'>{escape(fmt_ns(int(r['base_ns'] or 0)))}</td>"

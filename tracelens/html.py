@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import base64
 import gzip
+import hashlib
 import math
 import re
 from html import escape
@@ -161,7 +162,7 @@ def _waterfall(d: dict[str, Any]) -> str:
     title = views.waterfall_title(kind)
     if not bars:
         return f'<h2>{escape(title)}</h2><p class="muted">no GPU time in the window</p>'
-    out = [f'<h2>{escape(title)}</h2><div class="wf" id="waterfall" data-kind="{kind}">']
+    out = [f'<h2>{escape(title)}</h2><div class="wf" id="waterfall" data-kind="{escape(str(kind))}">']
     for row in views.waterfall_layout(bars):  # the rows, parts and positions the text and the TUI draw
         key, f = row["key"], float(row["fraction"])
         colour = BAR_COLOURS.get(key, "#999")
@@ -174,15 +175,15 @@ def _waterfall(d: dict[str, Any]) -> str:
             f'<div class="label {cls}">{escape(row["label"])}</div>'
             f'<div class="track"><div class="bar" data-key="{escape(key)}" data-fraction="{f!r}" title="{escape(tip)}" '
             f'style="left:{100 * max(left, 0):.4f}%;width:{100 * abs(f):.4f}%;background:{colour}{";display:none" if f == 0 else ""}"></div></div>'
-            f'<div class="num {cls}">{fmt_pct(f, 2)}</div><div class="num muted">{escape(fmt_ns(row["ns"]))}</div>'
+            f'<div class="num {cls}">{escape(fmt_pct(f, 2))}</div><div class="num muted">{escape(fmt_ns(row["ns"]))}</div>'
         )
         for p in row["parts"]:
             pf = float(p["fraction"])
             out.append(
                 f'<div class="label part">{escape(p["label"][:70])}</div>'
-                f'<div class="track"><div class="bar part" title="{escape(p["label"])}: {fmt_pct(pf, 2)}" '
+                f'<div class="track"><div class="bar part" title="{escape(p["label"])}: {escape(fmt_pct(pf, 2))}" '
                 f'style="left:{100 * max(p["start"], 0):.4f}%;width:{100 * abs(pf):.4f}%;background:{colour}"></div></div>'
-                f'<div class="num muted">{fmt_pct(pf, 2)}</div><div class="num muted">{escape(fmt_ns(p["ns"]))}</div>'
+                f'<div class="num muted">{escape(fmt_pct(pf, 2))}</div><div class="num muted">{escape(fmt_ns(p["ns"]))}</div>'
             )
         if row.get("note"):  # what the bar measures, in one line
             out.append(f'<div class="label part note muted" style="grid-column:1/-1">{escape(row["note"])}</div>')
@@ -199,10 +200,11 @@ def _suggestions(d: dict[str, Any]) -> str:
         ev = s["evidence"]
         win = f'<span class="win">up to {escape(views.fmt_speedup(s["est_speedup"]))} faster</span>' if s["est_speedup"] else ""
         if "measure" in ev:
-            per = sorted(ev.get("per_rank", {}).items(), key=lambda kv: -kv[1])[:8]
+            per = views.worst_ranks(ev.get("per_rank", {}))[:8]
             val = views.evidence_value(ev)
-            evid = (f"{escape(ev['measure'])}: worst {val(ev['worst'])}, mean {val(ev['mean'])} (fires at {val(ev['threshold'])}); "
-                    + "ranks " + ", ".join(f"{k} ({val(v)})" for k, v in per) + (" …" if len(ev.get("per_rank", {})) > 8 else ""))
+            evid = (f"{escape(ev['measure'])}: worst {escape(val(ev['worst']))}, mean {escape(val(ev['mean']))} "
+                    f"(fires at {escape(val(ev['threshold']))}); "
+                    + "ranks " + ", ".join(f"{escape(k)} ({escape(val(v))})" for k, v in per) + (" …" if len(ev.get("per_rank", {})) > 8 else ""))
         else:
             evid = escape(str(ev.get("detail", "")))
         w = ev.get("where")
@@ -228,7 +230,7 @@ def _ranks(d: dict[str, Any]) -> str:
             shown = fmt_pct(v, 2) if "MFU" in label else f"{v:,.2f} ms"
             cls = "straggler" if r["rank"] in strag else "outlier" if r["rank"] in odd else ""
             extra = f", {100 * odd[r['rank']]:.1f}% worse than the median" if r["rank"] in odd else ""
-            out.append(f'<div class="{cls}" style="height:{100 * v / top:.2f}%" title="rank {escape(str(r["rank"]))}: {shown}{extra}"></div>')
+            out.append(f'<div class="{cls}" style="height:{100 * v / top:.2f}%" title="rank {escape(str(r["rank"]))}: {escape(shown + extra)}"></div>')
         out.append("</div>")
         if odd:
             worst = sorted(odd.items(), key=lambda kv: -kv[1])[:8]
@@ -308,7 +310,13 @@ def _roofline(d: dict[str, Any]) -> str:
     rl = views.roofline(d)
     if not rl:
         return ""
-    rows, roofs = rl["points"], rl["roofs"]
+    try:
+        return _roofline_svg(rl["points"], rl["roofs"])
+    except (OverflowError, ValueError, ZeroDivisionError):  # numbers no GPU has (a hand-edited saved report)
+        return '<p class="muted">roofline left out: its numbers do not fit log axes</p>'
+
+
+def _roofline_svg(rows: list[dict[str, Any]], roofs: list[dict[str, Any]]) -> str:
     W, H, pad = 700, 300, 46
     xs = [m["arithmetic_intensity"] for m in rows] + [r["ridge"] for r in roofs if r["ridge"]]
     x0, x1 = 10 ** math.floor(math.log10(min(xs + [1.0]))), 10 ** math.ceil(math.log10(max(xs + [1e3])) + 0.3)
@@ -352,16 +360,16 @@ def _roofline(d: dict[str, Any]) -> str:
                    f'<text x="{W - 4}" y="{py(pk) - 3:.1f}" text-anchor="end" fill="{colour}">{dt} {pk:.1f}</text>')
     top_t = max(m["kernel_ns"] for m in rows) or 1
     for m in rows:
-        r = 3 + 9 * math.sqrt(m["kernel_ns"] / top_t)
+        r = 3 + 9 * math.sqrt(max(m["kernel_ns"], 0) / top_t)
         flag = m.get("above_peak")
         dt = str(m.get("dtype") or "reference").upper()
         share = views.PEAK_FLAG if flag else f"{fmt_pct(m.get('of_peak'))} of the {dt} peak"
         tip = (f"rank {m['rank']} {m['op']} {m['shapes']} {m['dtype']}: {m['achieved_tflops']:.1f} TFLOP/s ({share}), "
-               f"{m['arithmetic_intensity']:.0f} FLOP/B, {m['bound'] or '?'}-bound at the {dt} ridge, {fmt_ns(m['kernel_ns'])}")
+               f"{m['arithmetic_intensity']:.0f} FLOP/B, {m.get('bound') or '?'}-bound at the {dt} ridge, {fmt_ns(m['kernel_ns'])}")
         colour = roof_colour.get((m.get("dtype"), m["peak_flops"], m["bandwidth"]), "#3584e4")  # its roof's colour
         style = f'fill="none" stroke="{colour}" stroke-width="1.5"' if flag else f'fill="{colour}" fill-opacity=".55"'
         out.append(f'<circle cx="{px(m["arithmetic_intensity"]):.1f}" cy="{py(m["achieved_tflops"]):.1f}" r="{r:.1f}" '
-                   f'data-dtype="{escape(dt)}" data-bound="{escape(str(m["bound"]))}" data-ai="{m["arithmetic_intensity"]!r}" '
+                   f'data-dtype="{escape(dt)}" data-bound="{escape(str(m.get("bound")))}" data-ai="{m["arithmetic_intensity"]!r}" '
                    f'{style}><title>{escape(tip)}</title></circle>')
     out.append("</svg>")
     return "".join(out)
@@ -386,9 +394,9 @@ def _kernels(d: dict[str, Any]) -> str:
     mm = mm_all[:100]
     if mm:
         trs = ["<tr>" + _td(m["rank"]) + _td(None, m["op"], cls="") + _td(None, m["shapes"], cls="name") + _td(None, m["dtype"], cls="")
-               + _td(m["calls"]) + _td(m["kernel_ns"], fmt_ns(m["kernel_ns"])) + _td(m["achieved_tflops"], fmt_num(m["achieved_tflops"]))
-               + _peak_td(m) + _td(m["arithmetic_intensity"], fmt_num(m["arithmetic_intensity"], 0))
-               + _td(None, m["bound"] or "–", cls="") + "</tr>" for m in mm]
+               + _td(m["calls"]) + _td(m["kernel_ns"], fmt_ns(m["kernel_ns"])) + _td(m.get("achieved_tflops"), fmt_num(m.get("achieved_tflops")))
+               + _peak_td(m) + _td(m.get("arithmetic_intensity"), fmt_num(m.get("arithmetic_intensity"), 0))
+               + _td(None, m.get("bound") or "–", cls="") + "</tr>" for m in mm]
         out.append(f"<details open><summary>{escape(views.matmul_table_title(d))}"
                    f"{'; the 100 longest shown' if len(mm_all) > 100 else ''}</summary>")
         out.append(_table([("rank", True), ("op", False), ("shapes", False), ("dtype", False), ("calls", True), ("time", True),
@@ -440,7 +448,7 @@ def _timeline(d: dict[str, Any]) -> str:
     total = tl.get("ranks_total") or len(tl["ranks"])
     out = [f"<h2>Timeline of one step per rank</h2><p class='muted'>{escape(first['name'])} (the step whose slowest rank is slowest), "
            f"each rank's own GPU window; top row compute, bottom row communication; darker = busier"
-           + (f"; {shown} of {total} ranks shown (stragglers first)" if shown < total else "") + "</p>"]
+           + (f"; {shown} of {escape(str(total))} ranks shown (stragglers first)" if shown < total else "") + "</p>"]
     # one CSS class per kernel class and per busy level keeps each cell's markup short
     style = "".join(f".k{i}{{fill:{KCLASS_COLOURS.get(c, '#999')}}}" for i, c in enumerate(classes))
     style += "".join(f".o{lv}{{fill-opacity:{0.25 + 0.75 * lv / 4:.2f}}}" for lv in range(5))
@@ -457,13 +465,14 @@ def _timeline(d: dict[str, Any]) -> str:
             out.append(f'<rect x="{label_w}" y="{ry}" width="{W - label_w}" height="{row_h}" fill="#f5f5f7"/>')
             i = 0
             busy, cls = row["busy"], row["kclass"]
-            while i < bins:
+            cells = min(bins, len(busy), len(cls))  # a saved report's rows may be shorter than its bins
+            while i < cells:
                 if cls[i] < 0:
                     i += 1
                     continue
                 k = i
                 level = round(busy[i] / 25)
-                while k + 1 < bins and cls[k + 1] == cls[i] and round(busy[k + 1] / 25) == level:
+                while k + 1 < cells and cls[k + 1] == cls[i] and round(busy[k + 1] / 25) == level:
                     k += 1
                 out.append(f'<rect x="{label_w + i * cw:.1f}" y="{ry}" width="{(k - i + 1) * cw:.1f}" height="{row_h}" '
                            f'class="k{cls[i]} o{level}"/>')
@@ -484,7 +493,7 @@ def _warnings(d: dict[str, Any]) -> str:
     items = "".join(f"<li>{escape(str(x))}</li>" for x in w[:WARNINGS_SHOWN])
     more = f"; the first {WARNINGS_SHOWN} listed, all in the embedded JSON" if len(w) > WARNINGS_SHOWN else ""
     return (f"<h2 id='warnings'>Warnings</h2><details open><summary>{len(w)} warning(s): what is unknown, left out or "
-            f"flagged{more}</summary><ul>{items}</ul></details>")
+            f"flagged{escape(more)}</summary><ul>{items}</ul></details>")
 
 
 EMBED_PLAIN_MAX = 512 * 1024  # above this the embedded JSON is gzip + base64 (a 64-rank report: 2.8 MB -> 0.4 MB)
@@ -492,26 +501,39 @@ EMBED_PLAIN_MAX = 512 * 1024  # above this the embedded JSON is gzip + base64 (a
 
 def embed_report(d: dict[str, Any]) -> str:
     """The report as a script element: plain JSON (``id="tracelens-report"``), or when large,
-    gzip + base64 (``id="tracelens-report-gz"``); ``extract_report`` reads either back."""
-    raw = orjson.dumps(d)
+    gzip + base64 (``id="tracelens-report-gz"``); ``extract_report`` reads either back.  Keys
+    sorted: the page is the same whatever the order of the keys in a saved report it re-renders."""
+    raw = orjson.dumps(d, option=orjson.OPT_SORT_KEYS)
     if len(raw) <= EMBED_PLAIN_MAX:
-        # "<" only occurs inside JSON strings: as \u003c nothing in the payload can end or open a script
-        payload = raw.replace(b"<", b"\\u003c").replace(b">", b"\\u003e").replace(b"&", b"\\u0026").decode()
+        # "<", ">" and "&" only occur inside JSON strings: as \u003c ... nothing in the payload can end the script
+        # or open a comment; U+2028/2029 (line breaks to a JavaScript parser) are escaped too
+        payload = (raw.replace(b"<", b"\\u003c").replace(b">", b"\\u003e").replace(b"&", b"\\u0026")
+                   .replace("\u2028".encode(), b"\\u2028").replace("\u2029".encode(), b"\\u2029").decode())
         return f"<script type='application/json' id='tracelens-report'>{payload}</script>"
     packed = base64.b64encode(gzip.compress(raw, compresslevel=6, mtime=0)).decode()
     return f"<script type='application/gzip+base64' id='tracelens-report-gz'>{packed}</script>"
 
 
-_EMBEDDED = re.compile(r"<script type='application/(json|gzip\+base64)' id='tracelens-report(?:-gz)?'>(.*?)</script>", re.S)
+def _sha256(text: str) -> str:
+    return "'sha256-" + base64.b64encode(hashlib.sha256(text.encode()).digest()).decode() + "'"
 
 
-def extract_report(html: str) -> dict[str, Any] | None:
-    """The report embedded in a tracelens HTML page, or None when there is none."""
-    m = _EMBEDDED.search(html)
-    if not m:
-        return None
-    data = m.group(2).encode() if m.group(1) == "json" else gzip.decompress(base64.b64decode(m.group(2)))
-    return orjson.loads(data)
+def content_security_policy(body: str) -> str:
+    """The page's policy: nothing loads from anywhere (default-src 'none'), and the only script
+    and style elements that run are the page's own, by the hash of their text; style attributes
+    (the bars' widths) are allowed, scripts in attributes or injected elements never are."""
+    styles = " ".join(dict.fromkeys(_sha256(css) for css in [_CSS, *re.findall(r"<style>(.*?)</style>", body, re.S)]))
+    return (f"default-src 'none'; script-src {_sha256(_JS)}; style-src {styles}; style-src-elem {styles}; "
+            "style-src-attr 'unsafe-inline'; base-uri 'none'; form-action 'none'")
+
+
+def extract_report(html: str | bytes) -> dict[str, Any] | None:
+    """The report embedded in a tracelens HTML page, or None when there is none (bounded by
+    tracelens.saved.max_report_bytes; a damaged one raises TraceInputError)."""
+    from tracelens.saved import embedded_json, max_report_bytes
+
+    data = embedded_json("the HTML page", html.encode() if isinstance(html, str) else html, max_report_bytes())
+    return None if data is None else orjson.loads(data)
 
 
 def render_html(d: dict[str, Any], comparison: dict[str, Any] | None = None) -> bytes:
@@ -526,7 +548,7 @@ def render_html(d: dict[str, Any], comparison: dict[str, Any] | None = None) -> 
     inputs = ", ".join(i["path"] for i in d["inputs"][:4]) + (f" and {len(d['inputs']) - 4} more" if len(d["inputs"]) > 4 else "")
     body = [
         f"<h1>{escape(title)}</h1>",
-        f"<div class='muted'>{escape(inputs)} · tracelens {escape(d['tool']['version'])} · report schema {d['schema_version']}</div>",
+        f"<div class='muted'>{escape(inputs)} · tracelens {escape(d['tool']['version'])} · report schema {escape(str(d['schema_version']))}</div>",
         _summary(d),
         html_section(comparison) if comparison else "",
         _waterfall(d),
@@ -538,11 +560,13 @@ def render_html(d: dict[str, Any], comparison: dict[str, Any] | None = None) -> 
         _timeline(d),
         _warnings(d),
     ]
+    content = "".join(body)
     page = (
         "<!DOCTYPE html><html lang='en'><head><meta charset='utf-8'>"
+        f"<meta http-equiv='Content-Security-Policy' content=\"{content_security_policy(content)}\">"
         "<meta name='viewport' content='width=device-width, initial-scale=1'>"
         f"<title>{escape(title)}</title><style>{_CSS}</style></head><body>"
-        + "".join(body)
+        + content
         + embedded + f"<script>{_JS}</script></body></html>\n"
     )
     return page.encode()

@@ -15,7 +15,7 @@ from tracelens.views import fmt_speedup
 def render_json(d: dict[str, Any]) -> bytes:
     import orjson
 
-    return orjson.dumps(d, option=orjson.OPT_INDENT_2) + b"\n"
+    return views.printable_json(orjson.dumps(d, option=orjson.OPT_INDENT_2)) + b"\n"
 
 
 def _pct(part: int | None, whole: int | None) -> str:
@@ -34,7 +34,7 @@ def render_text(d: dict[str, Any]) -> str:
     h = views.headline(d)
     nwarn = f" ({h['warnings']} warning(s) at the end)" if h["warnings"] else ""
     if job["mfu"] is not None:
-        r0 = d["ranks"][0]["mfu"]
+        r0 = d["ranks"][0]["mfu"] if d["ranks"] else {}
         hfu = f", HFU {100 * r0['hfu']:.2f}% (with recompute)" if r0.get("hfu") and r0.get("recompute_flops") else ""
         lines.append(f"MFU: {100 * job['mfu']:.2f}% {views.mfu_text(h)}{hfu}{nwarn}")
         if views.mfu_note(job):

@@ -30,6 +30,17 @@ def printable(s: str) -> str:
     return _UNPRINTABLE.sub(REPLACEMENT, s).replace("\t", " ")
 
 
+# the same characters as UTF-8 in JSON text (valid UTF-8: these bytes are only ever these characters);
+# orjson already writes every C0 control, ESC included, as \u00XX
+_JSON_UNPRINTABLE = re.compile(rb"\xc2[\x80-\x9f]|\xd8\x9c|\xe2\x80[\x8e\x8f\xa8-\xae]|\xe2\x81[\xa6-\xa9]")
+
+
+def printable_json(raw: bytes) -> bytes:
+    """JSON text (orjson's) with the C1 controls and bidi controls inside its strings written as
+    ``\\uXXXX`` escapes: the same data, and nothing a terminal obeys when the file is printed."""
+    return _JSON_UNPRINTABLE.sub(lambda m: b"\\u%04x" % ord(m.group().decode()), raw)
+
+
 def printable_report(d: Any) -> Any:
     """A copy of a report (or any part of one) with every string, dict keys included, made
     ``printable``; numbers and structure unchanged."""
@@ -210,8 +221,10 @@ def bar_cells(start: float, frac: float, width: int) -> tuple[int, str]:
     the fraction in eighths of a cell (at least one eighth, so no non-zero bar vanishes), drawn
     from the cell its start falls in: a bar is never wider than a larger one, wherever it lies
     (a terminal cannot start a glyph mid-cell).  A negative bar is drawn in ░, whole cells."""
-    if width <= 0 or frac == 0:
+    if width <= 0 or frac == 0 or frac != frac:
         return 0, ""
+    # what a saved report says may lie outside the chart: the same cells as at its edge
+    frac, start = max(-1.0, min(1.0, frac)), (max(-1.0, min(2.0, start)) if start == start else 0.0)
     lo = start + min(frac, 0.0)
     eighths = max(1, round(abs(frac) * width * 8))
     lead = min(max(0, int(lo * width)), width - 1)
@@ -317,8 +330,8 @@ def kernel_rows(report: dict[str, Any]) -> list[dict[str, Any]]:
     table), else (a report saved before it) the ranks' cut tables merged here."""
     job = report["job"].get("kernels")
     if job is not None:
-        return [{"name": k["name"], "kclass": k["kclass"], "count": k["count"], "total_ns": k["total_ns"], "flops": k["flops"],
-                 "mean_ns": k["mean_ns"], "tflops": k["achieved_tflops"], "of_peak": k["of_peak"],
+        return [{"name": k["name"], "kclass": k["kclass"], "count": k["count"], "total_ns": k["total_ns"], "flops": k.get("flops"),
+                 "mean_ns": k["mean_ns"], "tflops": k.get("achieved_tflops"), "of_peak": k.get("of_peak"),
                  "above_peak": bool(k.get("above_peak")), "dtype": k.get("dtype")} for k in job]
     merged: dict[str, dict[str, Any]] = {}
     for r in report["ranks"]:
@@ -397,6 +410,19 @@ def dtype_peak(rank: dict[str, Any], dtype: str | None) -> float | None:
     return own or rank["mfu"]["peak_flops"]
 
 
+def _positive(x: Any) -> bool:
+    return isinstance(x, (int, float)) and not isinstance(x, bool) and x > 0
+
+
+def worst_ranks(per_rank: dict[str, float]) -> list[tuple[str, float]]:
+    """A suggestion's per-rank values, worst first (ties by rank number): the same order whatever
+    the order of the keys in the file (a report re-saved with sorted keys renders the same)."""
+    def rank_key(k: str) -> tuple:
+        return (0, int(k)) if re.fullmatch(r"-?[0-9]{1,18}", k) else (1, k)
+
+    return sorted(per_rank.items(), key=lambda kv: (-kv[1], rank_key(kv[0])))
+
+
 def roofline(report: dict[str, Any], top: int = 200) -> dict[str, Any] | None:
     """The roofline of the matmul op shapes: one roof per dtype present (its own peak, and its
     ridge at peak / memory bandwidth), the points (the ``top`` longest shapes with a known
@@ -405,13 +431,14 @@ def roofline(report: dict[str, Any], top: int = 200) -> dict[str, Any] | None:
     by_rank = {r["rank"]: r for r in report["ranks"]}
     points = []
     for m in matmul_rows(report):
-        if not (m.get("arithmetic_intensity") and m.get("achieved_tflops")):
-            continue
+        if not (_positive(m.get("arithmetic_intensity")) and _positive(m.get("achieved_tflops"))):
+            continue  # log axes: only positive numbers have a place
         r = by_rank[m["rank"]]
         peak = m.get("peak_flops") or dtype_peak(r, m.get("dtype"))
-        if not peak:
+        if not _positive(peak):
             continue
-        points.append({**m, "peak_flops": peak, "bandwidth": r["device"].get("peak_bandwidth")})
+        bw = r["device"].get("peak_bandwidth")
+        points.append({**m, "peak_flops": peak, "bandwidth": bw if _positive(bw) else None})
         if len(points) >= top:
             break
     if not points:
@@ -596,7 +623,8 @@ def mfu_text(h: dict[str, Any]) -> str:
     """The MFU's line under the number, the same in every front end: "of NVIDIA A100 dense peak
     (312 TFLOP/s; GPU given in ...), model FLOPs from shapes"."""
     notes = "; ".join(x for x in [*h["gpu_notes"], h["gpu_note"]] if x)
-    return (f"of {h['gpu_model']} dense peak ({h['peak_flops'] / 1e12:,.0f} TFLOP/s{'; ' + notes if notes else ''}), "
+    peak = f"{h['peak_flops'] / 1e12:,.0f} TFLOP/s" if isinstance(h["peak_flops"], (int, float)) else "peak unknown"
+    return (f"of {h['gpu_model']} dense peak ({peak}{'; ' + notes if notes else ''}), "
             f"model FLOPs from {h['flops_source']}")
 
 

@@ -74,8 +74,9 @@ class TracelensApp(App):
     ] + [Binding(str(i + 1), f"show_tab('{pane_id}')", title, show=False) for i, (pane_id, title, _) in enumerate(VIEWS)]
 
     def __init__(self, *, paths: list[str], options: Any = None, use_cache: bool = True, jobs: int | None = None,
-                 report: dict[str, Any] | None = None, trace: Any = None, strict: bool = False):
+                 report: dict[str, Any] | None = None, trace: Any = None, strict: bool = False, error: str | None = None):
         super().__init__()
+        self._startup_error = error
         self.paths = paths
         self.options = options
         self.use_cache = use_cache
@@ -94,7 +95,9 @@ class TracelensApp(App):
         yield Footer()
 
     def on_mount(self) -> None:
-        if self.report is not None:
+        if self._startup_error is not None:
+            self.on_failed(Failed(self._startup_error))
+        elif self.report is not None:
             if self._trace is not None:
                 from tracelens.timeline import Timeline
 
@@ -244,7 +247,8 @@ class TracelensApp(App):
         self.error = msg.text
         for w in self.query("#loading"):
             w.remove()
-        self.mount(Static(Text.assemble(("✗ ", "bold red"), (msg.text, "bold"), "\n\npress q to quit"), id="error"),
+        shown = views.printable(msg.text)  # may quote a file: no control codes, and Text is never markup
+        self.mount(Static(Text.assemble(("✗ ", "bold red"), (shown, "bold"), "\n\npress q to quit"), id="error"),
                    before=self.query_one(Footer))
 
     def on_worker_state_changed(self, event: Worker.StateChanged) -> None:

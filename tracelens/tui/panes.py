@@ -152,7 +152,7 @@ class SuggestionsPane(Horizontal):
             t.append(f"  {ev['measure']}: worst {val(ev['worst'])}, mean {val(ev['mean'])} (fires at {val(ev['threshold'])})\n")
             per = ev.get("per_rank", {})
             if per:
-                items = sorted(per.items(), key=lambda kv: -kv[1])[:8]
+                items = views.worst_ranks(per)[:8]
                 t.append("  ranks: " + ", ".join(f"r{k} {val(v)}" for k, v in items) + (" …" if len(per) > 8 else "") + "\n")
         else:
             t.append(f"  {ev.get('detail', '')}\n")
