@@ -407,7 +407,7 @@ def _assign_ranks(files: list[Path], metas: list[TraceMeta], warnings: list[str]
             m.rank, m.rank_source = nxt, "order"
             taken.add(nxt)
             why = f" ({pid_named[i]} in the name is the process id of its events, not a rank)" if i in pid_named else ""
-            if len(metas) > 1:  # one file is rank 0 of a one-rank job: nothing to warn about
+            if len(metas) > 1 or (m.world_size or 1) > 1:  # one file of a one-rank job is rank 0: nothing to warn about
                 m.warnings.append(f"no rank in distributedInfo or the file name{why}; rank {nxt} given by file order")
     by_rank: dict[int, list[str]] = {}
     for m in metas:
