@@ -11,13 +11,19 @@ naming the limit and its variable, before the process holds more than a few time
     How much a gzip-compressed trace may expand: past 256 MB of content, a file that has
     expanded more than this many times its size on disk is taken for a decompression bomb.
     Real traces expand 5-30x (the worst of the 58 real ones in the test data: 30x).
-``TRACELENS_MAX_REPORT_MB`` (default 256)
-    The largest saved report (``--load``, ``--compare``, ``tracelens open report.json``) read.
+``TRACELENS_MAX_REPORT_BYTES`` (default 256 MiB)
+    The largest saved report (``--load``, ``--compare``, ``tracelens open report.json``) read,
+    and the most its HTML page's embedded report may expand to (``tracelens.saved``).
+
+A value that is not a positive number is a usage error (exit 2) naming the variable.
 """
 
 from __future__ import annotations
 
+import math
 import os
+
+from tracelens.errors import UsageError
 
 MB = 1 << 20
 INFLATE_FREE_BYTES = 256 << 20  # below this much content, any expansion is allowed
@@ -30,8 +36,10 @@ def _number(var: str, default: float) -> float:
     try:
         v = float(raw)
     except ValueError:
-        return default
-    return v if v > 0 and v == v and v != float("inf") else default
+        v = math.nan
+    if not (v > 0 and math.isfinite(v)):
+        raise UsageError(f"{var}={raw!r}: give a positive number")
+    return v
 
 
 def max_event_bytes() -> int:
@@ -43,4 +51,4 @@ def max_inflate() -> float:
 
 
 def max_report_bytes() -> int:
-    return int(_number("TRACELENS_MAX_REPORT_MB", 256) * MB)
+    return int(_number("TRACELENS_MAX_REPORT_BYTES", 256 * MB))

@@ -8,33 +8,19 @@ from __future__ import annotations
 
 import functools
 import json
-import os
 import re
 import zlib
 from importlib import resources
 from typing import Any
 
 from tracelens.errors import TraceInputError
+from tracelens.limits import max_report_bytes
 
-MAX_REPORT_BYTES = 256 * 2**20  # default bound on a saved report: its file, and its embedded JSON once decompressed
 HTML_SUFFIXES = (".html", ".htm")
 _HEAD = 64 * 1024  # where a JSON report's first key is looked for (to tell it from a trace without parsing either)
 REPORT_KEYS = ("schema_version", "tool", "inputs", "warnings", "job", "ranks", "communication", "suggestions", "timeline",
                "comparison")  # the report's top-level keys: a trace (Kineto, Chrome JSON) starts with none of them
 _FIRST_KEY = re.compile(rb'\A(?:\xef\xbb\xbf)?\s*\{\s*"([a-z_]{1,32})"\s*:')
-
-
-def max_report_bytes() -> int:
-    """The bound on a saved report's size ($TRACELENS_MAX_REPORT_BYTES, default 256 MiB)."""
-    raw = os.environ.get("TRACELENS_MAX_REPORT_BYTES")
-    if raw:
-        try:
-            value = int(raw)
-        except ValueError:
-            value = 0
-        if value > 0:
-            return value
-    return MAX_REPORT_BYTES
 
 
 def _mb(n: int) -> str:
