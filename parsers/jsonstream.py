@@ -339,10 +339,23 @@ class _Stream:
     # -- the parts of the file -------------------------------------------------------------
     def run(self) -> StreamResult:
         header, body = self._find_array()
+        if header is not None:
+            header = self._sound_header(header)
         pos = self._chunks(body)
         self._end(pos, header)
         self.res.content_bytes = self.r.total
         return self.res
+
+    def _sound_header(self, header: bytes) -> bytes:
+        """The keys before the array as valid JSON: mended when damaged, else dropped (with a note)."""
+        if _head_ok(header):
+            return header
+        fixed, what = repair(header)
+        if what and _head_ok(fixed):
+            self.res.notes.append(f"the keys before the traceEvents array held invalid JSON, read after mending it ({', '.join(sorted(what))})")
+            return fixed
+        self.res.notes.append("the keys before the traceEvents array are not valid JSON: they were ignored (GPU and rank unknown)")
+        return b"{"
 
     def _find_array(self) -> tuple[bytes | None, int]:
         """(the bytes before the array's key, or None for a bare array; offset of the array's
@@ -378,7 +391,7 @@ class _Stream:
                     if k is not None:
                         if buf[k.start()] != 0x5B:  # "["
                             raise ParseError(self.path, "traceEvents is not an array")
-                        return bytes(buf[:key]), k.start() + 1
+                        return bytes(buf[i:key]), k.start() + 1  # from the "{" (no BOM, no leading whitespace)
                     scan.at = key  # the value has not arrived yet
             if not data:
                 if i >= len(buf):
@@ -612,6 +625,15 @@ def _closes(buf: bytearray, pos: int, header: bytes | None) -> list[tuple[int, d
             if len(out) >= 8:
                 break
     return out
+
+
+def _head_ok(header: bytes) -> bool:
+    text = header.rstrip()
+    try:
+        orjson.loads((text[:-1] if text.endswith(b",") else text) + b"}")
+    except orjson.JSONDecodeError:
+        return False
+    return True
 
 
 def _head_only(header: bytes | None, path: str) -> dict:

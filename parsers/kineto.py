@@ -522,7 +522,8 @@ def parse(path: str | Path, *, keep_python: bool = False, keep_args: bool = True
     except (ParseError, MemoryError, KeyboardInterrupt):
         raise
     except Exception as e:  # never let a malformed file surface as a traceback
-        raise ParseError(str(path), f"unreadable trace ({type(e).__name__}: {e})") from e
+        first = (str(e).strip().splitlines() or [""])[0][:300]  # one line, whatever the library said
+        raise ParseError(str(path), f"unreadable trace ({type(e).__name__}: {first})") from e
     finally:
         sys.setswitchinterval(switch)
         if gc_was_on:
