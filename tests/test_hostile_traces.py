@@ -45,7 +45,7 @@ def clean_bytes() -> bytes:
     return _clean["b"]
 
 
-def parse_counting(path: Path, monkeypatch=None) -> tuple[pl.DataFrame, object, int]:
+def parse_counting(path: Path) -> tuple[pl.DataFrame, object, int]:
     """(frame, meta, bytes handed to the decoder)."""
     seen = [0]
     inner = kineto._decode_chunk
@@ -307,7 +307,7 @@ TINY = {"traceEvents": [
 def test_numbers_past_int64_cost_the_event_or_field(tmp_path, field, text, outcome):
     import json
 
-    raw = json.dumps(TINY).replace(f'"name": "BAD", "pid": 0, "tid": 7, "ts": 200, "dur": 10',
+    raw = json.dumps(TINY).replace('"name": "BAD", "pid": 0, "tid": 7, "ts": 200, "dur": 10',
                                    f'"name": "BAD", "pid": 0, "tid": 7, "ts": {text if field == "ts" else 200}, '
                                    f'"dur": {text if field == "dur" else 10}')
     p = tmp_path / "t.json"
