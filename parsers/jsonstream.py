@@ -17,6 +17,7 @@ are parsed from the bytes before the array and the bytes after its end.
 
 from __future__ import annotations
 
+import bisect
 import json
 import re
 from collections import Counter
@@ -40,6 +41,7 @@ _WS = b" \t\r\n"
 READ_BYTES = 1 << 20
 MAX_DEPTH = 64  # deeper values inside a damaged event are replaced by null
 WHERE_SHOWN = 5  # byte offsets named in a warning
+_FAILED = object()
 
 # decode(chunk) -> None when the chunk (a JSON array of events) was decoded and consumed, else
 # the offset in ``chunk`` of its first error (``len(chunk)`` when the content ended early).
@@ -78,6 +80,8 @@ class ContentReader:
         while size < n:
             if self.dec.eof:
                 rest = self.dec.unused_data or self.fh.read(READ_BYTES)
+                if 0 < len(rest) < 2:  # a member ends a byte before a read boundary: the next magic spans it
+                    rest += self.fh.read(READ_BYTES)
                 if rest[:2] != b"\x1f\x8b":  # the end (trailing bytes that are not a member are ignored)
                     self.done = True
                     break
@@ -149,11 +153,15 @@ def stream_events(path: Path, decode: Decoder, chunk_bytes: int, progress: Calla
 
 # The tokens that matter for structure: strings (escapes included, possibly unterminated),
 # brackets, and the bare words and numbers JSON does not allow.
+# (strings in the unrolled form: a single character class per loop, so that the regex engine
+# keeps no backtracking state per character - the alternation form costs ~100 bytes a byte)
 _TOKEN = re.compile(
-    rb'"(?:[^"\\]|\\.)*"|[\[\]{}]|-?(?:NaN|Infinity|inf|nan)(?![A-Za-z0-9_])|-?\d{309,}(?:\.\d+)?(?:[eE][+-]?\d+)?|-?\d+(?:\.\d+)?[eE][+-]?\d{3,}',
+    rb'"[^"\\]*(?:\\.[^"\\]*)*"|[\[\]{}]|-?(?:NaN|Infinity|inf|nan)(?![A-Za-z0-9_])'
+    rb"|-?\d{309,}(?:\.\d+)?(?:[eE][+-]?\d+)?|-?\d+(?:\.\d+)?[eE][+-]?\d{3,}",
     re.S,
 )
-_STRUCT = re.compile(rb'"(?:[^"\\]|\\.)*"|[\[\]{}]', re.S)
+_STRUCT = re.compile(rb'"[^"\\]*(?:\\.[^"\\]*)*"|[\[\]{}]', re.S)
+_SUSPECT = re.compile(rb"[\\\x00-\x1f]")  # a string with none of these is valid JSON as it is
 _BAD_ESCAPE = re.compile(r'\\(?![\\"/bfnrt]|u[0-9a-fA-F]{4})')
 
 
@@ -161,6 +169,7 @@ _HEAD_TOKEN = re.compile(rb'"[^"\\]*(?:\\.[^"\\]*)*(?P<q>")?|[\[\]{}]', re.S)
 _STRING_REST = re.compile(rb'[^"\\]*(?:\\.[^"\\]*)*(?P<q>")?', re.S)
 _NOT_WS = re.compile(rb"[^ \t\r\n]")
 _KEY = b'"traceEvents"'
+_RAW_KEY = re.compile(rb'"traceEvents"\s*:\s*\[')
 
 
 class _KeyScan:
@@ -236,57 +245,74 @@ def repair(event: bytes) -> tuple[bytes, set[str]]:
     lone surrogates become U+FFFD, raw control characters in strings are escaped, invalid
     escapes are kept as text, ``NaN``/``Infinity``/``inf`` and numbers out of a double's range
     become null, and values nested deeper than ``MAX_DEPTH`` become null."""
-    fixed: set[str] = set()
+    fixed, kinds, _ = _repair(event)
+    return fixed, set(kinds)
+
+
+def _repair(text: bytes) -> tuple[bytes, Counter[str], list[int]]:
+    """``repair`` over any piece of JSON: (the mended bytes, how many tokens of each kind were
+    mended, their offsets in the mended bytes).  Only what changes is copied."""
+    kinds: Counter[str] = Counter()
+    spots: list[int] = []
     try:
-        event.decode("utf-8")
-    except UnicodeDecodeError:
-        event = event.decode("utf-8", "replace").encode()
-        fixed.add("invalid UTF-8")
+        text.decode("utf-8")
+    except UnicodeDecodeError as e:
+        spots.append(e.start)
+        text = text.decode("utf-8", "replace").encode()
+        kinds["invalid UTF-8"] += 1
     out: list[bytes] = []
+    size = 0  # bytes in out
     last = 0
     depth = 0
     skip_at = 0  # the depth of a value being replaced by null (0: none)
-    for m in _TOKEN.finditer(event):
-        tok = m.group()
-        c = tok[:1]
+    skip_from = 0
+
+    def put(start: int, end: int, new: bytes, kind: str) -> None:
+        nonlocal last, size
+        out.append(text[last:start])
+        size += start - last
+        spots.append(size)
+        out.append(new)
+        size += len(new)
+        last = end
+        kinds[kind] += 1
+
+    for m in _TOKEN.finditer(text):
+        c = text[m.start()]
         if skip_at:
             if c in b"[{":
                 depth += 1
             elif c in b"]}":
                 depth -= 1
                 if depth < skip_at:
-                    out.append(b"null")
-                    last = m.end()
+                    put(skip_from, m.end(), b"null", f"values nested deeper than {MAX_DEPTH}")
                     skip_at = 0
             continue
-        out.append(event[last : m.start()])
-        last = m.end()
-        if c == b'"':
-            out.append(_mend_string(tok, fixed))
+        if c == 0x22:  # '"'
+            if _SUSPECT.search(text, m.start() + 1, m.end() - 1) is not None:
+                tok = m.group()
+                why: set[str] = set()
+                new = _mend_string(tok, why)
+                if new != tok:
+                    put(m.start(), m.end(), new, min(why) if why else "strings")
         elif c in b"[{":
             depth += 1
             if depth > MAX_DEPTH:
                 skip_at = depth
-                fixed.add(f"values nested deeper than {MAX_DEPTH}")
-                continue
-            out.append(tok)
+                skip_from = m.start()
         elif c in b"]}":
             depth -= 1
-            out.append(tok)
-        elif c.isdigit() or (c == b"-" and tok[1:2].isdigit()):
-            if abs(float(tok)) == float("inf"):
-                out.append(b"null")
-                fixed.add("numbers out of range")
-            else:
-                out.append(tok)
+        elif c in b"-0123456789" and text[m.start() + 1 : m.start() + 2] not in (b"N", b"I", b"i", b"n"):
+            if abs(float(m.group())) == float("inf"):
+                put(m.start(), m.end(), b"null", "numbers out of range")
         else:
-            out.append(b"null")
-            fixed.add("NaN or Infinity")
-    if skip_at:  # the event ends inside the deep value
-        out.append(b"null")
-        last = len(event)
-    out.append(event[last:])
-    return b"".join(out), fixed
+            put(m.start(), m.end(), b"null", "NaN or Infinity")
+    if skip_at:  # the text ends inside the deep value
+        put(skip_from, len(text), b"null", f"values nested deeper than {MAX_DEPTH}")
+    if not out:
+        return text, kinds, spots
+    out.append(text[last:])
+    return b"".join(out), kinds, spots
 
 
 def _mend_string(tok: bytes, fixed: set[str]) -> bytes:
@@ -393,6 +419,11 @@ class _Stream:
                             raise ParseError(self.path, "traceEvents is not an array")
                         return bytes(buf[i:key]), k.start() + 1  # from the "{" (no BOM, no leading whitespace)
                     scan.at = key  # the value has not arrived yet
+                if seen and (scan.ended or not data):  # damaged keys hid it: the first "traceEvents": [ is taken
+                    raw = _RAW_KEY.search(buf, i)
+                    if raw is not None:
+                        self.res.notes.append("the JSON before the traceEvents array is damaged (its brackets or quotes do not pair up)")
+                        return bytes(buf[i : raw.start()]), raw.end()
             if not data:
                 if i >= len(buf):
                     if self.r.problem:
@@ -452,13 +483,15 @@ class _Stream:
             return
         closes = _closes(buf, pos, header)
         for close, top in closes:  # the clean case: the piece decodes as it is
-            piece = buf[pos:close]
-            if not piece.strip(_WS) or self.decode(b"[" + piece + b"]") is None:
+            if _NOT_WS.search(buf, pos, close) is None or self.decode(_array(buf, pos, close)) is None:
                 self._finish(top)
                 return
         if closes:  # damaged events in the last piece: the first end that fits
             close, top = min(closes)
             left = self._decode(pos, close, final=True)
+            if self.closed_at is not None:  # the array ends earlier than the last "]" that fits
+                self._after_close(self.closed_at, header)
+                return
             if left is None:
                 self._finish(top)
                 return
@@ -475,13 +508,22 @@ class _Stream:
             if len(buf) - close > self.max_piece:
                 raise self._too_big("the JSON after the traceEvents array")
         tail = bytes(buf[close + 1 :])
+        doc = (header + b'"traceEvents":[]' if header is not None else b"[]") + tail
         try:
-            top = orjson.loads(header + b'"traceEvents":[]' + tail) if header is not None else {}
-            if header is None and tail.strip(_WS):
-                raise orjson.JSONDecodeError("trailing content", "", 0)
-        except orjson.JSONDecodeError:
-            self.res.notes.append("the JSON after the traceEvents array is damaged: its keys were ignored")
-            top = _head_only(header, self.path)
+            top = orjson.loads(doc)
+        except orjson.JSONDecodeError as e:
+            top = None
+            if "after document" in str(e):  # a second JSON document (files concatenated): the first is read
+                end = e.pos if doc.isascii() else len(doc.decode("utf-8", "replace")[: e.pos].encode())
+                try:
+                    top = orjson.loads(doc[:end])
+                except orjson.JSONDecodeError:
+                    pass
+                else:
+                    self.res.notes.append(f"{len(doc) - end} bytes after the end of the JSON document (another document?) were ignored")
+            if top is None:
+                self.res.notes.append("the JSON after the traceEvents array is damaged: its keys were ignored")
+                top = _head_only(header, self.path)
         self._finish(top if isinstance(top, dict) else {})
 
     def _finish(self, top: dict) -> None:
@@ -521,6 +563,7 @@ class _Stream:
         remainder that runs past ``end`` (its error lies at its very end) - or, when not
         ``final``, of a damaged event whose end lies past ``end``."""
         buf = self.buf
+        bad_seen = 0
         while pos < end:
             chunk = _array(buf, pos, end)
             err = self.decode(chunk)
@@ -528,13 +571,22 @@ class _Stream:
                 return None
             if err >= len(chunk) - 1:
                 return pos
-            close = self._array_end(pos + err - 1)
-            if close is not None and self.decode(_array(buf, pos, close)) is None:
-                self.closed_at = close
-                return None
-            bad = pos + max(err - 1, 0)  # the offending byte in buf
-            start = self._before(pos, bad)
-            m = _BOUNDARY.search(buf, bad, end)
+            at = pos + err - 1  # the offending byte in buf
+            close = self._bracket(at)
+            if close is not None and self.decode(_array(buf, pos, close[0])) is None:  # the events before a "]"
+                if close[1] is None:  # the array's end
+                    self.closed_at = close[0]
+                    return None
+                self._note_mended(close[0], Counter({"stray brackets": 1}), 1)  # a "]" between two events
+                pos = close[1]
+                continue
+            bad_seen += 1
+            if bad_seen > 1 and bad_seen & (bad_seen - 1) == 0:  # the 2nd, 4th, 8th... in one span: dense damage
+                left = self._mend_span(pos, end)
+                if left is not _FAILED:
+                    return left
+            start = self._before(pos, at)
+            m = _BOUNDARY.search(buf, at, end)
             if m is None and not final:
                 return start
             stop = m.start() + 1 if m else end
@@ -544,9 +596,33 @@ class _Stream:
             pos = m.end() - 1
         return None
 
-    def _array_end(self, at: int) -> int | None:
-        """When the error at ``buf[at]`` is content after a ``]`` that reads as the end of the
-        events array (followed by ``}`` or by ``,`` and a key), that ``]``'s offset."""
+    def _mend_span(self, pos: int, end: int) -> int | None | object:
+        """Mend all of ``buf[pos:end]`` at once (dense damage: one pass instead of one per event):
+        None when it then decodes, ``pos`` when it runs past ``end``, else _FAILED (an event in it
+        that cannot be mended: the caller goes on event by event)."""
+        fixed, kinds, spots = _repair(bytes(self.buf[pos:end]))
+        if not kinds:
+            return _FAILED
+        chunk = b"".join((b"[", fixed, b"]"))
+        err = self.decode(chunk)
+        if err is None:
+            starts = [m.start() for m in _BOUNDARY.finditer(fixed)]
+            events = len({bisect.bisect_right(starts, s) for s in spots})
+            self._note_mended(pos, kinds, events)
+            return None
+        return pos if err >= len(chunk) - 1 else _FAILED
+
+    def _note_mended(self, at: int, kinds: Counter[str], events: int) -> None:
+        res = self.res
+        if len(res.where) < WHERE_SHOWN:
+            res.where.append(self.base + at)
+        res.repaired_events += events
+        res.repaired.update(kinds)
+
+    def _bracket(self, at: int) -> tuple[int, int | None] | None:
+        """When the error at ``buf[at]`` is content after a ``]``: (that ``]``'s offset, None)
+        when it reads as the end of the events array (followed by ``}`` or by ``,`` and a key),
+        (its offset, the next event's) when it is a stray ``]`` between two events, else None."""
         buf = self.buf
         if buf[at - 1 : at] == b",":  # msgspec points one past the first trailing character
             at -= 1
@@ -559,12 +635,17 @@ class _Stream:
         while k < len(buf) and buf[k] in _WS:
             k += 1
         nxt = buf[k : k + 1]
-        if nxt == b",":
+        if nxt == b"}":
+            return j, None
+        if nxt != b",":
+            return None
+        k += 1
+        while k < len(buf) and buf[k] in _WS:
             k += 1
-            while k < len(buf) and buf[k] in _WS:
-                k += 1
-            return j if buf[k : k + 1] == b'"' else None
-        return j if nxt == b"}" else None
+        after = buf[k : k + 1]
+        if after == b'"':
+            return j, None
+        return (j, k) if after == b"{" else None
 
     def _before(self, pos: int, bad: int) -> int:
         """Decode the whole events of ``buf[pos:bad]``; the offset of the event that holds
@@ -585,13 +666,12 @@ class _Stream:
     def _mend(self, start: int, stop: int) -> None:
         """One damaged event, ``buf[start:stop]``: decoded repaired, or skipped."""
         res = self.res
-        if len(res.where) < WHERE_SHOWN:
-            res.where.append(self.base + start)
-        fixed_bytes, fixed = repair(bytes(self.buf[start:stop]))
-        if fixed and self.decode(b"[" + fixed_bytes + b"]") is None:
-            res.repaired_events += 1
-            res.repaired.update(fixed)
+        fixed_bytes, kinds, _ = _repair(bytes(self.buf[start:stop]))
+        if kinds and self.decode(b"[" + fixed_bytes + b"]") is None:
+            self._note_mended(start, Counter(dict.fromkeys(kinds, 1)), 1)
         else:
+            if len(res.where) < WHERE_SHOWN:
+                res.where.append(self.base + start)
             res.skipped_events += 1
 
 

@@ -34,13 +34,16 @@ import polars as pl
 from tracelens.parsers.jsonstream import StreamResult, deep_offset, stream_events
 
 from tracelens.collectives import P2P, dtype_bytes, normalize_collective
-from tracelens.errors import ParseError
+from tracelens.errors import ParseError, UsageError
 from tracelens.kclass import classify, collective_from_kernel
 from tracelens.schema import TraceMeta, conform, conform_exprs, empty_frame
 
 PARSER_VERSION = "1.7"  # bump when the table a parse caches changes (kernel classes included)
 CHUNK_BYTES = 1 << 20
 ROWS_PER_BATCH = 8192
+MAX_NAME_BYTES = 64 << 10  # a longer event name is cut (the longest real kernel names: a few KB)
+MAX_ARGS_BYTES = 1 << 20  # longer args are dropped (a collective's or a cat of 1000 tensors': tens of KB)
+FAR_NS = 86_400 * 10**9  # an event further than a day from the file's median start is not of this trace
 BACKLOG = 1  # batches queued for the second thread before the decoding thread waits
 
 Num = int | float | str | None
@@ -519,7 +522,7 @@ def parse(path: str | Path, *, keep_python: bool = False, keep_args: bool = True
     sys.setswitchinterval(min(switch, 0.001))
     try:
         return _parse(path, keep_python, keep_args, progress)
-    except (ParseError, MemoryError, KeyboardInterrupt):
+    except (ParseError, UsageError, MemoryError, KeyboardInterrupt):  # UsageError: a bad TRACELENS_MAX_* value
         raise
     except Exception as e:  # never let a malformed file surface as a traceback
         first = (str(e).strip().splitlines() or [""])[0][:300]  # one line, whatever the library said
@@ -672,6 +675,8 @@ def _finish(builder: _Builder, meta: TraceMeta, top: dict) -> pl.DataFrame:
         ("no_ts", "complete events without a usable timestamp were dropped"),
         ("bad_dur", "complete events whose end lies past what int64 ns can hold (a duration of 292 years or more, or infinite) were dropped"),
         ("args_unsplit", "events whose args text could not be told apart were given no args text"),
+        ("long_name", f"event names longer than {MAX_NAME_BYTES // 1024} KB were cut to that length"),
+        ("long_args", f"events whose args are longer than {MAX_ARGS_BYTES >> 20} MB were given no args"),
     ):
         if c[key]:
             meta.warnings.append(f"{c[key]} {msg}")
@@ -681,6 +686,7 @@ def _finish(builder: _Builder, meta: TraceMeta, top: dict) -> pl.DataFrame:
         return empty_frame()
     df = pl.concat(frames, how="vertical", rechunk=True)
     del frames
+    df = _drop_far(df, meta)
     df = _name_collectives(df)
     df = _group_from_pg_config(df, meta)
     df = _single_group(df, meta)
@@ -708,6 +714,26 @@ def _finish(builder: _Builder, meta: TraceMeta, top: dict) -> pl.DataFrame:
         low = meta.device_name.lower()
         meta.platform = "rocm" if ("amd" in low or "instinct" in low or "radeon" in low) else "cuda"
     return conform(df.with_columns(pl.lit(-1 if meta.rank is None else meta.rank, dtype=pl.Int32).alias("rank")))
+
+
+def _drop_far(df: pl.DataFrame, meta: TraceMeta) -> pl.DataFrame:
+    """Events more than ``FAR_NS`` from the median start of the file's events: one garbage
+    ``ts`` (0 in an epoch-time trace) or a runaway ``dur`` would stretch every window and share
+    over years.  A real trace spans minutes."""
+    med = df.get_column("ts_ns").median()
+    if med is None:
+        return df
+    end = pl.col("ts_ns") + pl.col("dur_ns")
+    far = ((pl.col("ts_ns") - med).abs() > FAR_NS) | ((end - med).abs() > FAR_NS)
+    n = df.select(far.sum()).item()
+    if not n:
+        return df
+    first = df.filter(far).row(0, named=True)
+    meta.warnings.append(
+        f"{n} events more than a day away from the trace's other events were dropped (a garbage ts or dur; the first: "
+        f"{str(first['name'])[:60]!r} at ts {first['ts_ns'] / 1e3:.0f} µs, dur {first['dur_ns'] / 1e3:.0f} µs)"
+    )
+    return df.filter(~far)
 
 
 def _release_freed_memory() -> None:
@@ -778,6 +804,13 @@ def _batch(frames: list[pl.DataFrame], args: list[bytes], us: list[bool], keep_a
             col = _null_col(pl.String, n).alias("args")
     else:
         col = _null_col(pl.String, n).alias("args")
+    if col.null_count() < n and col.str.len_bytes().max() > MAX_ARGS_BYTES:  # no analysis reads such args
+        long = col.str.len_bytes() > MAX_ARGS_BYTES
+        c["long_args"] += long.sum()
+        col = pl.select(pl.when(long).then(None).otherwise(col).alias("args")).to_series()
+    long_names = combos.get_column("name").drop_nulls().str.len_bytes().max() or 0
+    if long_names > MAX_NAME_BYTES:
+        c["long_name"] += raw.select((pl.col("name").str.len_bytes() > MAX_NAME_BYTES).sum()).collect().item()
     colls = combos.get_column("coll_name").drop_nulls().unique().to_list()
     combos = combos.with_columns(
         _CAT_L.is_in(_DEVICE_CATS).alias("_is_dev"),
@@ -820,7 +853,7 @@ def _batch(frames: list[pl.DataFrame], args: list[bytes], us: list[bool], keep_a
     lf = (
         lf.join(combos, on=_COMBO, how="left", nulls_equal=True, maintain_order="left")
         .with_columns(
-            pl.col("name").fill_null(""),
+            (pl.col("name").fill_null("").str.slice(0, MAX_NAME_BYTES) if long_names > MAX_NAME_BYTES else pl.col("name").fill_null("")),
             ((pl.col("dur").fill_null(0.0).clip(lower_bound=0.0) * 1000.0).round()).cast(pl.Int64).alias("dur_ns"),
             # bytes: explicit, else the larger message (nccl-tests' "size") x element size
             pl.coalesce(pl.col("_bytes"), pl.max_horizontal(pl.col("in_nelems"), pl.col("out_nelems")) * elem).alias("bytes"),

@@ -410,3 +410,103 @@ def test_repair(raw, fixed, what):
     assert out == fixed
     assert done == ({what} if what else set())
     orjson.loads(out)  # valid JSON now
+
+
+# -- found by an attack on the first version (each once a defect) ---------------------------
+def test_a_stray_bracket_between_events_costs_nothing(tmp_path, tmp_path_factory):
+    clean, _ = reference(tmp_path_factory)
+    data = clean_bytes()
+    s = event_start(data, 0.4)  # "}, {" before it: put a "]" after the "}"
+    j = data.rindex(b"}", 0, s) + 1
+    p = tmp_path / "t.json"
+    p.write_bytes(data[:j] + b"]" + data[j:])
+    df, meta = kineto.parse(p)
+    assert _events(df).equals(_events(clean))
+    assert any("stray brackets: 1" in w for w in meta.warnings), meta.warnings
+
+
+def test_dense_damage_is_mended_in_one_pass_per_chunk(tmp_path, tmp_path_factory):
+    """Kineto's "inf" bandwidths in every event's args: all kept, decoder work a small factor."""
+    clean, clean_work = reference(tmp_path_factory)
+    p = tmp_path / "t.json"
+    p.write_bytes(clean_bytes().replace(b'"args": {', b'"args": {"algbw (GB/sec)": inf, '))
+    df, meta, work = parse_counting(p)
+    assert _events(df).equals(_events(clean))
+    assert any("NaN or Infinity" in w for w in meta.warnings)
+    assert work <= 6 * clean_work, (work, clean_work)
+
+
+def test_a_gzip_member_ending_a_byte_before_a_read_boundary(tmp_path, tmp_path_factory, monkeypatch):
+    """Two gzip members, the first (stored) ending 1 byte before a read of the file ends: the
+    next member's 2-byte magic spans two reads."""
+    clean, _ = reference(tmp_path_factory)
+    data = clean_bytes()
+    monkeypatch.setattr(jsonstream, "READ_BYTES", 1 << 16)
+    want = jsonstream.READ_BYTES - 1
+    cut = next(k for k in range(want - 200, want) if len(gzip.compress(data[:k], compresslevel=0)) == want)
+    first = gzip.compress(data[:cut], compresslevel=0)
+    assert len(first) == want, len(first)
+    p = tmp_path / "t.json.gz"
+    p.write_bytes(first + gzip.compress(data[cut:]))
+    df, meta = kineto.parse(p)
+    assert _events(df).equals(_events(clean)) and not meta.truncated
+
+
+def test_concatenated_documents_read_the_first_and_say_so(tmp_path, tmp_path_factory):
+    clean, _ = reference(tmp_path_factory)
+    p = tmp_path / "t.json"
+    p.write_bytes(clean_bytes() + clean_bytes())
+    df, meta = kineto.parse(p)
+    assert _events(df).equals(_events(clean))
+    said = [int(m.group(1)) for w in meta.warnings if (m := re.match(r"(\d+) bytes after the end of the JSON document", w))]
+    assert said and len(clean_bytes()) - 2 <= said[0] <= len(clean_bytes()), meta.warnings  # the second one (its leading newline aside)
+
+
+@pytest.mark.parametrize("damage_at", ['"schemaVersion"', "]"])
+def test_brackets_or_quotes_broken_before_the_array(tmp_path, tmp_path_factory, damage_at):
+    """A quote or the device list's closing bracket gone: the keys are lost (said), the events not."""
+    clean, _ = reference(tmp_path_factory)
+    data = clean_bytes()
+    head = data.index(b'"traceEvents"')
+    i = data.index(b'"schemaVersion"') if damage_at != "]" else data.rindex(b"]", 0, head)
+    p = tmp_path / "t.json"
+    p.write_bytes(data[:i] + data[i + 1 :])
+    df, meta = kineto.parse(p)
+    assert _events(df).equals(_events(clean))
+    assert any("the JSON before the traceEvents array is damaged" in w for w in meta.warnings), meta.warnings
+
+
+def test_one_event_a_day_away_is_dropped_not_stretching_the_window(tmp_path, tmp_path_factory):
+    """ts 0 in an epoch-µs trace: 53 years of "idle" unless the event goes."""
+    clean, _ = reference(tmp_path_factory)
+    data = clean_bytes()
+    s = event_start(data, 0.5)
+    i = data.index(b'"ts": ', s) + len(b'"ts": ')
+    j = i + re.match(rb"[0-9.]+", data[i:]).end()
+    p = tmp_path / "t.json"
+    p.write_bytes(data[:i] + b"0" + data[j:])
+    df, meta = kineto.parse(p)
+    assert lost_rows(clean, df).height == 1 and df.height == clean.height - 1
+    assert df.get_column("ts_ns").min() >= clean.get_column("ts_ns").min()
+    assert any("more than a day away" in w and "at ts 0 µs" in w for w in meta.warnings), meta.warnings
+
+
+def test_a_huge_name_is_cut(tmp_path):
+    import json
+
+    big = "k" * (kineto.MAX_NAME_BYTES * 3)
+    p = tmp_path / "t.json"
+    p.write_text(json.dumps(TINY).replace('"BAD"', json.dumps(big)))
+    df, meta = kineto.parse(p)
+    assert df.get_column("name").cast(pl.String).str.len_bytes().max() == kineto.MAX_NAME_BYTES
+    assert any("names longer than 64 KB were cut" in w for w in meta.warnings)
+
+
+def test_a_bad_limit_in_a_parse_is_a_usage_error_not_a_bad_file(tmp_path, monkeypatch):
+    import json
+
+    p = tmp_path / "t.json"
+    p.write_text(json.dumps(TINY))
+    monkeypatch.setenv("TRACELENS_MAX_INFLATE", "-1")
+    with pytest.raises(UsageError, match="TRACELENS_MAX_INFLATE"):
+        kineto.parse(p)

@@ -2,11 +2,12 @@
 environment variable (DESIGN §7).  A file that passes one is refused with a one-line error
 naming the limit and its variable, before the process holds more than a few times the limit.
 
-``TRACELENS_MAX_EVENT_MB`` (default 256)
+``TRACELENS_MAX_EVENT_MB`` (default 64)
     The largest piece of JSON the trace reader buffers whole: one event, the keys before the
     ``traceEvents`` array, or the keys after it.  Kineto's largest events are a few KB (a
-    collective's args); 256 MB is far beyond any real one.  The reader holds at most about
-    twice this (a 256 MB event is refused at a peak RSS of about 400 MB).
+    collective's args); 64 MB is far beyond any real one.  A piece past it is refused having
+    buffered at most about twice this; one just under it (a 60 MB name) is read at a peak RSS
+    of about ten times it (the name is cut to 64 KB in the table).
 ``TRACELENS_MAX_INFLATE`` (default 200)
     How much a gzip-compressed trace may expand: past 256 MB of content, a file that has
     expanded more than this many times its size on disk is taken for a decompression bomb.
@@ -43,7 +44,7 @@ def _number(var: str, default: float) -> float:
 
 
 def max_event_bytes() -> int:
-    return int(_number("TRACELENS_MAX_EVENT_MB", 256) * MB)
+    return int(_number("TRACELENS_MAX_EVENT_MB", 64) * MB)
 
 
 def max_inflate() -> float:
