@@ -42,6 +42,8 @@ def kinds(warnings) -> list[str]:
     for w in warnings:
         if "cache entry for this file was corrupt" in w:
             out.append("corrupt")
+        elif "stat index entry for this file was damaged" in w:
+            out.append("stat")
         elif "parse cache in" in w:
             out.append("off")
     return out
@@ -101,6 +103,27 @@ def _dir_instead_of_parquet(root, f, g):
     (pq / "x").write_text("x")
 
 
+def _replace(p: Path, make) -> None:
+    """``p`` replaced by what ``make(p)`` puts there (a FIFO, a directory, a link)."""
+    p.unlink()
+    make(p)
+
+
+def _stat_entry(root: Path, f: Path) -> Path:
+    import hashlib
+
+    return root / "stat" / hashlib.blake2b(cache._stat_ident(f), digest_size=16).hexdigest()
+
+
+def _each_stat_entry(root: Path, make) -> None:
+    for s in _stat_entries(root):
+        _replace(s, make)
+
+
+def _link_to_dev_zero(p: Path) -> None:
+    p.symlink_to("/dev/zero")
+
+
 # name: (what is done to the cache, the cache warnings the next run gives)
 HOSTILE = {
     "parquet_byte_flipped": (lambda root, f, g: _flip(entry(root, f)[0], entry(root, f)[0].stat().st_size // 2), ["corrupt"]),
@@ -124,6 +147,13 @@ HOSTILE = {
     "stat_index_garbage": (lambda root, f, g: [s.write_bytes(b"\xff\x00 garbage\n" * 3) for s in _stat_entries(root)], []),
     "stat_index_deleted": (lambda root, f, g: shutil.rmtree(root / "stat"), []),
     "parquet_path_is_a_directory": (_dir_instead_of_parquet, ["corrupt", "off"]),
+    # not a regular file (the FIFOs, which would hang a run that opened them, are in test_a_fifo_in_the_cache_...)
+    "parquet_path_is_an_empty_directory": (lambda root, f, g: _replace(entry(root, f)[0], Path.mkdir), ["corrupt"]),
+    "meta_path_is_an_empty_directory": (lambda root, f, g: _replace(entry(root, f)[1], Path.mkdir), ["corrupt"]),
+    "meta_is_a_link_to_dev_zero": (lambda root, f, g: _replace(entry(root, f)[1], _link_to_dev_zero), ["corrupt"]),
+    "parquet_is_a_link_to_dev_zero": (lambda root, f, g: _replace(entry(root, f)[0], _link_to_dev_zero), ["corrupt"]),
+    "stat_index_is_an_empty_directory": (lambda root, f, g: _each_stat_entry(root, Path.mkdir), ["stat"]),
+    "stat_index_is_a_link_to_dev_zero": (lambda root, f, g: _each_stat_entry(root, _link_to_dev_zero), ["stat"]),
 }
 
 
@@ -140,6 +170,62 @@ def test_hostile_cache_entry(job, case, monkeypatch):
     # the entry was written again, whole: the next run reads it, with no warning
     monkeypatch.setattr(kineto_parser, "parse", lambda *a, **k: pytest.fail("parsed again instead of using the cache"))
     assert report([f]) == clean
+
+
+FIFOS = {  # where a FIFO replaces a cache file: the name of the file, the warning the run gives
+    "stat_index": (lambda root, f: [_stat_entry(root, f)], "stat index entry for this file was damaged"),
+    "meta": (lambda root, f: [entry(root, f)[1]], "cache entry for this file was corrupt"),
+    "parquet": (lambda root, f: [entry(root, f)[0]], "cache entry for this file was corrupt"),
+}
+
+
+@pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="no FIFOs here")
+@pytest.mark.parametrize("where", sorted(FIFOS))
+def test_a_fifo_in_the_cache_does_not_hang_the_run(job, where, tmp_path):
+    """A FIFO in place of a cache file, with no writer: a run that opened it for reading would
+    block forever.  The run (a subprocess, with a timeout) finishes, warns once, gives the report
+    of a run without the cache, and leaves a regular file where the FIFO was."""
+    f, g, clean, root = job
+    env = {**os.environ, "TRACELENS_CACHE_DIR": str(root), "PYTHONPATH": str(ROOT)}
+
+    def run(*extra: str) -> tuple[dict, str]:
+        out = tmp_path / "out.json"
+        p = subprocess.run([sys.executable, "-m", "tracelens", "report", str(f), "-o", str(out), *extra], env=env,
+                           capture_output=True, text=True, timeout=120)
+        assert p.returncode == 0, p.stderr
+        return json.loads(out.read_text()), p.stderr
+
+    want, _ = run("--no-cache")
+    pick, warning = FIFOS[where]
+    fifos = pick(root, f)
+    assert all(p.is_file() for p in fifos)
+    for p in fifos:
+        _replace(p, os.mkfifo)
+    got, err = run()  # subprocess.TimeoutExpired here: the run hung on the FIFO
+    assert sum(warning in line for line in err.splitlines()) == 1 and "is a FIFO" in err, err
+    assert cache_free(got) == cache_free(want)
+    assert all(p.is_file() for p in fifos)
+    again, err = run()  # and the next run reads the entry written again, with no warning
+    assert kinds(err.splitlines()) == [], err
+    assert again == want
+
+
+def test_a_cache_file_is_read_no_further_than_its_size(tmp_path):
+    """``_read_file`` refuses what is not a regular file before reading, and reads at most the
+    bound + 1 bytes of one that is (the caller tells a longer file by its length)."""
+    p = tmp_path / "f"
+    p.write_bytes(b"x" * 1000)
+    assert cache._read_file(p, 10) == b"x" * 11 and cache._read_file(p, 5000) == b"x" * 1000
+    d = tmp_path / "d"
+    d.mkdir()
+    with pytest.raises(cache.NotAFile, match="d is a directory"):
+        cache._read_file(d, 10)
+    if hasattr(os, "mkfifo"):
+        os.mkfifo(tmp_path / "fifo")
+        with pytest.raises(cache.NotAFile, match="fifo is a FIFO"):
+            cache._read_file(tmp_path / "fifo", 10)
+    with pytest.raises(FileNotFoundError):
+        cache._read_file(tmp_path / "missing", 10)
 
 
 def test_metadata_beyond_the_size_limit_is_not_read(job, monkeypatch):

@@ -177,6 +177,93 @@ def test_demo_html_output_errors(tmp_path, capsys, monkeypatch):
 
 
 # ---------------------------------------------------------------------------------------------
+# the output is one of the inputs: exit 2 before any analysis, the input untouched
+
+REAL = "hta/critical_path/cuda_event_sync/event_sync_trace.json.gz"
+
+
+def _job(tmp_path: Path, capsys) -> Path:
+    """A job directory: a real trace as two ranks (plain JSON, so that ``-o`` may name one), the
+    job's settings, a saved report of it, and a copy elsewhere as a baseline directory."""
+    import gzip
+
+    d = tmp_path / "job"
+    d.mkdir()
+    raw = gzip.decompress((real_traces() / REAL).read_bytes())
+    for name in ("rank0.json", "rank1.json"):
+        (d / name).write_bytes(raw)
+    (d / "tracelens.toml").write_text('gpu = "A100 SXM"\n')
+    (d / "settings.json").write_text('gpu = "A100 SXM"\n')  # a TOML file named for -o
+    base = tmp_path / "base"
+    base.mkdir()
+    (base / "rank0.json").write_bytes(raw)
+    assert cli.main(["report", "--no-cache", str(d / "rank0.json"), "-o", str(d / "saved.json")]) == 0
+    (tmp_path / "link.json").symlink_to(d / "rank0.json")
+    os.link(d / "rank1.json", tmp_path / "hard.json")
+    capsys.readouterr()
+    return d
+
+
+# (argv with {d} the job and {t} tmp_path, -o's path, what the message says it is)
+SAME_AS_INPUT = [
+    (["{d}/rank0.json"], "{d}/rank0.json", "the trace {d}/rank0.json"),
+    (["{d}/rank0.json", "{d}/rank1.json"], "{d}/rank1.json", "the trace {d}/rank1.json"),
+    (["{d}/rank0.json"], "{d}/../job/./rank0.json", "the trace {d}/rank0.json"),  # another spelling
+    (["{d}/rank0.json"], "{t}/link.json", "the trace {d}/rank0.json"),  # a link to it
+    (["{d}/rank1.json"], "{t}/hard.json", "the trace {d}/rank1.json"),  # a hard link
+    (["{d}"], "{d}/rank1.json", "the trace {d}/rank1.json"),  # found in an input directory
+    (["{t}/link.json"], "{d}/rank0.json", "the trace {t}/link.json"),
+    (["--load", "{d}/saved.json"], "{d}/saved.json", "the saved report {d}/saved.json"),
+    (["--load", "{d}/saved.json", "--compare", "{d}/rank1.json"], "{d}/rank1.json", "the baseline {d}/rank1.json"),
+    (["{d}/rank0.json", "--compare", "{d}/saved.json"], "{d}/saved.json", "the baseline {d}/saved.json"),
+    (["{d}/rank0.json", "--compare", "{t}/base"], "{t}/base/rank0.json", "the baseline {t}/base/rank0.json"),
+    (["{d}/rank0.json", "--config", "{d}/settings.json"], "{d}/settings.json", "the job settings {d}/settings.json"),
+]
+
+
+@pytest.mark.parametrize("argv, out, what", SAME_AS_INPUT, ids=[f"{' '.join(a)} -o {o}" for a, o, _ in SAME_AS_INPUT])
+def test_output_that_is_an_input_is_refused_before_the_analysis(tmp_path, capsys, monkeypatch, argv, out, what):
+    import tracelens.load
+
+    d = _job(tmp_path, capsys)
+    fill = lambda s: s.format(d=d, t=tmp_path)  # noqa: E731
+    before = {p: p.read_bytes() for p in tmp_path.rglob("*") if p.is_file()}
+    monkeypatch.setattr(tracelens.load, "load", lambda *a, **k: pytest.fail("the traces were loaded"))
+    code, lines, stdout = run(capsys, "report", "--no-cache", *map(fill, argv), "-o", fill(out))
+    assert code == EXIT_USAGE and stdout == ""
+    assert error_line(lines) == f"tracelens: error: -o {fill(out)} is one of the inputs ({fill(what)}): write the report to another file"
+    assert {p: p.read_bytes() for p in tmp_path.rglob("*") if p.is_file()} == before and leftovers(d) == []
+    assert (tmp_path / "link.json").is_symlink()
+
+
+def test_a_report_in_the_job_directory_is_written_over(tmp_path, capsys):
+    """The last run's report inside the job's directory is not an input (the job skips it):
+    writing the report there again, or a new one, is fine."""
+    d = _job(tmp_path, capsys)
+    for _ in range(2):
+        code, lines, _ = run(capsys, "report", "--no-cache", d, "-o", d / "saved.json")
+        assert code == EXIT_OK, lines
+    assert json.loads((d / "saved.json").read_text())["job"]["ranks"] == 2
+    assert run(capsys, "report", "--no-cache", d, "-o", d / "new.html")[0] == EXIT_OK
+
+
+def test_demo_output_onto_a_bundled_sample_file_is_refused(tmp_path, capsys, monkeypatch):
+    """``tracelens demo -o`` through a link to one of the sample job's files (a link, so that a
+    failure of this test replaces the link, not the sample)."""
+    import tracelens.load
+    from tracelens.demo import sample_job
+
+    monkeypatch.setattr(tracelens.load, "load", lambda *a, **k: pytest.fail("the sample was loaded"))
+    for f in sorted(p for p in sample_job().iterdir() if p.is_file()):
+        link = tmp_path / f"to-{f.name}.html"
+        link.symlink_to(f)
+        code, lines, stdout = run(capsys, "demo", "--no-tui", "-o", link)
+        assert code == EXIT_USAGE and stdout == "" and link.is_symlink()
+        assert error_line(lines).startswith(f"tracelens: error: -o {link} is one of the inputs (the bundled sample file ")
+        assert error_line(lines).endswith(f"{f.name}): write the page to another file")
+
+
+# ---------------------------------------------------------------------------------------------
 # usage errors: exit 2, one line naming the option (or the settings file and its key)
 
 USAGE_FLAGS = [

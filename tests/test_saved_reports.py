@@ -271,6 +271,19 @@ def _deep(d):
     return orjson.dumps(d).replace(b'"warnings":[', b'"warnings":[' + b"[" * 3000 + b"]" * 3000 + b",", 1)
 
 
+def _nested(levels: int):
+    """A list ``levels`` deep under a free-form key of ``$.suggestions[0].evidence`` (the schema
+    allows any extra key there): the report as a whole is 4 + ``levels`` deep."""
+    def change(d):
+        inner = "leaf"
+        for _ in range(levels):
+            inner = [inner]
+        d["suggestions"][0]["evidence"]["extra"] = inner
+        return d
+    return change
+
+
+DEEP_AT = "nested deeper than 32 levels (at $.suggestions[0].evidence.extra[0]…)"
 REFUSED = [  # (id, change, what the one-line error says)
     ("top_level_array", _raw(b'[{"schema_version": 1}]'), "not a tracelens"),
     ("top_level_string", _raw(b'"schema_version"'), "not a tracelens"),
@@ -278,6 +291,10 @@ REFUSED = [  # (id, change, what the one-line error says)
     ("infinity_in_text", lambda d: orjson.dumps(d).replace(b'"ranks":', b'"ranks":1e999,"x":', 1), "not a valid JSON report"),
     ("truncated", lambda d: orjson.dumps(d)[:5000], "not a valid JSON report"),
     ("nested_3000_deep", _deep, "not a valid JSON report"),
+    ("evidence_nested_300", _nested(300), DEEP_AT),
+    ("evidence_nested_one_past_the_bound", _nested(29), DEEP_AT),
+    ("evidence_dicts_nested_300", lambda d: _set(("suggestions", 0, "evidence", "x"), json.loads('{"a":' * 300 + "1" + "}" * 300))(d),
+     "nested deeper than 32 levels (at $.suggestions[0].evidence.x.a…)"),
     ("schema_version_2", _set(("schema_version",), 2), "schema_version 2"),
     ("tool_name_other", _set(("tool", "name"), "other"), "not a tracelens report"),
     ("mfu_string", _set(("job", "mfu"), "high"), "$.job.mfu: expected number or null, got a string ('high')"),
@@ -317,6 +334,7 @@ LOADED = [  # (id, change): valid reports, however odd, that must render
     ("no_ranks", lambda d: {**d, "ranks": [], "job": {**d["job"], "ranks": 0}}),
     ("only_required_keys", lambda d: strip_optional(SCHEMA, d)),
     ("long_strings", lambda d: every_string(d, "k" * 100_000)),
+    ("evidence_nested_to_the_bound", _nested(28)),  # 32 levels in all: the deepest allowed
 ]
 
 
@@ -357,6 +375,63 @@ def test_an_odd_but_valid_report_loads_and_renders(tmp_path, capsys, container, 
     assert cli.main(["report", "--load", str(GOLDEN[0]), "--compare", str(path), "-o", str(tmp_path / "c.html")]) == 0
     html = (tmp_path / "out.html").read_text()
     assert XSS not in html.split("id='tracelens-report'")[0] and "<img" not in html
+
+
+def test_a_report_nested_past_the_bound_is_refused_by_every_command(tmp_path, capsys, monkeypatch):
+    """A list 300 deep in a suggestion's evidence (valid for the schema, which leaves evidence
+    open) once reached the JSON writer and the text renderer (exit 4, a RecursionError): every
+    output, --compare and the TUI refuse it as a malformed report, before rendering."""
+    from tracelens import tui
+
+    path = tmp_path / "deep.json"
+    path.write_text(json.dumps(_nested(300)(golden(1))))
+    for out in ("x.html", "x.txt", "x.json", None):
+        code, stdout, err = load_cli(capsys, path, *(("-o", str(tmp_path / out)) if out else ()))
+        assert code == 3 and stdout == "" and err == f"tracelens: error: {path}: not a valid tracelens report: {DEEP_AT}\n"
+    assert not list(tmp_path.glob("x.*"))
+    assert cli.main(["report", "--load", str(GOLDEN[0]), "--compare", str(path), "-o", str(tmp_path / "c.txt")]) == 3
+    assert DEEP_AT in capsys.readouterr().err and not (tmp_path / "c.txt").exists()
+    built = {}
+
+    class Fake:
+        def __init__(self, **kw):
+            built.update(kw)
+            self.error = kw.get("error")
+
+        def run(self):
+            pass
+
+    monkeypatch.setattr(tui, "make_app", lambda *a, **kw: Fake(**kw))
+    assert cli.main(["open", str(path)]) == 3
+    assert built["error"] == f"cannot open {path}: not a valid tracelens report: {DEEP_AT}"
+    assert capsys.readouterr().err.count("\n") == 1
+
+
+def _depth(x) -> int:  # the reference: recursive, on values small enough for it
+    return 1 + max(map(_depth, x.values() if isinstance(x, dict) else x), default=0) if isinstance(x, (dict, list)) else 0
+
+
+_JSON_TREES = st.recursive(st.none() | st.integers() | st.text(max_size=3),
+                           lambda kids: st.lists(kids, max_size=3) | st.dictionaries(st.text(max_size=2), kids, max_size=3),
+                           max_leaves=40)
+
+
+@settings(max_examples=150, deadline=None)
+@given(_JSON_TREES, st.integers(1, 12))
+def test_the_depth_bound_is_exactly_the_depth(tree, limit):
+    from tracelens.saved import too_deep
+
+    assert (too_deep(tree, limit) is None) == (_depth(tree) <= limit)
+
+
+def test_the_depth_is_measured_without_recursion():
+    from tracelens.saved import too_deep
+
+    deep = []
+    for _ in range(200_000):  # far past the interpreter's recursion limit
+        deep = [deep]
+    assert too_deep(deep, 32) == "$[0][0][0][0][0]…"
+    assert too_deep({"a": [[]]}, 3) is None and too_deep({"a": [[]]}, 2) == "$.a[0]"
 
 
 def test_sorted_keys_render_identically(tmp_path, capsys):

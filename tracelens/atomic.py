@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 import re
 import tempfile
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 
 # ".<dest>.<pid>.<random>.tmp"; before the pid was in it, ".<dest>.<random>.tmp"
@@ -71,6 +71,25 @@ def check_output(dest: str | Path) -> None:
         raise OutputError(str(dest), f"cannot write: the directory {parent} is not writable")
     if dest.exists() and not os.access(dest, os.W_OK):
         raise OutputError(str(dest), "cannot write: the file is read-only")
+
+
+def overwritten_input(dest: str | Path, inputs: Iterable[tuple[str, str | Path]]) -> str | None:
+    """Which of ``inputs`` ((what it is, its path)) the output file ``dest`` is, by device and
+    inode (so through links and other spellings of the path); None when it is none of them (a
+    ``dest`` that does not exist yet is none).  ``inputs`` is consumed only when ``dest``
+    exists, and no further than the first match."""
+    try:
+        st = os.stat(dest)
+    except OSError:
+        return None
+    for what, p in inputs:
+        try:
+            other = os.stat(p)
+        except OSError:
+            continue
+        if (other.st_dev, other.st_ino) == (st.st_dev, st.st_ino):
+            return what
+    return None
 
 
 def write_output(dest: str | Path, data: bytes) -> None:

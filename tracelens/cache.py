@@ -7,6 +7,11 @@ an entry that fails (CorruptEntry), so the caller parses again.  A small stat in
 size, mtime, ctime, inode, device) -> content hash spares re-hashing unchanged files; its
 entries carry a checksum too, and a rewrite that restores the mtime still changes the ctime.
 
+Every cache file is read through ``_read_file``: opened without blocking (a FIFO put in an
+entry's place would otherwise hang the run), refused unless it is a regular file (a FIFO, a
+directory, a device, a socket: a damaged entry, removed where it can be), and read no further
+than the size it may have.
+
 Everything is written to a temporary name and renamed, so a killed run never leaves a
 half-written entry; the Parquet file is renamed last and is what marks an entry complete.
 The temporary files of a killed run are removed by a later run (``sweep``).
@@ -15,6 +20,7 @@ The temporary files of a killed run are removed by a later run (``sweep``).
 from __future__ import annotations
 
 import hashlib
+import io
 import os
 import re
 import stat
@@ -37,6 +43,39 @@ _CACHE_NAME = re.compile(r"[0-9a-f]{32}|[0-9a-f]{40}-[\w.-]+\.(?:parquet|meta\.j
 
 class CorruptEntry(Exception):
     """A cache entry failed its checks; it has been removed.  The message says what failed."""
+
+
+class NotAFile(OSError):
+    """A cache file's name holds something else: a FIFO, a directory, a device, a socket."""
+
+
+_KINDS = ((stat.S_ISFIFO, "a FIFO"), (stat.S_ISDIR, "a directory"), (stat.S_ISSOCK, "a socket"),
+          (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"))
+_NONBLOCK = getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_BINARY", 0)
+
+
+def _kind(mode: int) -> str:
+    return next((name for test, name in _KINDS if test(mode)), "not a regular file")
+
+
+def _read_file(path: Path, limit: int) -> bytes:
+    """The bytes of the cache file ``path``, at most ``limit`` + 1 of them (a longer file is
+    the caller's to refuse).  Opened with O_NONBLOCK and checked with fstat before any read:
+    NotAFile (nothing read) when it is not a regular file; FileNotFoundError when it is missing."""
+    try:
+        fd = os.open(path, os.O_RDONLY | _NONBLOCK)
+    except IsADirectoryError:  # where a directory cannot be opened at all
+        raise NotAFile(f"{path.name} is a directory") from None
+    try:
+        mode = os.fstat(fd).st_mode
+    except BaseException:
+        os.close(fd)
+        raise
+    if not stat.S_ISREG(mode):
+        os.close(fd)
+        raise NotAFile(f"{path.name} is {_kind(mode)}")
+    with open(fd, "rb", closefd=True) as fh:
+        return fh.read(min(limit, os.fstat(fd).st_size) + 1)
 
 
 def cache_dir() -> Path:
@@ -69,17 +108,22 @@ def _stat_ident(path: Path) -> bytes:
     return f"{path.resolve()}|{st.st_size}|{st.st_mtime_ns}|{st.st_ctime_ns}|{st.st_ino}|{st.st_dev}".encode()
 
 
-def file_hash(path: Path, root: Path | None = None) -> str:
+def file_hash(path: Path, root: Path | None = None, damaged: list[str] | None = None) -> str:
     """Content hash of ``path``, taken from the stat index when the file has not changed.  An
-    index entry is "<hash> <checksum of the stat and the hash>": a damaged one is not believed."""
+    index entry is "<hash> <checksum of the stat and the hash>": a damaged one is not believed.
+    An index entry that is not a regular file (a FIFO, a directory) is removed where it can be
+    and said in ``damaged``."""
     root = root or cache_dir()
     ident = _stat_ident(path)
     idx = root / "stat" / hashlib.blake2b(ident, digest_size=16).hexdigest()
     try:
-        with open(idx, "rb") as fh:
-            h, check = fh.read(200).decode("ascii").split()
+        h, check = _read_file(idx, 200).decode("ascii").split()
         if len(h) == 40 and check == _digest(ident + h.encode()):
             return h
+    except NotAFile as e:
+        _remove(idx)
+        if damaged is not None:
+            damaged.append(str(e))
     except (OSError, ValueError):  # missing, unreadable or damaged: hash the file again
         pass
     h = content_hash(path)
@@ -100,46 +144,62 @@ def get(key: str, root: Path | None = None) -> tuple[pl.DataFrame, TraceMeta] | 
     cache directory cannot be read."""
     pq, mj = _entry(root or cache_dir(), key)
     try:
-        with open(mj, "rb") as fh:
-            raw = fh.read(MAX_META_BYTES + 1)
-        size = pq.stat().st_size
-    except FileNotFoundError:
+        why = _check_entry(key, pq, mj)
+        if not isinstance(why, str):
+            return why
+    except FileNotFoundError:  # half an entry (a killed run), or removed under us by another run: a miss
         return None
-    try:
-        why = None
-        head = orjson.loads(raw) if len(raw) <= MAX_META_BYTES else None
-        if len(raw) > MAX_META_BYTES or not isinstance(head, dict) or not isinstance(head.get("meta"), dict):
-            why = "its metadata is not an entry's"
-        elif head.get("key") != key or head.get("layout") != LAYOUT:
-            why = "its metadata belongs to another entry"
-        elif head.get("meta_blake2b") != _digest(orjson.dumps(head["meta"])):
-            why = "its metadata fails its checksum"
-        elif head.get("parquet_bytes") != size:
-            why = f"its Parquet file has {size:,} bytes, not as many as it was written with"
-        elif head.get("parquet_blake2b") != _file_digest(pq):
-            why = "its Parquet file fails its checksum"
-        if why is None:
-            meta = TraceMeta.from_dict(head["meta"])
-            df = pl.read_parquet(pq)
-    except FileNotFoundError:  # removed under us by another run: a miss
-        return None
+    except NotAFile as e:
+        why = str(e)
     except OSError:
         raise
     except Exception as e:  # noqa: BLE001 - whatever a damaged entry raises, it is not used
         why = f"unreadable ({type(e).__name__})"
-    if why is not None:
-        drop(key, root)
-        raise CorruptEntry(why)
-    return df, meta
+    drop(key, root)
+    raise CorruptEntry(why)
+
+
+def _check_entry(key: str, pq: Path, mj: Path) -> tuple[pl.DataFrame, TraceMeta] | str:
+    """The entry, or what is wrong with it."""
+    st = os.stat(pq)
+    if not stat.S_ISREG(st.st_mode):
+        return f"{pq.name} is {_kind(st.st_mode)}"
+    raw = _read_file(mj, MAX_META_BYTES)
+    head = orjson.loads(raw) if len(raw) <= MAX_META_BYTES else None
+    if not isinstance(head, dict) or not isinstance(head.get("meta"), dict):
+        return "its metadata is not an entry's"
+    if head.get("key") != key or head.get("layout") != LAYOUT:
+        return "its metadata belongs to another entry"
+    if head.get("meta_blake2b") != _digest(orjson.dumps(head["meta"])):
+        return "its metadata fails its checksum"
+    size = head.get("parquet_bytes")
+    if type(size) is not int or size != st.st_size:
+        return f"its Parquet file has {st.st_size:,} bytes, not as many as it was written with"
+    data = _read_file(pq, size)  # the bytes checked are the bytes read
+    if len(data) != size:
+        return f"its Parquet file has {len(data):,} bytes, not as many as it was written with"
+    if head.get("parquet_blake2b") != _digest(data):
+        return "its Parquet file fails its checksum"
+    return pl.read_parquet(io.BytesIO(data)), TraceMeta.from_dict(head["meta"])
 
 
 def drop(key: str, root: Path | None = None) -> None:
     """Remove the entry stored under ``key`` (what can be removed)."""
     for p in _entry(root or cache_dir(), key):
+        _remove(p)
+
+
+def _remove(p: Path) -> None:
+    """Remove a cache file, or an empty directory in its place; leave what cannot be removed."""
+    try:
+        p.unlink()
+    except (IsADirectoryError, PermissionError):  # a directory (Linux says EISDIR, macOS EPERM)
         try:
-            p.unlink()
+            p.rmdir()
         except OSError:
             pass
+    except OSError:
+        pass
 
 
 def put(key: str, df: pl.DataFrame, meta: TraceMeta, root: Path | None = None) -> None:

@@ -209,8 +209,14 @@ def _cmd_report(args: argparse.Namespace) -> int:
         problem = f"--fail-under-mfu {args.fail_under_mfu:g}: give the MFU as a fraction between 0 and 1 (0.35 for 35%)"
     elif args.fail_over_step_ms is not None and not (math.isfinite(args.fail_over_step_ms) and args.fail_over_step_ms > 0):
         problem = f"--fail-over-step-ms {args.fail_over_step_ms:g}: give the step time in milliseconds, a positive number"
+    if args.output and not problem:
+        from tracelens.atomic import overwritten_input
+
+        same = overwritten_input(args.output, _inputs(args, _is_saved_report(args.output)))
+        if same:
+            problem = f"-o {args.output} is one of the inputs ({same}): write the report to another file"
     if problem:
-        print(f"tracelens: error: {problem}", file=sys.stderr)
+        print(f"tracelens: error: {_clean(problem)}", file=sys.stderr)
         return EXIT_USAGE
     if not args.load:
         _apply_job_settings(args)
@@ -247,6 +253,57 @@ def _cmd_report(args: argparse.Namespace) -> int:
         print(f"tracelens: gate failed: {'; '.join(reasons)}", file=sys.stderr)
         return EXIT_GATE
     return EXIT_OK
+
+
+def _is_saved_report(path: str) -> bool:
+    from tracelens.saved import looks_like_report
+
+    try:
+        with open(path, "rb") as fh:
+            return looks_like_report(fh.read(4096))
+    except OSError:
+        return False
+
+
+def _inputs(args: argparse.Namespace, output_is_a_report: bool):
+    """(what, path) for every file ``report`` reads: the traces (those found in a directory too),
+    the saved report, the baseline (a report, or its traces), the job's settings file.  When the
+    output file is a saved report, the files found in directories are left out: a report found
+    there is skipped as input, so writing over the last run's report in the job's directory is fine."""
+    from pathlib import Path
+
+    for p in args.paths:
+        yield from _traces(p, "the trace", output_is_a_report)
+    if args.load:
+        yield f"the saved report {args.load}", args.load
+    if args.compare:
+        yield from _traces(args.compare, "the baseline", output_is_a_report)
+    if not args.load:
+        from tracelens import jobconfig
+
+        config = args.config if args.config and args.config.lower() != "none" else None
+        toml = Path(config) if config else None if args.config else jobconfig.find(args.paths)
+        if toml is not None:
+            yield f"the job settings {toml}", toml
+
+
+def _traces(path: str, what: str, skip_found: bool):
+    """(what, file) for a trace file, or each trace file a directory holds, as the job finds them
+    (none when ``skip_found``)."""
+    if not os.path.isdir(path):
+        yield f"{what} {path}", path
+        return
+    if skip_found:
+        return
+    from tracelens.errors import TraceInputError
+    from tracelens.load import discover
+
+    try:
+        files, _, _ = discover([path])
+    except TraceInputError:  # the analysis says why
+        return
+    for f in files:
+        yield f"{what} {f}", f
 
 
 def _analyze_paths(paths: list[str], args: argparse.Namespace, steps) -> dict:

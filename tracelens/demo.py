@@ -62,6 +62,12 @@ def run(html_out: str, tui: bool) -> int:
     from tracelens.load import load
     from tracelens.report import render
 
+    from tracelens.atomic import overwritten_input
+    from tracelens.errors import UsageError
+
+    same = overwritten_input(html_out, ((f"the bundled sample file {_shown(f)}", f) for f in sample_job().rglob("*")))
+    if same:
+        raise UsageError(f"-o {html_out} is one of the inputs ({same}): write the page to another file")
     check_output(html_out)  # before the analysis and the text report: nothing printed for a page that cannot be saved
     d = analyze(load([job]), options(job)).to_dict()
     sys.stdout.buffer.write(render(d, "text"))

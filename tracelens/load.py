@@ -225,10 +225,14 @@ def parse_file(path: str | Path, *, use_cache: bool = True, keep_python: bool = 
     notes = [] if notes is None else notes
     key = None
     if use_cache:
+        damaged: list[str] = []
         try:
-            h = cache.file_hash(path)
+            h = cache.file_hash(path, damaged=damaged)
         except OSError:  # the trace itself could not be read: its parse says why
             h = None
+        for why in damaged:
+            notes.append(("corrupt", f"{path}: the cache's stat index entry for this file was damaged ({why}); "
+                                     "it was removed and the file hashed again"))
         if h is not None:
             key = f"{h}-{fmt}-{parser.PARSER_VERSION}{'-py' if keep_python else ''}"
             try:

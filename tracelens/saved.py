@@ -2,7 +2,13 @@
 tracelens JSON report, or the one embedded in a tracelens HTML page.  It is untrusted input: read
 with a bounded size (the file, and the gzip payload an HTML page may carry, never past
 ``max_report_bytes()``), parsed, and checked against ``report.schema.json`` before anything
-renders it.  Every failure is a ``TraceInputError`` naming the file and the first problem."""
+renders it.  Every failure is a ``TraceInputError`` naming the file and the first problem.
+
+A report nested deeper than ``MAX_DEPTH`` levels is refused before the schema is checked (the
+depth is measured without recursion): the deepest place a report of this schema has is 9 levels
+(``$.ranks[0].steps[0].waterfall[0].parts[0]``, in the golden reports), and the free-form
+objects the schema allows (a suggestion's ``evidence``) would otherwise let a list nested
+hundreds deep reach the renderers and the JSON writer, which recurse."""
 
 from __future__ import annotations
 
@@ -20,6 +26,7 @@ HTML_SUFFIXES = (".html", ".htm")
 _HEAD = 64 * 1024  # where a JSON report's first key is looked for (to tell it from a trace without parsing either)
 REPORT_KEYS = ("schema_version", "tool", "inputs", "warnings", "job", "ranks", "communication", "suggestions", "timeline",
                "comparison")  # the report's top-level keys: a trace (Kineto, Chrome JSON) starts with none of them
+MAX_DEPTH = 32  # levels of objects and arrays, the top-level object being 1; real reports have 9
 _FIRST_KEY = re.compile(rb'\A(?:\xef\xbb\xbf)?\s*\{\s*"([a-z_]{1,32})"\s*:')
 
 
@@ -40,12 +47,37 @@ def check(path: str, data: Any) -> dict[str, Any]:
 
     if not isinstance(data, dict):
         raise TraceInputError(path, f"not a tracelens report (its top level is {_kind(data)}, not an object)")
+    deep = too_deep(data, MAX_DEPTH)
+    if deep is not None:
+        raise TraceInputError(path, f"not a valid tracelens report: nested deeper than {MAX_DEPTH} levels (at {deep})")
     if data.get("schema_version") != SCHEMA_VERSION:
         raise TraceInputError(path, f"report schema_version {data.get('schema_version')!r}; this tracelens reads {SCHEMA_VERSION}")
     err = validator().first_error(data)
     if err:
         raise TraceInputError(path, f"not a valid tracelens report: {err[0]}: {err[1]}")
     return data
+
+
+def too_deep(data: Any, limit: int) -> str | None:
+    """None when ``data`` has at most ``limit`` levels of objects and arrays; else where the
+    first container past the limit is, as ``$.a[0].b…`` (its first few steps).  Iterative: a
+    value nested any depth costs a loop, never the stack."""
+    stack: list[tuple[Any, int, tuple]] = [(data, 1, ())] if isinstance(data, (dict, list)) else []
+    while stack:
+        x, depth, at = stack.pop()
+        if depth > limit:
+            return _short_path(at)
+        children = x.items() if isinstance(x, dict) else enumerate(x)
+        for key, v in children:
+            if isinstance(v, (dict, list)):
+                stack.append((v, depth + 1, at + (key,) if len(at) < 6 else at))
+    return None
+
+
+def _short_path(at: tuple) -> str:
+    from tracelens.validator import path_text
+
+    return path_text(at[:5]) + ("…" if len(at) > 5 else "")
 
 
 def _kind(x: Any) -> str:

@@ -64,7 +64,8 @@ def describe(x: Any) -> str:
     return f"a number ({x!r})"
 
 
-def _path(parts: tuple) -> str:
+def path_text(parts: tuple) -> str:
+    """``('ranks', 0, 'device')`` as ``$.ranks[0].device``."""
     out = "$"
     for p in parts:
         out += f"[{p}]" if isinstance(p, int) else f".{p}" if re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", p) else f"[{p!r}]"
@@ -111,7 +112,7 @@ class Validator:
 
     def first_error(self, value: Any) -> tuple[str, str] | None:
         err = self._first(self.root, value, ())
-        return None if err is None else (_path(err[0]), err[1])
+        return None if err is None else (path_text(err[0]), err[1])
 
     def _first(self, s: Any, x: Any, at: tuple) -> tuple[tuple, str] | None:  # noqa: C901 (one branch per keyword)
         if s is True:
