@@ -42,6 +42,7 @@ READ_BYTES = 1 << 20
 MAX_DEPTH = 64  # deeper values inside a damaged event are replaced by null
 WHERE_SHOWN = 5  # byte offsets named in a warning
 _FAILED = object()
+_WINDOW = 16 << 10  # the first window decoded after a damaged event
 
 # decode(chunk) -> None when the chunk (a JSON array of events) was decoded and consumed, else
 # the offset in ``chunk`` of its first error (``len(chunk)`` when the content ended early).
@@ -169,6 +170,7 @@ _HEAD_TOKEN = re.compile(rb'"[^"\\]*(?:\\.[^"\\]*)*(?P<q>")?|[\[\]{}]', re.S)
 _STRING_REST = re.compile(rb'[^"\\]*(?:\\.[^"\\]*)*(?P<q>")?', re.S)
 _NOT_WS = re.compile(rb"[^ \t\r\n]")
 _KEY = b'"traceEvents"'
+_LOST_SCAN = 4 << 20  # a scan this far past the key's text without finding it at the top level is lost
 _RAW_KEY = re.compile(rb'"traceEvents"\s*:\s*\[')
 
 
@@ -419,9 +421,9 @@ class _Stream:
                             raise ParseError(self.path, "traceEvents is not an array")
                         return bytes(buf[i:key]), k.start() + 1  # from the "{" (no BOM, no leading whitespace)
                     scan.at = key  # the value has not arrived yet
-                if seen and (scan.ended or not data):  # damaged keys hid it: the first "traceEvents": [ is taken
+                if seen and found is None:  # damaged keys may hide it: then the first "traceEvents": [ is taken
                     raw = _RAW_KEY.search(buf, i)
-                    if raw is not None:
+                    if raw is not None and (scan.ended or not data or scan.at - raw.end() > _LOST_SCAN):
                         self.res.notes.append("the JSON before the traceEvents array is damaged (its brackets or quotes do not pair up)")
                         return bytes(buf[i : raw.start()]), raw.end()
             if not data:
@@ -561,16 +563,31 @@ class _Stream:
         """Decode the events in ``buf[pos:end]`` (``end`` just after an event's ``}``), past
         damaged ones.  None when all were consumed; else the offset of the first event of a
         remainder that runs past ``end`` (its error lies at its very end) - or, when not
-        ``final``, of a damaged event whose end lies past ``end``."""
+        ``final``, of a damaged event whose end lies past ``end``.  After a damaged event the
+        next ones are decoded in windows that start small and double, so that many damaged
+        events in one chunk do not each cost a copy of the rest of it."""
         buf = self.buf
-        bad_seen = 0
+        bad_seen = 0  # damaged events met in this span
+        window = 0  # 0: to ``end``
         while pos < end:
-            chunk = _array(buf, pos, end)
+            stop, nxt = end, None
+            if window and pos + window < end:
+                nxt = _BOUNDARY.search(buf, pos + window, end)
+                if nxt is not None:
+                    stop = nxt.start() + 1
+            chunk = _array(buf, pos, stop)
             err = self.decode(chunk)
             if err is None:
-                return None
+                if nxt is None:
+                    return None
+                pos = nxt.end() - 1
+                window *= 2
+                continue
             if err >= len(chunk) - 1:
-                return pos
+                if nxt is None:
+                    return pos
+                window *= 2  # the window's end fell inside a value: a wider one
+                continue
             at = pos + err - 1  # the offending byte in buf
             close = self._bracket(at)
             if close is not None and self.decode(_array(buf, pos, close[0])) is None:  # the events before a "]"
@@ -579,10 +596,11 @@ class _Stream:
                     return None
                 self._note_mended(close[0], Counter({"stray brackets": 1}), 1)  # a "]" between two events
                 pos = close[1]
+                window = _WINDOW
                 continue
             bad_seen += 1
-            if bad_seen > 1 and bad_seen & (bad_seen - 1) == 0:  # the 2nd, 4th, 8th... in one span: dense damage
-                left = self._mend_span(pos, end)
+            if bad_seen == 2:  # a second one in this span: the damage is dense, mend the rest in one pass
+                left = self._mend_span(pos, end)  # (tried once: when an event cannot be mended, event by event)
                 if left is not _FAILED:
                     return left
             start = self._before(pos, at)
@@ -594,6 +612,7 @@ class _Stream:
             if m is None:
                 return None
             pos = m.end() - 1
+            window = _WINDOW
         return None
 
     def _mend_span(self, pos: int, end: int) -> int | None | object:
