@@ -510,3 +510,25 @@ def test_a_bad_limit_in_a_parse_is_a_usage_error_not_a_bad_file(tmp_path, monkey
     monkeypatch.setenv("TRACELENS_MAX_INFLATE", "-1")
     with pytest.raises(UsageError, match="TRACELENS_MAX_INFLATE"):
         kineto.parse(p)
+
+
+def test_many_broken_events_cost_each_one_and_stay_linear(tmp_path, tmp_path_factory):
+    """Every 20th complete event's name loses its opening quote (cannot be mended): each costs
+    itself only, and the decoder's work stays a small factor of the clean parse (after a
+    damaged event the next are decoded in small windows, not the rest of the chunk)."""
+    clean, clean_work = reference(tmp_path_factory)
+    data = clean_bytes()
+    starts = [m.end() - 1 for m in BOUNDARY.finditer(data, data.index(b'"traceEvents"'))]
+    ends = starts[1:] + [len(data)]
+    good = [s for s, e in zip(starts, ends) if b'"ph": "X"' in data[s:e] and b'"name": "' in data[s:e]][::20]
+    out, last = [], 0
+    for s in good:
+        i = data.index(b'"name": "', s)
+        out += [data[last:i], b"@"]
+        last = i + 1
+    p = tmp_path / "t.json"
+    p.write_bytes(b"".join(out + [data[last:]]))
+    df, meta, work = parse_counting(p)
+    assert lost_rows(clean, df).height == len(good) == clean.height - df.height
+    assert any(f"{len(good)} events with invalid JSON could not be read and were skipped" in w for w in meta.warnings), meta.warnings
+    assert work <= 6 * clean_work, (work, clean_work)
