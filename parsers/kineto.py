@@ -38,7 +38,7 @@ from tracelens.errors import ParseError, UsageError
 from tracelens.kclass import classify, collective_from_kernel
 from tracelens.schema import TraceMeta, conform, conform_exprs, empty_frame
 
-PARSER_VERSION = "1.7"  # bump when the table a parse caches changes (kernel classes included)
+PARSER_VERSION = "1.8"  # bump when the table a parse caches changes (kernel classes included; 1.8: damaged events mended, far events dropped, long names cut)
 CHUNK_BYTES = 1 << 20
 ROWS_PER_BATCH = 8192
 MAX_NAME_BYTES = 64 << 10  # a longer event name is cut (the longest real kernel names: a few KB)
