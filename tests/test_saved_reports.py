@@ -391,6 +391,14 @@ def test_a_report_nested_past_the_bound_is_refused_by_every_command(tmp_path, ca
     assert not list(tmp_path.glob("x.*"))
     assert cli.main(["report", "--load", str(GOLDEN[0]), "--compare", str(path), "-o", str(tmp_path / "c.txt")]) == 3
     assert DEEP_AT in capsys.readouterr().err and not (tmp_path / "c.txt").exists()
+    built = _open_in_a_stand_in_app(monkeypatch, tui, path)
+    assert built["error"] == f"cannot open {path}: not a valid tracelens report: {DEEP_AT}"
+    assert capsys.readouterr().err.count("\n") == 1
+
+
+def _open_in_a_stand_in_app(monkeypatch, tui, path) -> dict:
+    """``tracelens open path`` with an app that records what it was built with instead of
+    running: asserts exit 3, returns the app's keyword arguments."""
     built = {}
 
     class Fake:
@@ -403,8 +411,7 @@ def test_a_report_nested_past_the_bound_is_refused_by_every_command(tmp_path, ca
 
     monkeypatch.setattr(tui, "make_app", lambda *a, **kw: Fake(**kw))
     assert cli.main(["open", str(path)]) == 3
-    assert built["error"] == f"cannot open {path}: not a valid tracelens report: {DEEP_AT}"
-    assert capsys.readouterr().err.count("\n") == 1
+    return built
 
 
 def _depth(x) -> int:  # the reference: recursive, on values small enough for it
@@ -639,18 +646,7 @@ def test_a_malformed_saved_report_is_a_message_in_the_tui(tmp_path, monkeypatch,
     d["ranks"][0]["device"] = {"name": ["not", "a", "string"]}
     path = tmp_path / "crafted.json"
     path.write_text(json.dumps(d))
-    built = {}
-
-    class Fake:
-        def __init__(self, **kw):
-            built.update(kw)
-            self.error = kw.get("error")
-
-        def run(self):
-            pass
-
-    monkeypatch.setattr(tui, "make_app", lambda *a, **kw: Fake(**kw))
-    assert cli.main(["open", str(path)]) == 3
+    built = _open_in_a_stand_in_app(monkeypatch, tui, path)
     err = capsys.readouterr().err
     assert built["error"].startswith(f"cannot open {path}: not a valid tracelens report: $.ranks[0].device")
     assert err.count("\n") == 1 and "$.ranks[0].device" in err
