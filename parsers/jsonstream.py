@@ -161,12 +161,12 @@ _TOKEN = re.compile(
     rb"|-?\d{309,}(?:\.\d+)?(?:[eE][+-]?\d+)?|-?\d+(?:\.\d+)?[eE][+-]?\d{3,}",
     re.S,
 )
-_STRUCT = re.compile(rb'"[^"\\]*(?:\\.[^"\\]*)*"|[\[\]{}]', re.S)
 _SUSPECT = re.compile(rb"[\\\x00-\x1f]")  # a string with none of these is valid JSON as it is
 _BAD_ESCAPE = re.compile(r'\\(?![\\"/bfnrt]|u[0-9a-fA-F]{4})')
 
 
-_HEAD_TOKEN = re.compile(rb'"[^"\\]*(?:\\.[^"\\]*)*(?P<q>")?|[\[\]{}]', re.S)
+# strings (q: None when one runs past the end of what was read) and brackets: JSON's structure
+_STRUCT = re.compile(rb'"[^"\\]*(?:\\.[^"\\]*)*(?P<q>")?|[\[\]{}]', re.S)
 _STRING_REST = re.compile(rb'[^"\\]*(?:\\.[^"\\]*)*(?P<q>")?', re.S)
 _NOT_WS = re.compile(rb"[^ \t\r\n]")
 _KEY = b'"traceEvents"'
@@ -197,7 +197,7 @@ class _KeyScan:
             found = self._key(buf, start, m.end())
             if found is not None:
                 return found
-        for m in _HEAD_TOKEN.finditer(buf, self.at):
+        for m in _STRUCT.finditer(buf, self.at):
             c = buf[m.start()]
             if c == 0x22:  # '"'
                 if m.group("q") is None:  # runs past what has been read
@@ -232,7 +232,7 @@ def deep_offset(chunk: bytes, limit: int) -> int:
     """Where the nesting in ``chunk`` first gets deeper than ``limit`` (1 when it never does)."""
     depth = 0
     for m in _STRUCT.finditer(chunk):
-        c = m.group()[:1]
+        c = chunk[m.start()]
         if c in b"[{":
             depth += 1
             if depth > limit:
@@ -516,7 +516,7 @@ class _Stream:
         except orjson.JSONDecodeError as e:
             top = None
             if "after document" in str(e):  # a second JSON document (files concatenated): the first is read
-                end = e.pos if doc.isascii() else len(doc.decode("utf-8", "replace")[: e.pos].encode())
+                end = byte_offset(doc, e)
                 try:
                     top = orjson.loads(doc[:end])
                 except orjson.JSONDecodeError:
@@ -632,11 +632,13 @@ class _Stream:
         return pos if err >= len(chunk) - 1 else _FAILED
 
     def _note_mended(self, at: int, kinds: Counter[str], events: int) -> None:
-        res = self.res
-        if len(res.where) < WHERE_SHOWN:
-            res.where.append(self.base + at)
-        res.repaired_events += events
-        res.repaired.update(kinds)
+        self._note_where(at)
+        self.res.repaired_events += events
+        self.res.repaired.update(kinds)
+
+    def _note_where(self, at: int) -> None:
+        if len(self.res.where) < WHERE_SHOWN:
+            self.res.where.append(self.base + at)
 
     def _bracket(self, at: int) -> tuple[int, int | None] | None:
         """When the error at ``buf[at]`` is content after a ``]``: (that ``]``'s offset, None)
@@ -684,14 +686,12 @@ class _Stream:
 
     def _mend(self, start: int, stop: int) -> None:
         """One damaged event, ``buf[start:stop]``: decoded repaired, or skipped."""
-        res = self.res
         fixed_bytes, kinds, _ = _repair(bytes(self.buf[start:stop]))
         if kinds and self.decode(b"[" + fixed_bytes + b"]") is None:
             self._note_mended(start, Counter(dict.fromkeys(kinds, 1)), 1)
         else:
-            if len(res.where) < WHERE_SHOWN:
-                res.where.append(self.base + start)
-            res.skipped_events += 1
+            self._note_where(start)
+            self.res.skipped_events += 1
 
 
 def _array(buf: bytearray, start: int, end: int) -> bytes:
@@ -726,10 +726,16 @@ def _closes(buf: bytearray, pos: int, header: bytes | None) -> list[tuple[int, d
     return out
 
 
-def _head_ok(header: bytes) -> bool:
+def _head_keys(header: bytes) -> Any:
+    """The keys before traceEvents (``{`` up to the key) closed as an object and parsed;
+    orjson.JSONDecodeError when they are not valid JSON."""
     text = header.rstrip()
+    return orjson.loads((text[:-1] if text.endswith(b",") else text) + b"}")
+
+
+def _head_ok(header: bytes) -> bool:
     try:
-        orjson.loads((text[:-1] if text.endswith(b",") else text) + b"}")
+        _head_keys(header)
     except orjson.JSONDecodeError:
         return False
     return True
@@ -739,14 +745,16 @@ def _head_only(header: bytes | None, path: str) -> dict:
     """The top-level keys before traceEvents, for a file with no readable end."""
     if not header:
         return {}
-    text = header.rstrip()
-    if text.endswith(b","):
-        text = text[:-1]
     try:
-        top = orjson.loads(text + b"}")
+        top = _head_keys(header)
     except orjson.JSONDecodeError:
         raise ParseError(path, "truncated JSON: the keys before traceEvents are incomplete") from None
     return top if isinstance(top, dict) else {}
+
+
+def byte_offset(doc: bytes, e: orjson.JSONDecodeError) -> int:
+    """Where orjson's error lies in ``doc`` in bytes (it counts characters)."""
+    return e.pos if doc.isascii() else len(doc.decode("utf-8", "replace")[: e.pos].encode())
 
 
 def describe(obj: Any) -> str:

@@ -31,7 +31,7 @@ from typing import Any
 import msgspec
 import orjson
 import polars as pl
-from tracelens.parsers.jsonstream import StreamResult, deep_offset, stream_events
+from tracelens.parsers.jsonstream import StreamResult, byte_offset, deep_offset, stream_events
 
 from tracelens.collectives import P2P, dtype_bytes, normalize_collective
 from tracelens.errors import ParseError, UsageError
@@ -458,9 +458,7 @@ def _orjson_offset(chunk: bytes) -> int:
     try:
         orjson.loads(chunk)
     except orjson.JSONDecodeError as e:
-        if chunk.isascii():
-            return e.pos
-        return len(chunk.decode("utf-8", "replace")[: e.pos].encode())
+        return byte_offset(chunk, e)
     return 1  # valid JSON the decoder refused anyway: the first event takes the blame
 
 
