@@ -23,7 +23,9 @@ test-venv: $(VENV)/.test-installed
 demo: $(VENV)/.installed
 	$(VENV)/bin/tracelens demo
 
+# the layers of DESIGN.md 8 first (.importlinter: each imports only the layers below it), then the suite
 test: $(VENV)/.test-installed
+	$(VENV)/bin/lint-imports
 	$(PY) -m pytest -q
 
 bench: $(VENV)/.test-installed

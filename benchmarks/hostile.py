@@ -28,7 +28,7 @@ BOUNDARY = re.compile(rb"\}\s*,\s*\{")
 CHILD = r"""
 import json, sys, time
 sys.path.insert(0, sys.argv[2])
-from tracelens.errors import ParseError
+from tracelens.model.errors import ParseError
 from tracelens.parsers import kineto
 def peak():
     with open('/proc/self/status') as f:

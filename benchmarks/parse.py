@@ -56,7 +56,7 @@ warm = sys.argv[3] if len(sys.argv) > 3 else None
 PARSE = r"""
 sys.path.insert(0, sys.argv[2])
 import polars, msgspec, orjson
-from tracelens.load import parse_file
+from tracelens.store.job import parse_file
 import tracelens.parsers.kineto
 if warm:  # the runtime's one-off costs (polars' thread pools and arenas) are not the file's
     parse_file(warm, use_cache=False)

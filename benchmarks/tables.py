@@ -25,8 +25,8 @@ def main() -> int:
     from textual.app import App
     from textual.widgets import DataTable
 
+    from tracelens.model.units import fmt_ns
     from tracelens.tui.widgets.table import Column, FilterTable
-    from tracelens.units import fmt_ns
 
     rows = [{"rank": i % 1000, "name": f"ProfilerStep#{i // 1000}", "dur_ns": 1_000_000 + (i * 7919) % 100_003} for i in range(n)]
     cols = [Column("rank", "rank", str, True), Column("name", "step"), Column("dur_ns", "time", fmt_ns, True)]

@@ -34,8 +34,8 @@ def main() -> int:
     import polars as pl
 
     from tracelens.analysis import analyze
-    from tracelens.load import Trace, load
-    from tracelens.timeline import Timeline
+    from tracelens.analysis.timeline import Timeline
+    from tracelens.store.job import Trace, load
 
     one = load([args.trace])
     frames, metas = [], []

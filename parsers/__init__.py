@@ -9,7 +9,7 @@ import re
 import zlib
 from pathlib import Path
 
-from tracelens.errors import ParseError, UnreadableError, UnsupportedFormat
+from tracelens.model.errors import ParseError, UnreadableError, UnsupportedFormat
 
 GZIP_MAGIC = b"\x1f\x8b"
 SQLITE_MAGIC = b"SQLite format 3\x00"
@@ -62,8 +62,9 @@ def head_bytes(path: Path, n: int = 4096) -> bytes:
 def _after_whitespace(path: Path) -> bytes:
     """The content's first bytes after its leading whitespace (empty when there are none),
     reading no further than ``limits.max_event_bytes``."""
-    from tracelens import limits
-    from tracelens.parsers.jsonstream import ContentReader
+    from tracelens.model import limits
+
+    from .jsonstream import ContentReader
 
     r = ContentReader(path)
     try:

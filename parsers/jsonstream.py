@@ -2,7 +2,7 @@
 recovering past damaged events.
 
 The file (plain or gzip) is decompressed block by block; the parser never holds the whole
-content, and never more than a bounded piece of it (``tracelens.limits``).  A chunk boundary is
+content, and never more than a bounded piece of it (``tracelens.model.limits``).  A chunk boundary is
 a ``}`` ``,`` ``{`` between two events; a boundary found by the fast byte search is *proved* by
 decoding the chunk.  The decoder says where the first error lies: at the very end of the chunk
 means the cut fell inside a value (a cut inside a string or a nested value always leaves the
@@ -28,8 +28,8 @@ from typing import Any
 
 import orjson
 
-from tracelens import limits
-from tracelens.errors import ParseError
+from tracelens.model import limits
+from tracelens.model.errors import ParseError
 
 try:  # ISA-L's inflate (python-isal): zlib's API, about 3x faster (0.036 -> 0.011 s on a 35 MB trace)
     from isal import isal_zlib as zlib

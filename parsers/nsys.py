@@ -12,7 +12,7 @@ from pathlib import Path
 from stat import S_ISREG
 from typing import Any
 
-from tracelens.errors import ParseError, TraceInputError, UnreadableError
+from tracelens.model.errors import ParseError, TraceInputError, UnreadableError
 
 
 def sqlite_uri(path: Path) -> str:

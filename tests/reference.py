@@ -1,5 +1,5 @@
 """The GPU-time arithmetic on interval lists, one window at a time: the definitions that
-``tracelens.segments`` (every window at once, in polars) is held to by the property tests.
+``tracelens.analysis.rank.segments`` (every window at once, in polars) is held to by the property tests.
 
 ``partition`` is DESIGN 4.2's partition of a window; ``exclusive`` splits the part of a set of
 intervals under some labelled spans among the labels (each elementary segment shared equally
@@ -11,8 +11,8 @@ from __future__ import annotations
 
 from bisect import bisect_right
 
-from tracelens import intervals as iv
 from tracelens.analysis import GpuTime
+from tracelens.analysis import intervals as iv
 
 
 def partition(C: iv.Intervals, M: iv.Intervals, Y: iv.Intervals, start: int, end: int) -> GpuTime:

@@ -14,9 +14,9 @@ from hypothesis import strategies as st
 
 from tests.conftest import ROOT, real_trace_files, real_traces
 from tests.reference import exclusive, partition
-from tracelens import intervals as iv
 from tracelens.analysis import Options, analyze, parse_steps
-from tracelens.load import load
+from tracelens.analysis import intervals as iv
+from tracelens.store.job import load
 
 
 def X(cat, name, ts, dur, pid=1, tid=1, **args):
@@ -456,8 +456,9 @@ def test_segments_match_the_interval_arithmetic(kernels, recomputed, windows):
     interval-list arithmetic gives on that window alone: the partition, the idle gaps, the
     recompute and matmul time and the exclusive splits of exposed communication and non-matmul
     time.  Windows may overlap and be empty."""
-    from tracelens import segments, waterfall
-    from tracelens.schema import NON_COMPUTE_KCLASSES
+    from tracelens.analysis import waterfall
+    from tracelens.analysis.rank import segments
+    from tracelens.model.schema import NON_COMPUTE_KCLASSES
 
     f = pl.DataFrame(
         [{"ts_ns": s, "dur_ns": d, "kclass": c, "group": g if c == "comm" else None, "group_desc": None,

@@ -22,11 +22,11 @@ from hypothesis import strategies as st
 from tracelens.parsers import kineto as kineto_parser
 
 from tests.conftest import ROOT, modes_bind, real_traces
-from tracelens import cache
 from tracelens.analysis import Options, analyze
-from tracelens.atomic import temp_owner, write_with
 from tracelens.cli import main
-from tracelens.load import load
+from tracelens.store import cache
+from tracelens.store.atomic import temp_owner, write_with
+from tracelens.store.job import load
 
 TRACE = "hta/critical_path/cuda_event_sync/event_sync_trace.json.gz"  # small: the property test parses it often
 OTHER = "hta/trace_file_list/inference_rank_1.json.gz"
@@ -407,7 +407,7 @@ def test_a_killed_runs_temp_file_is_removed_by_the_next_run(tmp_path, _isolated_
     dest = _isolated_cache / ("ef" * 20 + "-kineto-1.7.v2.parquet")
     code = (
         "import sys, time\n"
-        "from tracelens.atomic import write_with\n"
+        "from tracelens.store.atomic import write_with\n"
         "def slow(tmp):\n"
         "    open(tmp, 'wb').write(b'PAR1 half')\n"
         "    print('writing', flush=True)\n"

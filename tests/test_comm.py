@@ -9,9 +9,9 @@ import polars as pl
 
 from tests.conftest import real_traces
 from tracelens.analysis import analyze
-from tracelens.collectives import bus_factor
-from tracelens.comm import _binom_sf
-from tracelens.load import load
+from tracelens.analysis.job.comm import _binom_sf
+from tracelens.model.collectives import bus_factor
+from tracelens.store.job import load
 
 
 def job(tmp_path, n_ranks, arrival, n_coll=30, skew_us=None):
@@ -289,7 +289,7 @@ def test_no_straggler_is_said_only_when_waits_were_measured(tmp_path):
     assert d["job"]["stragglers"] == []
     sc = d["job"]["straggler_check"]
     assert sc["known"] is True and sc["collectives"] == 24 and sc["reason"] is None
-    from tracelens.report import render_text
+    from tracelens.render import render_text
 
     assert "straggler ranks: none (" in render_text(d)
 
@@ -314,7 +314,7 @@ def test_a_shifted_derived_order_is_refused_not_believed(tmp_path):
     assert d["job"]["stragglers"] is None
     sc = d["job"]["straggler_check"]
     assert sc["known"] is False and "do not overlap" in sc["reason"]
-    from tracelens.report import render_text
+    from tracelens.render import render_text
 
     text = render_text(d)
     assert "straggler ranks: unknown (" in text and "straggler ranks: none" not in text
@@ -351,7 +351,7 @@ def test_expert_parallel_kernels_get_a_collective_type(tmp_path):
 
 
 def test_c_type_names_have_sizes():
-    from tracelens.collectives import dtype_bytes
+    from tracelens.model.collectives import dtype_bytes
 
     assert [dtype_bytes(x) for x in ("unsigned char", "signed char", "long int", "unsigned int", "c10::Half", "TensorList", "Scalar")] \
         == [1, 1, 8, 4, 2, None, None]
@@ -384,8 +384,8 @@ def test_every_front_end_says_unknown_when_waits_were_not_measured():
     # why, none of them "no straggler"; the communication notes say how collectives were matched
     from html import escape
 
-    from tracelens.html import render_html
-    from tracelens.report import render_text
+    from tracelens.render import render_text
+    from tracelens.render.html import render_html
     from tracelens.tui.panes import OverviewPane
 
     d = analyze(load([real_traces() / "hta/trace_filter"], use_cache=False)).to_dict()

@@ -14,7 +14,7 @@ from tests.test_html import cli, embedded
 from tracelens import demo
 from tracelens.analysis import Options, analyze
 from tracelens.cli import main
-from tracelens.load import load
+from tracelens.store.job import load
 
 JOB = SAMPLE_TRACES / "job_2ranks"
 A100_BF16_DENSE = 312e12  # MFU.md's peak table: A100 SXM/PCIe, bf16 dense

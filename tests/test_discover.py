@@ -19,8 +19,9 @@ import pytest
 
 from tests.conftest import modes_bind, real_traces
 from tracelens.cli import main
-from tracelens.errors import TraceInputError, UnreadableError
-from tracelens.load import discover, load
+from tracelens.model.errors import TraceInputError, UnreadableError
+from tracelens.store.discover import discover
+from tracelens.store.job import load
 
 TRACES = ("hta/critical_path/cuda_event_sync/event_sync_trace.json.gz", "hta/trace_file_list/inference_rank_1.json.gz")
 

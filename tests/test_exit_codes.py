@@ -33,7 +33,7 @@ from hypothesis import strategies as st
 
 from tests.conftest import ROOT, SAMPLE_TRACES, real_trace_files, real_traces
 from tracelens import cli
-from tracelens.errors import EXIT_BAD_INPUT, EXIT_CODES, EXIT_OK, EXIT_OUTPUT, EXIT_USAGE
+from tracelens.model.errors import EXIT_BAD_INPUT, EXIT_CODES, EXIT_OK, EXIT_OUTPUT, EXIT_USAGE
 
 KERNEL = {"ph": "X", "cat": "kernel", "name": "gemm_kernel", "pid": 0, "tid": 7, "ts": 10.0, "dur": 5.0,
           "args": {"device": 0, "stream": 7, "correlation": 1}}
@@ -148,12 +148,12 @@ def test_output_write_failure_leaves_nothing(tmp_path, capsys, monkeypatch, err,
 
 def test_output_is_checked_before_the_analysis(tmp_path, capsys, monkeypatch):
     """A report that cannot be saved fails at once, not after parsing the traces."""
-    import tracelens.load
+    import tracelens.store.job
 
     def no_load(*a, **k):
         raise AssertionError("the traces were loaded before the output was checked")
 
-    monkeypatch.setattr(tracelens.load, "load", no_load)
+    monkeypatch.setattr(tracelens.store.job, "load", no_load)
     code, lines, _ = run(capsys, "report", trace(tmp_path), "-o", tmp_path / "missing" / "r.json")
     assert code == EXIT_OUTPUT and "does not exist" in error_line(lines)
 
@@ -223,12 +223,12 @@ SAME_AS_INPUT = [
 
 @pytest.mark.parametrize("argv, out, what", SAME_AS_INPUT, ids=[f"{' '.join(a)} -o {o}" for a, o, _ in SAME_AS_INPUT])
 def test_output_that_is_an_input_is_refused_before_the_analysis(tmp_path, capsys, monkeypatch, argv, out, what):
-    import tracelens.load
+    import tracelens.store.job
 
     d = _job(tmp_path, capsys)
     fill = lambda s: s.format(d=d, t=tmp_path)  # noqa: E731
     before = {p: p.read_bytes() for p in tmp_path.rglob("*") if p.is_file()}
-    monkeypatch.setattr(tracelens.load, "load", lambda *a, **k: pytest.fail("the traces were loaded"))
+    monkeypatch.setattr(tracelens.store.job, "load", lambda *a, **k: pytest.fail("the traces were loaded"))
     code, lines, stdout = run(capsys, "report", "--no-cache", *map(fill, argv), "-o", fill(out))
     assert code == EXIT_USAGE and stdout == ""
     assert error_line(lines) == f"tracelens: error: -o {fill(out)} is one of the inputs ({fill(what)}): write the report to another file"
@@ -250,10 +250,10 @@ def test_a_report_in_the_job_directory_is_written_over(tmp_path, capsys):
 def test_demo_output_onto_a_bundled_sample_file_is_refused(tmp_path, capsys, monkeypatch):
     """``tracelens demo -o`` through a link to one of the sample job's files (a link, so that a
     failure of this test replaces the link, not the sample)."""
-    import tracelens.load
+    import tracelens.store.job
     from tracelens.demo import sample_job
 
-    monkeypatch.setattr(tracelens.load, "load", lambda *a, **k: pytest.fail("the sample was loaded"))
+    monkeypatch.setattr(tracelens.store.job, "load", lambda *a, **k: pytest.fail("the sample was loaded"))
     for f in sorted(p for p in sample_job().iterdir() if p.is_file()):
         link = tmp_path / f"to-{f.name}.html"
         link.symlink_to(f)

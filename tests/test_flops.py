@@ -11,8 +11,8 @@ import torch  # a test dependency: missing, the suite fails instead of skipping
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tracelens.flops import CONV, count
-from tracelens.load import load
+from tracelens.analysis.rank.flops import CONV, count
+from tracelens.store.job import load
 
 pytestmark = pytest.mark.slow
 
@@ -115,7 +115,7 @@ def test_fused_moe_flops_from_expert_weights():
     """vLLM's fused_experts(hidden [T, H], w1 [E, 2I, H], w2 [E, H, I], topk_weights [T, k], topk_ids [T, k]):
     each of T=8 tokens runs k=2 of E=4 experts, a gate/up GEMM (2I x H = 256 x 64) and a down GEMM
     (H x I = 64 x 128): 2 * 8 * 2 * (256*64 + 64*128) = 786432 FLOPs."""
-    from tracelens.flops import op_flops
+    from tracelens.analysis.rank.flops import op_flops
 
     args = {"Input Dims": [[8, 64], [4, 256, 64], [4, 64, 128], [8, 2], [8, 2]]}
     assert op_flops("vllm::inplace_fused_experts", args) == 2 * 8 * 2 * (256 * 64 + 64 * 128) == 786432
@@ -129,7 +129,7 @@ def test_fused_moe_without_weights_is_warned():
     are module state, so the report says its FLOPs are missing and MFU is a lower bound."""
     from tests.conftest import real_traces
     from tracelens.analysis import analyze
-    from tracelens.load import load
+    from tracelens.store.job import load
 
     d = analyze(load([real_traces() / "amd-tracelens/b200/eager_trace.json.gz"])).to_dict()
     assert any("vllm::moe_forward x36" in w and "lower bounds" in w for w in d["warnings"])
@@ -141,7 +141,7 @@ def test_count_keeps_the_outermost_ops(ops):
     """count() counts an op unless it lies inside the last op counted on its thread (the
     sequential rule, walked here op by op in start order, longer first); done in polars with a
     running maximum of the ends, it must pick exactly the same ops."""
-    from tracelens.schema import conform
+    from tracelens.model.schema import conform
 
     rows = [{"kind": "cpu_op", "name": "aten::mm", "pid": 1, "tid": t, "ts_ns": s, "dur_ns": d, "file": 0,
              "args": '{"Input Dims": [[2, 3], [3, 4]], "Input type": ["float", "float"]}'} for t, s, d in ops]

@@ -16,8 +16,8 @@ from hypothesis import strategies as st
 
 from tests.conftest import real_traces
 from tracelens.analysis import analyze
-from tracelens.flops import count, op_flops
-from tracelens.load import load
+from tracelens.analysis.rank.flops import count, op_flops
+from tracelens.store.job import load
 
 
 def resnet50_macs_per_image() -> tuple[int, int]:
@@ -297,7 +297,7 @@ _TEXT = st.one_of(
 def test_hostile_convolution_args_cost_the_op_not_the_file(ops):
     """Whatever the shapes, sequence numbers and nesting, count() returns (never raises) and every
     FLOP count it gives is a whole number >= 0; unreadable ops are null."""
-    from tracelens.schema import conform
+    from tracelens.model.schema import conform
 
     rows = []
     for name, tid, ts, dur, text, seq in ops:
@@ -317,7 +317,7 @@ def test_convolution_backward_without_concrete_inputs_transposed_by_shapes():
     weight [16, 4, 4, 4] matches the input's 16 channels, not grad_output's 4: transposed, counted
     over the input's 10x10: 2 gradients x 2*2*16*4*16*100 = 819,200.  With weight [8, 8, 3, 3] and
     8 channels on both sides but sizes 10x10 -> 5x5 it could be either: unknown, and said why."""
-    from tracelens.flops import _op_flops
+    from tracelens.analysis.rank.flops import _op_flops
 
     dims = [[2, 4, 20, 20], [2, 16, 10, 10], [16, 4, 4, 4]] + [[]] * 8
     assert _op_flops("aten::convolution_backward", {"Input Dims": dims}) == (2 * 2 * 2 * 16 * 4 * 16 * 100, None)

@@ -19,14 +19,15 @@ import polars as pl
 import pytest
 
 from tests.conftest import ROOT, SAMPLE_TRACES, real_traces
-from tracelens import gpus, views
 from tracelens.analysis import Options, analyze
-from tracelens.compare import compare
-from tracelens.html import render_html
-from tracelens.load import load
-from tracelens.report import render, render_text
+from tracelens.model import gpus
+from tracelens.render import render, render_text
+from tracelens.render import tables as views
+from tracelens.render.compare import compare
+from tracelens.render.html import render_html
+from tracelens.store.job import load
 
-SCHEMA = json.loads((ROOT / "tracelens/report.schema.json").read_text())
+SCHEMA = json.loads((ROOT / "tracelens/model/report.schema.json").read_text())
 JOB = SAMPLE_TRACES / "job_2ranks"
 H100 = SAMPLE_TRACES / "h100_bert_small"
 
@@ -260,7 +261,7 @@ def test_bar_glyphs_are_proportional_wherever_the_bar_starts(width):
         lead, glyphs = views.bar_cells(s, 0.2, width)
         assert lead + len(glyphs) <= width
     # the text report draws the same glyphs
-    from tracelens.report import waterfall_text
+    from tracelens.render import waterfall_text
 
     bars = [{"key": "a", "label": "a", "ns": 1, "fraction": 0.9999 - 0.0036, "parts": []},
             {"key": "b", "label": "b", "ns": 1, "fraction": 0.0036, "parts": []},
@@ -410,7 +411,7 @@ def test_text_and_html_show_the_reports_headline_numbers(which, no_flops):
     """The JSON's numbers, formatted once (views / units), appear in the text and the HTML alike:
     the MFU or what it lacks, each rank's MFU, the step-time statistics, the GPU-time shares and
     the warnings count (the TUI: tests/test_tui.py)."""
-    from tracelens.units import fmt_ns, fmt_pct
+    from tracelens.model.units import fmt_ns, fmt_pct
 
     d = report_of(JOB, gpu="A100") if which == "mfu" else report_of(no_flops)
     text, html = render_text(d), re.sub(r"\s+", " ", unescape(render_html(d).decode()))

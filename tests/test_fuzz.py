@@ -12,8 +12,8 @@ from hypothesis import strategies as st
 from tracelens.parsers.kineto import parse
 
 from tests.conftest import real_traces
-from tracelens.errors import ParseError
-from tracelens.schema import validate
+from tracelens.model.errors import ParseError
+from tracelens.model.schema import validate
 
 SMALL_REAL = [
     "hta/critical_path/cuda_event_sync/event_sync_trace.json.gz",

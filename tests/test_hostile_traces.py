@@ -18,11 +18,11 @@ import polars as pl
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from tracelens.parsers import jsonstream, kineto
 
 from tests.conftest import real_traces
-from tracelens import limits
-from tracelens.errors import ParseError, UsageError
-from tracelens.parsers import jsonstream, kineto
+from tracelens.model import limits
+from tracelens.model.errors import ParseError, UsageError
 
 REAL = "hta/with_gpu_user_annotation/step_based_trace_2543932.json.gz"  # 324 KB of Kineto JSON: CPU ops, kernels, flows
 CHUNK = 16 << 10  # small chunks, so that damage lands at every place a chunk can put it

@@ -6,7 +6,7 @@ HTA's temporal breakdown and comm/comp overlap use definitions that differ from 
   * HTA's GPU time includes device-side sync records on a stream ("Stream Sync", "Stream Wait
     Event"; not those on stream -1) as busy, non-compute time; we do not count them as GPU work.
   * HTA's classes are name rules: communication = "^nccl.*Kernel", compute = not matching
-    "(^nccl.*Kernel)|(.*(Memcpy)|(Memset))|(.*Sync)"; our classes (tracelens.kclass) also call
+    "(^nccl.*Kernel)|(.*(Memcpy)|(Memset))|(.*Sync)"; our classes (tracelens.model.kclass) also call
     RCCL "Generic", PyTorch's multimem all-reduce or DeepEP kernels communication.
   * HTA's window is the first to the last GPU event; ours is per step.
   * HTA works in whole µs; we keep ns.
@@ -24,8 +24,8 @@ import polars as pl
 import pytest
 
 from tests.conftest import real_traces
-from tracelens import intervals as iv
-from tracelens.load import load
+from tracelens.analysis import intervals as iv
+from tracelens.store.job import load
 
 REF = json.loads((Path(__file__).parent / "data/hta_reference.json").read_text())["traces"]
 CASES = sorted(k for k, v in REF.items() if "error" not in v)

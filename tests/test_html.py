@@ -18,13 +18,13 @@ import pytest
 
 from tests.conftest import ROOT, SAMPLE_TRACES, holds_trace_events, real_trace_files, real_traces
 from tracelens.analysis import analyze
-from tracelens.compare import compare
-from tracelens.errors import TraceInputError
-from tracelens.html import EMBED_PLAIN_MAX, extract_report, render_html
-from tracelens.load import load
-from tracelens.report import render
+from tracelens.model.errors import TraceInputError
+from tracelens.render import render
+from tracelens.render.compare import compare
+from tracelens.render.html import EMBED_PLAIN_MAX, extract_report, render_html
+from tracelens.store.job import load
 
-SCHEMA = json.loads((ROOT / "tracelens/report.schema.json").read_text())
+SCHEMA = json.loads((ROOT / "tracelens/model/report.schema.json").read_text())
 H100 = SAMPLE_TRACES / "h100_bert_small"
 JOB = SAMPLE_TRACES / "job_2ranks"
 
@@ -39,7 +39,7 @@ def report_of(*paths) -> dict:
 
 def validate(d: dict) -> None:
     """Valid for jsonschema and for tracelens' own validator (what --load and --compare check)."""
-    from tracelens.saved import validator
+    from tracelens.model.saved import validator
 
     jsonschema.Draft202012Validator(SCHEMA).validate(d)
     assert validator().first_error(d) is None, validator().first_error(d)

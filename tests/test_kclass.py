@@ -1,4 +1,4 @@
-"""Kernel classes from kernel names (tracelens.kclass) and their colours (views.KCLASS_COLOURS)."""
+"""Kernel classes from kernel names (tracelens.model.kclass) and their colours (views.KCLASS_COLOURS)."""
 
 from __future__ import annotations
 
@@ -9,10 +9,10 @@ import polars as pl
 import pytest
 
 from tests.conftest import real_traces
-from tracelens.kclass import classify
-from tracelens.load import load
-from tracelens.schema import KCLASSES
-from tracelens.views import KCLASS_COLOURS
+from tracelens.model.kclass import classify
+from tracelens.model.schema import KCLASSES
+from tracelens.render.tables import KCLASS_COLOURS
+from tracelens.store.job import load
 
 
 @pytest.mark.parametrize(

@@ -11,8 +11,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from tracelens.parsers.kineto import _as_int, _int_col, decimal_us_to_ns, parse
 
-from tracelens.kclass import classify
-from tracelens.schema import validate
+from tracelens.model.kclass import classify
+from tracelens.model.schema import validate
 
 
 def write(tmp_path, doc, name="t.json", gz=False):

@@ -12,8 +12,8 @@ import pytest
 from tracelens.parsers.kineto import parse
 
 from tests.conftest import real_trace_files, real_traces
-from tracelens.errors import ParseError
-from tracelens.schema import validate
+from tracelens.model.errors import ParseError
+from tracelens.model.schema import validate
 
 FILES = real_trace_files("hta", "amd-tracelens", "kineto-tbplugin")
 DEVICE_CATS = {"kernel", "gpu_memcpy", "memcpy", "gpu_memset", "memset", "gpu_user_annotation", "cuda_sync"}

@@ -12,8 +12,9 @@ import pytest
 from tracelens.parsers import kineto as kineto_parser
 
 from tests.conftest import ROOT, real_traces
-from tracelens.load import load, rank_from_name
-from tracelens.schema import EVENT_SCHEMA, KINDS, SchemaError, conform, validate
+from tracelens.model.schema import EVENT_SCHEMA, KINDS, SchemaError, conform, validate
+from tracelens.store.job import load
+from tracelens.store.ranks import rank_from_name
 
 
 def tiny(path, rank=None, n=3):
@@ -167,8 +168,8 @@ def test_headless_never_imports_textual(tmp_path):
         f"main(['info', '--json', {job!r}])\n"
         f"main(['report', {job!r}, '-o', {str(tmp_path / 'r.json')!r}])\n"
         f"main(['report', {job!r}, '-o', {str(tmp_path / 'r.txt')!r}])\n"
-        "for m in ('tracelens.analysis', 'tracelens.report', 'tracelens.views', 'tracelens.timeline', 'tracelens.suggest',\n"
-        "          'tracelens.waterfall', 'tracelens.kernels', 'tracelens.comm', 'tracelens.parsers.kineto'):\n"
+        "for m in ('tracelens.analysis', 'tracelens.render', 'tracelens.render.tables', 'tracelens.analysis.timeline', 'tracelens.analysis.suggest',\n"
+        "          'tracelens.analysis.waterfall', 'tracelens.analysis.rank.kernels', 'tracelens.analysis.job.comm', 'tracelens.parsers.kineto'):\n"
         "    importlib.import_module(m)\n"
         "print('textual' in sys.modules, 'rich' in sys.modules, file=sys.stderr)\n"
         "import tracelens.tui.app\n"

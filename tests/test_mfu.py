@@ -8,10 +8,10 @@ import polars as pl
 import pytest
 
 from tests.conftest import real_traces
-from tracelens import gpus
 from tracelens.analysis import Options, analyze
-from tracelens.flops import count
-from tracelens.load import load
+from tracelens.analysis.rank.flops import count
+from tracelens.model import gpus
+from tracelens.store.job import load
 
 
 def trace(tmp_path, name="NVIDIA H100 80GB HBM3", sms=132, shapes=True):
@@ -191,7 +191,7 @@ def test_matmul_efficiency_table(tmp_path):
 def test_recompute_on_the_mi300x_checkpointed_resnet():
     """MFU.md 2.4 / 9.8: 19 convolutions per step are recomputed on the autograd thread; the
     trace-derived model FLOPs of steps 16-17 (without them) are 0.213 TFLOP."""
-    from tracelens import recompute
+    from tracelens.analysis.rank import recompute
 
     path = real_traces() / "amd-tracelens/mi300/resnet_act_checkpoint.json.gz"
     ev = load([path], use_cache=False).events
@@ -226,8 +226,8 @@ def test_recompute_with_torch_checkpoint(tmp_path):
     with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU], record_shapes=True) as prof:
         step()
     prof.export_chrome_trace(str(tmp_path / "t.json"))
-    from tracelens import flops as fl
-    from tracelens import recompute
+    from tracelens.analysis.rank import flops as fl
+    from tracelens.analysis.rank import recompute
 
     ev = load([tmp_path / "t.json"], use_cache=False).events
     rec = recompute.find(ev)
@@ -264,7 +264,7 @@ def test_gpu_identified_from_nsys_target_info():
     from tracelens.parsers.nsys import target_gpus
 
     from tests.conftest import real_traces
-    from tracelens import gpus
+    from tracelens.model import gpus
 
     nsys = real_traces() / "nsys"
     h200 = target_gpus(nsys / "nvfuser_test_matmul_h200_nsys2024.6.2.sqlite")
@@ -288,7 +288,7 @@ def test_fp32_ops_on_tf32_tensor_cores_are_held_to_the_tf32_peak():
     FP32 can, so they must be TF32: they are held to the TF32 peak and none exceeds 100%."""
     from tests.conftest import SAMPLE_TRACES
     from tracelens.analysis import Options, analyze
-    from tracelens.load import load
+    from tracelens.store.job import load
 
     d = analyze(load([SAMPLE_TRACES / "job_2ranks"]), Options(gpu="A100")).to_dict()
     rows = [m for r in d["ranks"] for m in r["matmul_efficiency"]]

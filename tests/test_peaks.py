@@ -13,13 +13,13 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from tests.conftest import SAMPLE_TRACES, real_traces
-from tracelens import views
 from tracelens.analysis import Options, analyze
-from tracelens.flops import op_flops
-from tracelens.kclass import classify
-from tracelens.load import load
-from tracelens.report import render_text
-from tracelens.waterfall import BEYOND_PEAK, NO_FLOPS
+from tracelens.analysis.rank.flops import op_flops
+from tracelens.analysis.waterfall import BEYOND_PEAK, NO_FLOPS
+from tracelens.model.kclass import classify
+from tracelens.render import render_text
+from tracelens.render import tables as views
+from tracelens.store.job import load
 
 H100_BF16, H100_FP8 = 989.4e12, 1978.9e12
 A100_BF16, A100_TF32, A100_FP32 = 312e12, 156e12, 19.5e12
@@ -95,7 +95,7 @@ def test_matmul_time_without_flops_is_its_own_part(tmp_path):
     text = render_text(d)
     mfu_line = text.splitlines().index(next(ln for ln in text.splitlines() if ln.startswith("MFU:")))
     assert note in text.splitlines()[mfu_line + 1]
-    from tracelens.html import render_html
+    from tracelens.render.html import render_html
 
     page = render_html(d).decode()
     summary = page[page.index('id="summary"'):page.index("</div></div></div>", page.index('id="summary"'))]
@@ -344,8 +344,8 @@ def test_percent_of_peak_is_against_the_dtype_it_ran_at_in_every_front_end():
         if m["of_peak"] is not None:
             assert m["of_peak"] == pytest.approx(m["achieved_tflops"] * 1e12 / own[m["dtype"]], rel=1e-9)
     # the HTML tables show exactly the views' numbers
-    from tracelens.html import render_html
-    from tracelens.units import fmt_pct
+    from tracelens.model.units import fmt_pct
+    from tracelens.render.html import render_html
 
     page = render_html(d).decode()
     top = next(k for k in rows if k["of_peak"] is not None)
@@ -361,7 +361,7 @@ def test_the_roofline_draws_a_roof_per_dtype_and_agrees_with_its_bound_labels():
     point's "bound" came from its own dtype's ridge: FP32 shapes at 14 FLOP/B were labelled compute-
     bound under a roof that said memory-bound.  Now each dtype has its roof (TF32 ridge 76.5, FP32
     9.56 FLOP/B on the A100's 2.039 TB/s) and every label agrees with the ridge of its own roof."""
-    from tracelens.html import render_html
+    from tracelens.render.html import render_html
 
     d = analyze(load([SAMPLE_TRACES / "job_2ranks"]), Options(gpu="A100")).to_dict()
     svg = render_html(d).decode()
@@ -394,7 +394,7 @@ def test_convention_bar_is_named_for_what_it_measures(tmp_path):
     assert "FP32/TF32 matmuls cannot reach the 16-bit peak" in conv["note"]
     assert d["job"]["waterfall"][-2]["label"] == conv["label"] and d["job"]["waterfall"][-2]["note"] == conv["note"]
     assert f"({conv['note']})" in render_text(d)
-    from tracelens.html import render_html
+    from tracelens.render.html import render_html
 
     assert conv["note"] in render_html(d).decode()
     # the same op on a TF32 tensor-op kernel: held to the TF32 peak, and the bar says TF32
@@ -528,7 +528,7 @@ def test_reports_with_the_new_keys_validate_against_the_schema(tmp_path):
     from tests.conftest import ROOT
     from tests.test_mfu import trace
 
-    schema = json.loads((ROOT / "tracelens/report.schema.json").read_text())
+    schema = json.loads((ROOT / "tracelens/model/report.schema.json").read_text())
     for d in (analyze(load([custom_attention_trace(tmp_path)], use_cache=False)).to_dict(),
               analyze(load([trace(tmp_path)], use_cache=False), Options(params=1e9, tokens_per_step=16)).to_dict()):
         jsonschema.Draft202012Validator(schema).validate(d)

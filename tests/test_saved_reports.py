@@ -1,5 +1,5 @@
 """Saved reports are untrusted input (issue 14, items 3 and 4): ``--load``, ``--compare`` and
-``tracelens open`` validate a report against report.schema.json (tracelens.validator) before
+``tracelens open`` validate a report against report.schema.json (tracelens.model.validator) before
 rendering it; a malformed one is one line naming the file, the JSON path and the problem (exit 3,
 a message in the TUI); sizes are bounded (the file and an HTML page's gzip payload); what reaches
 HTML is escaped and the page's Content-Security-Policy runs only its own script; and no control
@@ -28,15 +28,15 @@ from hypothesis import strategies as st
 
 from tests.conftest import ROOT
 from tracelens import cli
-from tracelens.compare import compare
-from tracelens.errors import TraceInputError
-from tracelens.html import extract_report, render_html
-from tracelens.report import render
-from tracelens.saved import check, load_saved, validator
-from tracelens.validator import SchemaError, Validator
+from tracelens.model.errors import TraceInputError
+from tracelens.model.saved import check, load_saved, validator
+from tracelens.model.validator import SchemaError, Validator
+from tracelens.render import render
+from tracelens.render.compare import compare
+from tracelens.render.html import extract_report, render_html
 
 GOLDEN = sorted((ROOT / "tests/golden").glob("*.json"))
-SCHEMA = json.loads((ROOT / "tracelens/report.schema.json").read_text())
+SCHEMA = json.loads((ROOT / "tracelens/model/report.schema.json").read_text())
 XSS = "<img src=x onerror=\"document.body.setAttribute('data-pwned','1')\">'&</script><!--"
 TERMINAL = "\x1b]0;pwned\x07\x1b[2J\x9b31m[bold red]x[/bold red]\u202e"
 # what a terminal obeys: ESC, the other C0 controls but tab and newline, DEL and the C1 controls
@@ -426,13 +426,13 @@ _JSON_TREES = st.recursive(st.none() | st.integers() | st.text(max_size=3),
 @settings(max_examples=150, deadline=None)
 @given(_JSON_TREES, st.integers(1, 12))
 def test_the_depth_bound_is_exactly_the_depth(tree, limit):
-    from tracelens.saved import too_deep
+    from tracelens.model.saved import too_deep
 
     assert (too_deep(tree, limit) is None) == (_depth(tree) <= limit)
 
 
 def test_the_depth_is_measured_without_recursion():
-    from tracelens.saved import too_deep
+    from tracelens.model.saved import too_deep
 
     deep = []
     for _ in range(200_000):  # far past the interpreter's recursion limit
@@ -694,7 +694,7 @@ def test_a_crafted_saved_report_shows_markup_and_codes_as_text_in_the_tui(tmp_pa
 def test_a_report_is_told_from_a_trace_by_its_first_key():
     """--compare and open take a .json that is a report or a trace; a report starts with one of its
     top-level keys (as written, or sorted by jq -S), a Kineto trace with none of them."""
-    from tracelens.saved import REPORT_KEYS, looks_like_report
+    from tracelens.model.saved import REPORT_KEYS, looks_like_report
 
     assert set(REPORT_KEYS) == set(SCHEMA["properties"])
     assert looks_like_report(GOLDEN[0].read_bytes()[:4096])

@@ -14,9 +14,9 @@ import pytest
 from tests.conftest import real_traces
 from tests.test_analysis import K, X, write
 from tracelens.analysis import GpuTime, IdleSplit, analyze, input_bound_class
-from tracelens.load import load
-from tracelens.suggest import RULES, suggest
-from tracelens.waterfall import Bar, Waterfall
+from tracelens.analysis.suggest import RULES, suggest
+from tracelens.analysis.waterfall import Bar, Waterfall
+from tracelens.store.job import load
 
 T = 1_000_000
 
@@ -546,7 +546,7 @@ def test_the_new_evidence_is_in_the_report_schema(trace):
 
     from tests.conftest import ROOT
 
-    schema = json.loads((ROOT / "tracelens/report.schema.json").read_text())
+    schema = json.loads((ROOT / "tracelens/model/report.schema.json").read_text())
     d = analyze(load([real_traces() / trace], use_cache=False)).to_dict()
     jsonschema.Draft202012Validator(schema).validate(d)
     keys = {k for s in d["suggestions"] for k in s["evidence"]}

@@ -17,8 +17,8 @@ import pytest
 import torch
 
 import tracelens.torch as tt
-from tracelens import flops as fl
-from tracelens.load import load
+from tracelens.analysis.rank import flops as fl
+from tracelens.store.job import load
 
 # a 64 -> 128 -> 10 MLP on a batch of 32.  FLOPs one training step counts from the shapes:
 # forward addmm 2*32*64*128 + 2*32*128*10; backward: grad input of layer 2 (2*32*10*128), grad

@@ -7,8 +7,8 @@ import orjson
 import polars as pl
 import pytest
 
-from tracelens.load import load
-from tracelens.schema import validate
+from tracelens.model.schema import validate
+from tracelens.store.job import load
 
 pytestmark = pytest.mark.slow
 

@@ -22,7 +22,7 @@ import pytest
 
 from tests.conftest import ROOT, SAMPLE_TRACES, real_traces
 from tracelens.analysis import analyze  # noqa: E402
-from tracelens.load import load  # noqa: E402
+from tracelens.store.job import load  # noqa: E402
 from tracelens.tui import make_app  # noqa: E402
 from tracelens.tui.screens.help import HelpScreen  # noqa: E402
 from tracelens.tui.widgets.table import FilterTable  # noqa: E402
@@ -428,7 +428,7 @@ def test_tables_draw_only_what_is_visible():
 
 
 def test_ranks_and_steps_show_the_highlighted_rows_waterfall():
-    from tracelens import views
+    from tracelens.render import tables as views
 
     async def go():
         async with opened(H100, (120, 40)) as (app, pilot):
@@ -551,7 +551,7 @@ def test_set_the_model_flops_in_the_app_reanalyses(tmp_path):
 def test_waterfall_chart_draws_the_shared_layout():
     """The chart's rows are views.waterfall_layout's: each bar, then its parts (the first four and
     one row for the rest), as the text report and the HTML page show them."""
-    from tracelens import views
+    from tracelens.render import tables as views
 
     async def go():
         async with opened(JOB, (120, 40)) as (app, pilot):
@@ -568,7 +568,7 @@ def test_waterfall_chart_draws_the_shared_layout():
 
 
 def test_kernel_table_shows_every_kernel_with_the_true_total():
-    from tracelens import views
+    from tracelens.render import tables as views
 
     async def go():
         async with opened(JOB, (120, 40)) as (app, pilot):
@@ -616,8 +616,8 @@ def test_names_from_the_trace_never_reach_the_terminal_as_control_codes_or_marku
 
 
 def test_overview_shows_the_same_headline_numbers_as_the_text_and_html():
-    from tracelens import views
-    from tracelens.units import fmt_ns, fmt_pct
+    from tracelens.model.units import fmt_ns, fmt_pct
+    from tracelens.render import tables as views
 
     async def go():
         async with opened(H100, (120, 40)) as (app, pilot):

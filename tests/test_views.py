@@ -9,11 +9,11 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tests.conftest import SAMPLE_TRACES
-from tracelens import views
 from tracelens.analysis import analyze
-from tracelens.load import load
-from tracelens.schema import conform
-from tracelens.timeline import Timeline
+from tracelens.analysis.timeline import Timeline
+from tracelens.model.schema import conform
+from tracelens.render import tables as views
+from tracelens.store.job import load
 
 
 def gpu_events(rows: list[tuple[int, int, int, int, str]]) -> pl.DataFrame:

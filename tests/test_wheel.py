@@ -55,7 +55,7 @@ def test_the_wheel_claims_one_top_level_name(wheel):
     top = {n.split("/")[0] for n in names}
     assert top == {"tracelens", f"{wheel.name.split('-')[0]}-{wheel.name.split('-')[1]}.dist-info"}, top
     assert wheel.name.startswith("tracelens_mfu-")  # "tracelens" on PyPI is another project
-    for needed in ("tracelens/parsers/__init__.py", "tracelens/parsers/kineto.py", "tracelens/report.schema.json",
+    for needed in ("tracelens/parsers/__init__.py", "tracelens/parsers/kineto/__init__.py", "tracelens/model/report.schema.json",
                    "tracelens/tui/app.tcss", "tracelens/sample_traces/job_2ranks/rank-0.json.gz",
                    "tracelens/sample_traces/job_2ranks/tracelens.toml", "tracelens/sample_traces/job_2ranks/SOURCES.md"):
         assert needed in names, needed

@@ -15,7 +15,7 @@ import pytest
 
 from tests.conftest import ROOT, real_traces
 from tracelens.analysis import Options, analyze
-from tracelens.load import load
+from tracelens.store.job import load
 
 GPU_CATS = {"kernel", "gpu_memcpy", "gpu_memset", "memcpy", "memset"}
 
@@ -118,7 +118,7 @@ def test_the_untraced_tail_of_the_last_step_is_not_idle():
 def valid(d: dict) -> dict:
     import jsonschema
 
-    jsonschema.Draft202012Validator(json.loads((ROOT / "tracelens/report.schema.json").read_text())).validate(d)
+    jsonschema.Draft202012Validator(json.loads((ROOT / "tracelens/model/report.schema.json").read_text())).validate(d)
     return d
 
 

@@ -12,7 +12,7 @@ import os
 import sys
 
 from tracelens import __version__
-from tracelens.errors import EXIT_BAD_INPUT, EXIT_CODES, EXIT_INTERNAL, EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE
+from tracelens.model.errors import EXIT_BAD_INPUT, EXIT_CODES, EXIT_INTERNAL, EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE
 
 COMMANDS = ("info", "report", "open", "demo")
 
@@ -126,7 +126,7 @@ def main(argv: list[str] | None = None) -> int:
             pass
         return 141
     except Exception as e:  # one line, never a traceback (TRACELENS_DEBUG=1 shows it)
-        from tracelens.errors import OutputError, TraceInputError, UsageError
+        from tracelens.model.errors import OutputError, TraceInputError, UsageError
 
         if os.environ.get("TRACELENS_DEBUG"):
             raise
@@ -146,7 +146,7 @@ def main(argv: list[str] | None = None) -> int:
 
 def _clean(text: object) -> str:
     """A message for the terminal: what came from a file carries no control codes (views.printable)."""
-    from tracelens.views import printable
+    from tracelens.model.printable import printable
 
     return printable(str(text))
 
@@ -154,10 +154,10 @@ def _clean(text: object) -> str:
 def _cmd_info(args: argparse.Namespace) -> int:
     from pathlib import Path
 
-    from tracelens.info import nsys_summary, render_nsys_text, render_text, summarize
-    from tracelens.load import load
+    from tracelens.analysis.info import nsys_summary, render_nsys_text, render_text, summarize
     from tracelens.parsers import SQLITE_MAGIC
-    from tracelens.views import printable_report
+    from tracelens.render.tables import printable_report
+    from tracelens.store.job import load
 
     def is_nsys(p: str) -> bool:
         try:
@@ -179,7 +179,7 @@ def _cmd_info(args: argparse.Namespace) -> int:
     if args.json:
         import orjson
 
-        from tracelens.views import printable_json
+        from tracelens.render.tables import printable_json
 
         sys.stdout.buffer.write(printable_json(orjson.dumps(summary, option=orjson.OPT_INDENT_2)) + b"\n")
     else:
@@ -196,8 +196,8 @@ def _cmd_report(args: argparse.Namespace) -> int:
     import math
     import re
 
-    from tracelens.atomic import check_output, write_output
-    from tracelens.report import format_for, render
+    from tracelens.render import format_for, render
+    from tracelens.store.atomic import check_output, write_output
 
     fmt = format_for(args.output)
     problem = None
@@ -210,7 +210,7 @@ def _cmd_report(args: argparse.Namespace) -> int:
     elif args.fail_over_step_ms is not None and not (math.isfinite(args.fail_over_step_ms) and args.fail_over_step_ms > 0):
         problem = f"--fail-over-step-ms {args.fail_over_step_ms:g}: give the step time in milliseconds, a positive number"
     if args.output and not problem:
-        from tracelens.atomic import overwritten_input
+        from tracelens.store.atomic import overwritten_input
 
         same = overwritten_input(args.output, _inputs(args, _is_saved_report(args.output)))
         if same:
@@ -232,7 +232,7 @@ def _cmd_report(args: argparse.Namespace) -> int:
     else:
         d = _analyze_paths(args.paths, args, steps)
     if args.compare:
-        from tracelens.compare import compare
+        from tracelens.render.compare import compare
 
         base = _saved_report(args.compare) if args.compare.lower().endswith((".json", ".html", ".htm")) else None
         if base is None:
@@ -248,7 +248,7 @@ def _cmd_report(args: argparse.Namespace) -> int:
             print(f"tracelens: warning: {_clean(w)}", file=sys.stderr)
     reasons = _gate(d, args.fail_under_mfu, args.fail_over_step_ms)
     if reasons:
-        from tracelens.errors import EXIT_GATE
+        from tracelens.model.errors import EXIT_GATE
 
         print(f"tracelens: gate failed: {'; '.join(reasons)}", file=sys.stderr)
         return EXIT_GATE
@@ -256,7 +256,7 @@ def _cmd_report(args: argparse.Namespace) -> int:
 
 
 def _is_saved_report(path: str) -> bool:
-    from tracelens.saved import looks_like_report
+    from tracelens.model.saved import looks_like_report
 
     try:
         with open(path, "rb") as fh:
@@ -279,7 +279,7 @@ def _inputs(args: argparse.Namespace, output_is_a_report: bool):
     if args.compare:
         yield from _traces(args.compare, "the baseline", output_is_a_report)
     if not args.load:
-        from tracelens import jobconfig
+        from tracelens.store import jobconfig
 
         config = args.config if args.config and args.config.lower() != "none" else None
         toml = Path(config) if config else None if args.config else jobconfig.find(args.paths)
@@ -295,8 +295,8 @@ def _traces(path: str, what: str, skip_found: bool):
         return
     if skip_found:
         return
-    from tracelens.errors import TraceInputError
-    from tracelens.load import discover
+    from tracelens.model.errors import TraceInputError
+    from tracelens.store.discover import discover
 
     try:
         files, _, _ = discover([path])
@@ -308,8 +308,8 @@ def _traces(path: str, what: str, skip_found: bool):
 
 def _analyze_paths(paths: list[str], args: argparse.Namespace, steps) -> dict:
     from tracelens.analysis import analyze
-    from tracelens.errors import UsageError
-    from tracelens.load import load
+    from tracelens.model.errors import UsageError
+    from tracelens.store.job import load
 
     trace = load(paths, use_cache=not args.no_cache, keep_python=args.keep_python, jobs=args.jobs, strict=args.strict)
     a = analyze(trace, _options(args, steps))
@@ -352,7 +352,7 @@ def _options(args: argparse.Namespace, steps: tuple[int, int] | None):
 def _apply_job_settings(args: argparse.Namespace) -> None:
     """Fill the options the command line left unset from the job's settings file (``--config``,
     else ``tracelens.toml`` beside the traces), and note where each given option came from."""
-    from tracelens import jobconfig
+    from tracelens.store import jobconfig
 
     values, args.given = jobconfig.resolve(args.paths, {k: getattr(args, k, None) for k in jobconfig.KEYS}, args.config)
     for key, value in values.items():
@@ -367,7 +367,7 @@ def _check_options(args: argparse.Namespace) -> tuple[int, int] | None:
     import re
 
     from tracelens.analysis import parse_steps
-    from tracelens.jobconfig import POSITIVE
+    from tracelens.store.jobconfig import POSITIVE
 
     steps = parse_steps(args.steps) if args.steps else None
     for rx in (args.step_range, args.data_range):
@@ -408,9 +408,8 @@ def _cmd_open(args: argparse.Namespace) -> int:
     except (ValueError, re.error) as e:
         print(f"tracelens: error: {e}", file=sys.stderr)
         return EXIT_USAGE
+    from tracelens.model.errors import TraceInputError
     from tracelens.tui import make_app
-
-    from tracelens.errors import TraceInputError
 
     report = error = None
     if len(args.paths) == 1 and args.paths[0].lower().endswith((".json", ".html", ".htm")):
@@ -433,8 +432,8 @@ def _cmd_open(args: argparse.Namespace) -> int:
 
 def _saved_report(path: str, required: bool = False) -> dict | None:
     """The report in ``path`` when it is a tracelens report (JSON, or the JSON inside a tracelens
-    HTML page), validated against its schema (tracelens.saved); None when it is not a report (a
+    HTML page), validated against its schema (tracelens.model.saved); None when it is not a report (a
     trace); with ``required``, anything but a valid report is bad input."""
-    from tracelens.saved import load_saved
+    from tracelens.model.saved import load_saved
 
     return load_saved(path, required)

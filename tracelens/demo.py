@@ -12,8 +12,8 @@ import os
 import sys
 from pathlib import Path
 
-from tracelens.errors import EXIT_OK, TraceInputError
-from tracelens.views import printable
+from tracelens.model.errors import EXIT_OK, TraceInputError
+from tracelens.model.printable import printable
 
 JOB = "job_2ranks"
 
@@ -38,8 +38,8 @@ def _shown(p: Path) -> str:
 
 def options(job: str):
     """The analysis options of the sample job: its tracelens.toml (the GPU), marked as given there."""
-    from tracelens import jobconfig
     from tracelens.analysis import Options
+    from tracelens.store import jobconfig
 
     values, given = jobconfig.resolve([job], {})
     return Options(**values, given=given)
@@ -48,7 +48,7 @@ def options(job: str):
 def run(html_out: str, tui: bool) -> int:
     job = _shown(sample_job())
     if tui:
-        from tracelens.errors import EXIT_BAD_INPUT
+        from tracelens.model.errors import EXIT_BAD_INPUT
         from tracelens.tui import make_app
 
         app = make_app([job], options=options(job))
@@ -58,12 +58,10 @@ def run(html_out: str, tui: bool) -> int:
             return EXIT_BAD_INPUT
         return EXIT_OK
     from tracelens.analysis import analyze
-    from tracelens.atomic import check_output, write_output
-    from tracelens.load import load
-    from tracelens.report import render
-
-    from tracelens.atomic import overwritten_input
-    from tracelens.errors import UsageError
+    from tracelens.model.errors import UsageError
+    from tracelens.render import render
+    from tracelens.store.atomic import check_output, overwritten_input, write_output
+    from tracelens.store.job import load
 
     same = overwritten_input(html_out, ((f"the bundled sample file {_shown(f)}", f) for f in sample_job().rglob("*")))
     if same:

@@ -242,7 +242,7 @@ def _export(prof: Any, dest: Path) -> None:
     """``prof``'s trace as gzip at ``dest``: exported as plain JSON beside it (a hidden name
     the loader skips), distributedInfo added if torch left it out, compressed to a temporary
     name and renamed onto ``dest``."""
-    from tracelens.atomic import write_with
+    from tracelens.store.atomic import write_with
 
     dest.parent.mkdir(parents=True, exist_ok=True)
     fd, raw = tempfile.mkstemp(dir=dest.parent, prefix=f".{dest.name}.", suffix=".json")
@@ -265,7 +265,7 @@ def _export(prof: Any, dest: Path) -> None:
 
 
 def _print_summary(path: Path, rank: int, cycle: int, options: Any) -> None:
-    from tracelens.views import printable
+    from tracelens.model.printable import printable
 
     try:
         line = _summary_line(path, rank, cycle, options)
@@ -279,7 +279,7 @@ def _print_summary(path: Path, rank: int, cycle: int, options: Any) -> None:
 
 def _summary_line(path: Path, rank: int | None, cycle: int | None, options: Any) -> str:
     from tracelens.analysis import analyze
-    from tracelens.load import load
+    from tracelens.store.job import load
 
     trace = load([path], use_cache=False, jobs=1)
     d = analyze(trace, options).to_dict()
@@ -304,7 +304,7 @@ def _why_unknown(warnings: list[str], path: Path) -> str:
 
 
 def _format_line(d: dict[str, Any], path: Path, rank: int | None, cycle: int | None, load_warnings: list[str] = ()) -> str:
-    from tracelens.views import headline
+    from tracelens.render.tables import headline
 
     if rank is None and d["ranks"]:
         rank = d["ranks"][0]["rank"]

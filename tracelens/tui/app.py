@@ -1,6 +1,6 @@
 """TracelensApp: loads a job in a worker (with progress), then shows the report's views in
 tabs.  Every number comes from the report dict (``Analysis.to_dict()``) through
-``tracelens.views``, as the HTML report's do; the timeline reads the event table."""
+``tracelens.render.tables``, as the HTML report's do; the timeline reads the event table."""
 
 from __future__ import annotations
 
@@ -16,14 +16,14 @@ from textual.message import Message
 from textual.widgets import Footer, Header, Label, ProgressBar, Static, TabbedContent
 from textual.worker import Worker, WorkerState
 
-from tracelens import views
+from tracelens.model.units import fmt_ns
+from tracelens.render import tables as views
 from tracelens.tui.panes import VIEWS, MainView
 from tracelens.tui.screens.ask import flops_screen, gpu_screen
 from tracelens.tui.screens.help import HelpScreen
 from tracelens.tui.widgets.table import FilterTable, RowTable
 from tracelens.tui.widgets.timeline import TimelineView
 from tracelens.tui.widgets.waterfall import WaterfallChart
-from tracelens.units import fmt_ns
 
 
 class Progress(Message):
@@ -99,7 +99,7 @@ class TracelensApp(App):
             self.on_failed(Failed(self._startup_error))
         elif self.report is not None:
             if self._trace is not None:
-                from tracelens.timeline import Timeline
+                from tracelens.analysis.timeline import Timeline
 
                 self.timeline = Timeline(self._trace.events)
             self._show(self.report)
@@ -112,7 +112,7 @@ class TracelensApp(App):
         try:
             self.post_message(Loaded(*self._load()))
         except Exception as e:  # shown in the app, never as a traceback
-            from tracelens.errors import TraceInputError
+            from tracelens.model.errors import TraceInputError
 
             if isinstance(e, TraceInputError):
                 self.post_message(Failed(f"cannot open {e}"))
@@ -121,8 +121,8 @@ class TracelensApp(App):
 
     def _load(self) -> tuple[dict[str, Any], Any]:
         from tracelens.analysis import Options, analyze
-        from tracelens.load import load
-        from tracelens.timeline import Timeline
+        from tracelens.analysis.timeline import Timeline
+        from tracelens.store.job import load
 
         t0 = time.perf_counter()
         nbytes = 0
@@ -175,7 +175,7 @@ class TracelensApp(App):
         from dataclasses import replace
 
         from tracelens.analysis import Options
-        from tracelens.units import parse_count
+        from tracelens.model.units import parse_count
 
         if not answer:
             return
@@ -190,8 +190,8 @@ class TracelensApp(App):
     def _gpu_chosen(self, answer: str | None) -> None:
         from dataclasses import replace
 
-        from tracelens import gpus
         from tracelens.analysis import Options
+        from tracelens.model import gpus
 
         if not answer:
             return

@@ -13,13 +13,13 @@ from textual.app import ComposeResult
 from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.widgets import Label, Static, TabbedContent, TabPane
 
-from tracelens import views
+from tracelens.model.units import fmt_bytes, fmt_ns, fmt_num, fmt_pct, fmt_pct2
+from tracelens.render import tables as views
+from tracelens.render.tables import KCLASS_COLOURS
 from tracelens.tui.widgets.rank_strip import RankStrip
 from tracelens.tui.widgets.table import Column, FilterTable, RowTable
 from tracelens.tui.widgets.timeline import TimelineView
 from tracelens.tui.widgets.waterfall import WaterfallChart
-from tracelens.units import fmt_bytes, fmt_ns, fmt_num, fmt_pct, fmt_pct2
-from tracelens.views import KCLASS_COLOURS
 
 
 def _peak_flag(v: Any) -> Text:

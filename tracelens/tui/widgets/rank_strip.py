@@ -7,7 +7,7 @@ from __future__ import annotations
 from rich.text import Text
 from textual.widget import Widget
 
-from tracelens.views import outliers
+from tracelens.render.tables import outliers
 
 _EIGHTHS = " ▁▂▃▄▅▆▇█"
 ROWS = 3

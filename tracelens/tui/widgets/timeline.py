@@ -1,6 +1,6 @@
 """The timeline: one line per GPU stream of every rank, drawn with Textual's line API.
 
-Only the visible tracks and time window are computed (``tracelens.timeline.Timeline.cells``,
+Only the visible tracks and time window are computed (``tracelens.analysis.timeline.Timeline.cells``,
 one polars query), and the result is cached until the window, the width or the visible tracks
 change, so scrolling and zooming cost the size of the screen, not of the trace.
 Each cell is a slice of time: its height (▁..█) is how busy the stream was, its colour the
@@ -20,9 +20,9 @@ from textual.reactive import reactive
 from textual.strip import Strip
 from textual.widget import Widget
 
-from tracelens.timeline import Timeline
-from tracelens.units import fmt_ns, fmt_offset
-from tracelens.views import KCLASS_COLOURS
+from tracelens.analysis.timeline import Timeline
+from tracelens.model.units import fmt_ns, fmt_offset
+from tracelens.render.tables import KCLASS_COLOURS
 
 LABEL_W = 10
 HEADER = 2  # the time axis and the step row

@@ -13,9 +13,9 @@ from rich.text import Text
 from textual.reactive import reactive
 from textual.widget import Widget
 
-from tracelens import views
-from tracelens.units import fmt_ns, fmt_pct
-from tracelens.views import BAR_COLOURS
+from tracelens.model.units import fmt_ns, fmt_pct
+from tracelens.render import tables as views
+from tracelens.render.tables import BAR_COLOURS
 
 
 def bar_text(start: float, frac: float, width: int, colour: str) -> Text:

@@ -1,0 +1,137 @@
+"""``tracelens info``: what each input file holds (format, rank, device, counts, span, steps)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import polars as pl
+
+from tracelens.model.schema import KINDS
+from tracelens.model.units import fmt_bytes, fmt_ns
+from tracelens.store.job import Trace
+
+
+def summarize(trace: Trace) -> dict[str, Any]:
+    """Per-file summary as plain data (the ``--json`` output)."""
+    ev = trace.events
+    counts = {
+        fi: dict(zip(sub.get_column("kind").cast(pl.String).to_list(), sub.get_column("len").to_list()))
+        for (fi,), sub in ev.group_by("kind", "file").len().partition_by("file", as_dict=True).items()
+    } if ev.height else {}
+    spans = {
+        row["file"]: row
+        for row in ev.group_by("file").agg(
+            pl.col("ts_ns").min().alias("start_ns"),
+            (pl.col("ts_ns") + pl.col("dur_ns").fill_null(0)).max().alias("end_ns"),
+        ).iter_rows(named=True)
+    } if ev.height else {}
+    steps_df = (
+        ev.filter(pl.col("kind") == "step")
+        .select("file", pl.col("name").cast(pl.String).str.extract(r"#(\d+)$").cast(pl.Int64).alias("step"))
+        .drop_nulls()
+        .unique()
+        .sort("file", "step")
+    )
+    steps: dict[int, list[int]] = {}
+    for fi, st in steps_df.iter_rows():
+        steps.setdefault(fi, []).append(st)
+    files = []
+    for fi, m in enumerate(trace.metas):
+        c = counts.get(fi, {})
+        span = spans.get(fi)
+        files.append(
+            {
+                "path": m.path,
+                "format": m.format,
+                "trace_schema": m.trace_schema,
+                "rank": m.rank,
+                "rank_source": m.rank_source,
+                "world_size": m.world_size,
+                "backend": m.backend,
+                "device": {"id": m.device_id, "name": m.device_name, "platform": m.platform}
+                if (m.device_name or m.device_id is not None)
+                else None,
+                "size_bytes": m.size_bytes,
+                "uncompressed_bytes": m.uncompressed_bytes,
+                "events": sum(c.values()),
+                "counts": {k: c.get(k, 0) for k in KINDS},
+                "span": {
+                    "start_ns": span["start_ns"],
+                    "end_ns": span["end_ns"],
+                    "dur_ns": span["end_ns"] - span["start_ns"],
+                }
+                if span
+                else None,
+                "steps": steps.get(fi, []),
+                "truncated": m.truncated,
+                "warnings": list(m.warnings),
+            }
+        )
+    return {"files": files, "warnings": list(trace.warnings)}
+
+
+def _steps_text(steps: list[int]) -> str:
+    if not steps:
+        return "none (the whole trace is one step)"
+    if steps == list(range(steps[0], steps[-1] + 1)) and len(steps) > 2:
+        return f"{len(steps)} (ProfilerStep#{steps[0]}..#{steps[-1]})"
+    return f"{len(steps)} (" + ", ".join(f"#{s}" for s in steps) + ")"
+
+
+def render_text(summary: dict[str, Any]) -> str:
+    lines: list[str] = []
+    for f in summary["files"]:
+        ws = f"/{f['world_size']}" if f["world_size"] else ""
+        dev = f["device"]
+        if dev is None:
+            dev_txt = "no GPU events"
+        else:
+            detail = ", ".join(x for x in (f"device {dev['id']}" if dev["id"] is not None else "", dev["platform"] or "") if x)
+            dev_txt = (dev["name"] or "unknown GPU") + (f" ({detail})" if detail else "")
+            if not dev["name"]:
+                dev_txt += ", the trace has no deviceProperties"
+        lines.append(f"{f['path']}")
+        lines.append(
+            f"  format      {f['format']} ({f['trace_schema']} schema), {fmt_bytes(f['size_bytes'])} on disk, "
+            f"{fmt_bytes(f['uncompressed_bytes'])} of JSON"
+        )
+        lines.append(f"  rank        {f['rank']}{ws} (from {f['rank_source']})" + (f", backend {f['backend']}" if f["backend"] else ""))
+        lines.append(f"  device      {dev_txt}")
+        nz = [(k, v) for k, v in f["counts"].items() if v]
+        lines.append(f"  events      {f['events']:,}: " + ", ".join(f"{k} {v:,}" for k, v in nz))
+        sp = f["span"]
+        lines.append(f"  span        {fmt_ns(sp['dur_ns']) if sp else '-'}")
+        lines.append(f"  steps       {_steps_text(f['steps'])}")
+        for w in f["warnings"]:
+            lines.append(f"  warning     {w}")
+        lines.append("")
+    for w in summary["warnings"]:
+        lines.append(f"warning: {w}")
+    return "\n".join(lines).rstrip() + "\n"
+
+
+def nsys_summary(path: str) -> dict[str, Any]:
+    """What tracelens reads of an Nsight Systems export so far: its GPUs (TARGET_INFO_GPU), each
+    matched to the peak table (MFU.md 3.1).  Its events are the nsys parser's (a later issue)."""
+    from tracelens.model import gpus
+    from tracelens.parsers.nsys import target_gpus
+
+    out = []
+    for g in target_gpus(path):
+        spec, why = gpus.identify(g, g.get("name"))
+        out.append({**g, "gpu_model": spec.name if spec else None,
+                    "peak_flops": {k: spec.peak(k) for k in spec.peak_tflops} if spec else None, "unknown_because": why})
+    return {"path": str(path), "format": "nsys", "gpus": out}
+
+
+def render_nsys_text(summary: dict[str, Any]) -> str:
+    lines = [summary["path"], "  format      Nsight Systems SQLite export (its events are not read yet: GPU identification only)"]
+    if not summary["gpus"]:
+        lines.append("  GPUs        none described (no TARGET_INFO_GPU table)")
+    for g in summary["gpus"]:
+        mem = f", {fmt_bytes(g['totalGlobalMem'])}" if g.get("totalGlobalMem") else ""
+        bw = f", {g['memoryBandwidth'] / 1e12:.2f} TB/s" if g.get("memoryBandwidth") else ""
+        peak = (f"-> {g['gpu_model']}: {g['peak_flops'].get('bf16', g['peak_flops'].get('fp16', 0)) / 1e12:,.0f} TFLOP/s dense"
+                if g["gpu_model"] else f"-> unknown: {g['unknown_because']}")
+        lines.append(f"  GPU {g['id']}       {g['name']}, {g['numSms']} SMs{mem}{bw} {peak}")
+    return "\n".join(lines) + "\n"

@@ -1,0 +1,2 @@
+"""The job reduce: summaries and collective rows -> clock alignment, collective matching,
+wait, stragglers, the job waterfall."""

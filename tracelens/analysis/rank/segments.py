@@ -1,0 +1,210 @@
+"""One rank's GPU timeline cut into elementary segments, every step's window at once, in polars.
+
+Every start and end of a GPU activity (and of the recomputed work, and every window edge) is a
+cut; between two cuts the set of running activities does not change, so each segment carries
+how many compute, communication, copy, matmul and recompute activities run in it, and how many
+of each non-matmul kernel class and each communication group.  Everything the report needs per
+step is then a sum of segment lengths under a condition:
+
+- the GPU-time partition (DESIGN 4.2): compute = C, exposed communication = M without C,
+  exposed copies = Y without C or M, idle = none of them; the idle gaps are the maximal runs of
+  idle segments;
+- the waterfall's interval bars (MFU.md 9.7): recompute = R and C, matmul = MM without that,
+  non-matmul = C without MM or R;
+- the exclusive splits of exposed communication by group and of non-matmul time by class:
+  the time between two consecutive ends of the split's activities is shared equally by the
+  activities running in it, in integers (the remainder to the label with most activities,
+  then the greatest label).
+
+The property tests hold this to the same arithmetic on interval lists, one window at a time
+(``tests/reference.py``): this is that, done once for the whole rank instead of per step.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import polars as pl
+
+from tracelens.analysis.waterfall import MATMUL_CLASSES
+from tracelens.model.schema import NON_COMPUTE_KCLASSES
+
+_SPLITS = (("nm", "_nm_pt"), ("cg", "_cg_pt"))  # (label column prefix, "a cut of this split" column)
+
+
+@dataclass
+class StepCut:
+    """One window's sums (ns)."""
+
+    window: int = 0
+    compute: int = 0
+    comm: int = 0
+    memcpy: int = 0
+    exposed_comm: int = 0
+    exposed_memcpy: int = 0
+    recompute: int = 0
+    matmul: int = 0
+    gaps: list[tuple[int, int]] = field(default_factory=list)  # idle, sorted, maximal
+    comm_by_group: dict[str, int] = field(default_factory=dict)  # exposed communication, split
+    non_matmul: dict[str, int] = field(default_factory=dict)  # non-matmul compute, split by class
+
+    @property
+    def idle(self) -> int:
+        return self.window - self.compute - self.exposed_comm - self.exposed_memcpy
+
+
+def comm_label() -> pl.Expr:
+    """What exposed communication is split by: the process group's description, else its name,
+    else the collective."""
+    return pl.coalesce(
+        pl.col("group_desc").cast(pl.String),
+        pl.lit("pg ") + pl.col("group").cast(pl.String),
+        pl.col("collective").cast(pl.String),
+        pl.lit("communication"),
+    )
+
+
+def cut(gpu_rows: pl.DataFrame, recomputed: pl.DataFrame | None, windows: list[tuple[int, int]]) -> list[StepCut]:
+    """The sums of each window ``[start, end)`` of ``windows`` (in order).  ``gpu_rows``: the
+    rank's GPU activities (ts_ns, dur_ns, kclass, group, group_desc, collective);
+    ``recomputed``: (ts_ns, dur_ns) of the GPU work of recomputed forward ops, or None."""
+    out = [StepCut(window=max(we - ws, 0)) for ws, we in windows]
+    live = [(i, ws, we) for i, (ws, we) in enumerate(windows) if we > ws]
+    if not live:
+        return out
+    kc = pl.col("kclass").cast(pl.String)
+    is_c = ~kc.is_in(list(NON_COMPUTE_KCLASSES))
+    is_mm = kc.is_in(list(MATMUL_CLASSES))
+    rows = gpu_rows.select(
+        pl.col("ts_ns").alias("s"),
+        (pl.col("ts_ns") + pl.col("dur_ns")).alias("e"),
+        is_c.cast(pl.Int32).alias("c"),
+        (kc == "comm").cast(pl.Int32).alias("m"),
+        kc.is_in(["memcpy", "memset"]).cast(pl.Int32).alias("y"),
+        is_mm.cast(pl.Int32).alias("mm"),
+        pl.lit(0, pl.Int32).alias("r"),
+        pl.when(is_c & ~is_mm).then(kc).alias("nm"),
+        pl.when(kc == "comm").then(comm_label()).alias("cg"),
+    )
+    if recomputed is not None and recomputed.height:
+        rows = pl.concat(
+            [
+                rows,
+                recomputed.select(
+                    pl.col("ts_ns").alias("s"),
+                    (pl.col("ts_ns") + pl.col("dur_ns")).alias("e"),
+                    *(pl.lit(0, pl.Int32).alias(k) for k in ("c", "m", "y", "mm")),
+                    pl.lit(1, pl.Int32).alias("r"),
+                    pl.lit(None, pl.String).alias("nm"),
+                    pl.lit(None, pl.String).alias("cg"),
+                ),
+            ]
+        )
+    rows = rows.filter(pl.col("e") > pl.col("s"))
+    labels = {
+        p: sorted(x for x in rows.get_column(p).unique().to_list() if x is not None) for p, _ in _SPLITS
+    }
+    counts = ("c", "m", "y", "mm", "r")
+    sign = pl.col("sign")
+    deltas = [(pl.col(k) * sign).alias(k) for k in counts] + [
+        pl.when(pl.col(p) == lb).then(sign).otherwise(0).alias(f"{p}:{j}")
+        for p, _ in _SPLITS for j, lb in enumerate(labels[p])
+    ]
+    ends = [
+        rows.select(pl.col("s").alias("t"), pl.lit(1, pl.Int32).alias("sign"), *counts, "nm", "cg"),
+        rows.select(pl.col("e").alias("t"), pl.lit(-1, pl.Int32).alias("sign"), *counts, "nm", "cg"),
+    ]
+    edges = pl.DataFrame({"t": [t for _, ws, we in live for t in (ws, we)]}, schema={"t": pl.Int64})
+    pts = pl.concat(
+        [f.select("t", *deltas, *(pl.col(p).is_not_null().alias(pt) for p, pt in _SPLITS)) for f in ends]
+        + [edges],
+        how="diagonal",
+    )
+    cols = [c for c in pts.columns if c != "t"]
+    seg = (
+        pts.group_by("t")
+        .agg(*(pl.col(c).sum() if not c.startswith("_") else pl.col(c).any() for c in cols))
+        .sort("t")
+        .with_columns(*(pl.col(c).cum_sum() for c in cols if not c.startswith("_")))
+        .with_columns((pl.col("t").shift(-1) - pl.col("t")).alias("len"))
+        .drop_nulls("len")
+    )
+    win = pl.DataFrame(
+        {"step": [i for i, _, _ in live], "ws": [ws for _, ws, _ in live], "we": [we for _, _, we in live]},
+        schema={"step": pl.Int64, "ws": pl.Int64, "we": pl.Int64},
+    )
+    bounds = sorted((ws, we) for _, ws, we in live)
+    if all(a[1] <= b[0] for a, b in zip(bounds, bounds[1:])):  # the usual case: windows one after another
+        seg = (
+            seg.join_asof(win.sort("ws"), left_on="t", right_on="ws", strategy="backward")
+            .filter(pl.col("step").is_not_null() & (pl.col("t") < pl.col("we")))
+            .sort("step", "t")
+        )
+    else:
+        # windows may overlap (a step whose first kernel comes after the next step's): a segment
+        # then counts in each window that holds it, as the per-window arithmetic would count it
+        seg = seg.join_where(win, pl.col("t") >= pl.col("ws"), pl.col("t") < pl.col("we")).sort("step", "t")
+    C, M, Y, MM, R = (pl.col(k) > 0 for k in counts)
+    r = R & C
+    L = pl.col("len")
+    seg = seg.with_columns(
+        (~C & ~M & ~Y).alias("_idle"),
+        pl.when(M & ~C).then(L).otherwise(0).alias("_x"),
+        pl.when(C & ~MM & ~r).then(L).otherwise(0).alias("_nm_in"),
+    )
+    sums = seg.group_by("step").agg(
+        pl.when(C).then(L).otherwise(0).sum().alias("compute"),
+        pl.when(M).then(L).otherwise(0).sum().alias("comm"),
+        pl.when(Y).then(L).otherwise(0).sum().alias("memcpy"),
+        pl.col("_x").sum().alias("exposed_comm"),
+        pl.when(Y & ~C & ~M).then(L).otherwise(0).sum().alias("exposed_memcpy"),
+        pl.when(r).then(L).otherwise(0).sum().alias("recompute"),
+        pl.when(MM & ~r).then(L).otherwise(0).sum().alias("matmul"),
+    )
+    for row in sums.iter_rows(named=True):
+        o = out[row.pop("step")]
+        for k, v in row.items():
+            setattr(o, k, int(v))
+    gaps = (
+        seg.select("step", "t", "len", "_idle")
+        .with_columns((pl.col("_idle") != pl.col("_idle").shift(1).over("step")).fill_null(True).cum_sum().alias("_run"))
+        .filter(pl.col("_idle"))
+        .group_by("step", "_run")
+        .agg(pl.col("t").min().alias("a"), (pl.col("t") + pl.col("len")).max().alias("b"))
+        .sort("step", "a")
+    )
+    for step, a, b in gaps.select("step", "a", "b").iter_rows():
+        out[step].gaps.append((a, b))
+    for (p, pt), inside, attr in ((_SPLITS[0], "_nm_in", "non_matmul"), (_SPLITS[1], "_x", "comm_by_group")):
+        if labels[p]:
+            for step, shares in _shares(seg, p, pt, inside, labels[p]).items():
+                setattr(out[step], attr, shares)
+    return out
+
+
+def _shares(seg: pl.DataFrame, p: str, pt: str, inside: str, labels: list[str]) -> dict[int, dict[str, int]]:
+    """Per step, the ``inside`` time split among the labels of split ``p``: segments are
+    grouped between consecutive cuts of the split (its label counts are constant there)."""
+    cnt = [f"{p}:{j}" for j in range(len(labels))]
+    groups = (
+        seg.select("step", pt, inside, *cnt)
+        .with_columns(pl.col(pt).cum_sum().over("step").alias("_g"))
+        .group_by("step", "_g")
+        .agg(pl.col(inside).sum().alias("_len"), *(pl.col(c).first() for c in cnt))
+        .filter(pl.col("_len") > 0)
+    )
+    n = pl.sum_horizontal(*cnt)
+    groups = groups.with_columns(n.alias("_n")).filter(pl.col("_n") > 0)
+    share = [(pl.col("_len") * pl.col(c) // pl.col("_n")).alias(c) for c in cnt]
+    groups = groups.select("step", "_len", "_n", *cnt, *(s.alias(f"_s{j}") for j, s in enumerate(share)))
+    groups = groups.with_columns((pl.col("_len") - pl.sum_horizontal(*(f"_s{j}" for j in range(len(cnt))))).alias("_rest"))
+    per = groups.group_by("step").agg(*(pl.col(f"_s{j}").sum() for j in range(len(cnt))))
+    out: dict[int, dict[str, int]] = {}
+    for row in per.iter_rows():
+        out[row[0]] = {lb: int(v) for lb, v in zip(labels, row[1:])}
+    # the remainders (a segment shared by several activities whose length does not divide evenly)
+    for row in groups.filter(pl.col("_rest") > 0).select("step", "_rest", *cnt).iter_rows():
+        step, rest, cs = row[0], row[1], row[2:]
+        top = max((c, lb) for c, lb in zip(cs, labels) if c > 0)[1]
+        out[step][top] += rest
+    return {s: {k: v for k, v in d.items() if v} for s, d in out.items()}

@@ -1,0 +1,194 @@
+"""The timeline's data: GPU tracks (one per rank and stream) binned into screen cells.
+
+A front end asks for the cells of the tracks it shows, for the time window and the width it
+has; each cell says how busy the track was in that slice of time (0..1) and which kernel class
+took most of it.  Only the visible tracks and window are computed (one polars query), so a job
+of millions of events pans and zooms at the speed of its visible slice.  No Textual here.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import polars as pl
+
+GPU_KINDS = ("kernel", "memcpy", "memset")
+
+
+@dataclass(frozen=True)
+class Track:
+    id: int
+    rank: int
+    file: int
+    device: int
+    stream: int  # -1: the union of the rank's streams (the "GPU busy" row)
+
+    @property
+    def label(self) -> str:
+        return f"r{self.rank} GPU" if self.stream < 0 else f"r{self.rank} s{self.stream}"
+
+    @property
+    def is_union(self) -> bool:
+        return self.stream < 0
+
+
+@dataclass(frozen=True)
+class Cell:
+    busy: float  # share of the cell's time the track was busy, 0..1
+    kclass: str  # the class that took most of it
+
+
+class Timeline:
+    """GPU events of a job, indexed for drawing."""
+
+    def __init__(self, events: pl.DataFrame):
+        gpu = events.filter(pl.col("kind").is_in(GPU_KINDS) & pl.col("device").is_not_null() & pl.col("stream").is_not_null())
+        streams = gpu.select("rank", "file", "device", "stream").unique()
+        # one "GPU" row per rank and device first (stream -1): the union of its streams
+        unions = streams.select("rank", "file", "device").unique().with_columns(pl.lit(-1, pl.Int64).alias("stream"))
+        keys = pl.concat([unions, streams]).sort("rank", "file", "device", "stream").with_row_index("track")
+        self.tracks: list[Track] = [Track(int(t), int(r), int(f), int(d), int(s)) for t, r, f, d, s in keys.iter_rows()]
+        per_stream = gpu.join(keys, on=["rank", "file", "device", "stream"], how="inner").select(
+            pl.col("track").cast(pl.Int32),
+            pl.col("ts_ns").alias("ts"),
+            (pl.col("ts_ns") + pl.col("dur_ns")).alias("end"),
+            pl.col("kclass").cast(pl.String).fill_null("other"),
+            pl.col("name").cast(pl.String),
+            "dur_ns",
+        )
+        union_keys = keys.filter(pl.col("stream") == -1).select("track", "rank", "file", "device")
+        merged = (
+            gpu.select("rank", "file", "device", pl.col("ts_ns").alias("ts"), (pl.col("ts_ns") + pl.col("dur_ns")).alias("end"))
+            .sort("rank", "file", "device", "ts")
+            .with_columns(pl.col("end").cum_max().shift(1).over("rank", "file", "device").alias("_reach"))
+            .with_columns((pl.col("_reach").is_null() | (pl.col("ts") > pl.col("_reach"))).cum_sum().alias("_run"))
+            .group_by("rank", "file", "device", "_run")
+            .agg(pl.col("ts").min(), pl.col("end").max())
+            .join(union_keys, on=["rank", "file", "device"])
+            .select(
+                pl.col("track").cast(pl.Int32), "ts", "end", pl.lit("busy").alias("kclass"), pl.lit("GPU busy").alias("name"),
+                (pl.col("end") - pl.col("ts")).alias("dur_ns"),
+            )
+        )
+        self.events = pl.concat([merged, per_stream]).sort("track", "ts")
+        self.n_events = self.events.height
+        if self.n_events:
+            self.start = int(self.events.get_column("ts").min())
+            self.end = int(self.events.get_column("end").max())
+        else:
+            self.start = self.end = 0
+
+    def busy_ns(self, track: int, t0: int, t1: int) -> int:
+        """Busy time of a track inside [t0, t1) (exact for the union rows)."""
+        q = self.events.filter((pl.col("track") == track) & (pl.col("ts") < t1) & (pl.col("end") > t0))
+        return int(q.select((pl.min_horizontal("end", pl.lit(t1)) - pl.max_horizontal("ts", pl.lit(t0))).sum()).item() or 0)
+
+    def longest(self, name: str) -> dict[str, Any] | None:
+        """The longest instance of the kernel ``name`` (on a stream track): track, ts, end, dur_ns."""
+        q = self.events.filter(pl.col("name") == name)
+        if q.height == 0:
+            from tracelens.model.printable import REPLACEMENT, printable
+
+            if REPLACEMENT not in name:
+                return None
+            # the TUI shows the report's names made printable (views.printable): match those
+            raw = [n for n in self.events.get_column("name").unique().to_list() if n is not None and printable(n) == name]
+            q = self.events.filter(pl.col("name").is_in(raw))
+            if q.height == 0:
+                return None
+        return q.sort("dur_ns", descending=True).row(0, named=True)
+
+    def cells(self, tracks: list[int], t0: int, t1: int, width: int) -> dict[int, dict[int, Cell]]:
+        """For each track id: {cell index: Cell} for the cells with any activity in [t0, t1)
+        split into ``width`` equal cells (cells without an entry are idle)."""
+        if width <= 0 or t1 <= t0 or not tracks:
+            return {}
+        dt = (t1 - t0) / width
+        s = pl.max_horizontal(pl.col("ts"), pl.lit(t0)).cast(pl.Float64)
+        e = pl.min_horizontal(pl.col("end"), pl.lit(t1)).cast(pl.Float64)
+        q = (
+            self.events.lazy()
+            .filter(pl.col("track").is_in(tracks) & (pl.col("ts") < t1) & (pl.col("end") > t0))
+            .select("track", "kclass", s.alias("s"), e.alias("e"))
+            .with_columns(((pl.col("s") - t0) / dt).floor().cast(pl.Int64).clip(0, width - 1).alias("c0"))
+            .with_columns((((pl.col("e") - t0) / dt).ceil().cast(pl.Int64) - 1).clip(pl.col("c0"), width - 1).alias("c1"))
+            .with_columns(pl.int_ranges(pl.col("c0"), pl.col("c1") + 1).alias("cell"))
+            .explode("cell")
+            .with_columns((pl.col("cell") * dt + t0).alias("cs"))
+            .with_columns(
+                (pl.min_horizontal(pl.col("e"), pl.col("cs") + dt) - pl.max_horizontal(pl.col("s"), pl.col("cs"))).clip(0).alias("ov")
+            )
+            .group_by("track", "cell", "kclass")
+            .agg(pl.col("ov").sum())
+            .sort(["ov", "kclass"], descending=[True, False])  # ties broken by name: the same picture every run
+            .group_by("track", "cell")
+            .agg(pl.col("ov").sum().alias("busy"), pl.col("kclass").first())
+        )
+        out: dict[int, dict[int, Cell]] = {t: {} for t in tracks}
+        for track, cell, busy, kclass in q.collect(engine="in-memory").iter_rows():
+            out[track][cell] = Cell(min(1.0, busy / dt), kclass)
+        return out
+
+    def event_at(self, track: int, t: int, slack: int = 0) -> dict[str, Any] | None:
+        """The event on ``track`` running at time ``t`` (or the nearest within ``slack`` ns)."""
+        q = self.events.filter((pl.col("track") == track) & (pl.col("ts") <= t + slack) & (pl.col("end") >= t - slack))
+        if q.height == 0:
+            return None
+        q = q.with_columns(
+            pl.when((pl.col("ts") <= t) & (pl.col("end") >= t)).then(0).otherwise(
+                pl.min_horizontal((pl.col("ts") - t).abs(), (pl.col("end") - t).abs())
+            ).alias("_d")
+        ).sort("_d", "ts")
+        return q.row(0, named=True)
+
+
+def step_strips(events: pl.DataFrame, ranks, bins: int = 240, max_ranks: int = 64) -> dict[str, Any] | None:
+    """A compact picture of one step per rank for the reports: the kept step (same position on
+    every rank) whose slowest rank is slowest, binned into ``bins`` cells of two rows per rank,
+    compute (everything but communication) and communication.  Each cell: how busy the row was
+    (0..100, percent) and the index of the class that took most of it (-1: idle)."""
+    kept = {r.file: ([s for s in r.steps if not s.warmup] or list(r.steps)) for r in ranks if r.gpu is not None}
+    kept = {f: v for f, v in kept.items() if v}
+    if not kept:
+        return None
+    n = min(len(v) for v in kept.values())
+    idx = max(range(n), key=lambda i: max(v[i].dur_ns for v in kept.values()))
+    files = sorted(kept, key=lambda f: next(r.rank for r in ranks if r.file == f))[:max_ranks]
+    # only the events of the picked step of each rank
+    inside = pl.any_horizontal(
+        (pl.col("file") == f) & (pl.col("ts_ns") < kept[f][idx].end_ns) & (pl.col("ts_ns") + pl.col("dur_ns") > kept[f][idx].start_ns)
+        for f in files
+    )
+    gpu = events.filter(pl.col("kind").is_in(GPU_KINDS) & inside).with_columns(
+        pl.when(pl.col("kclass") == "comm").then(pl.lit(1, pl.Int64)).otherwise(pl.lit(0, pl.Int64)).alias("stream"),
+        pl.lit(0, pl.Int32).alias("device"),
+    )
+    tl = Timeline(gpu)
+    picked = []
+    for f in files:
+        step = kept[f][idx]
+        rank = next(r.rank for r in ranks if r.file == f)
+        rows = []
+        for stream, label in ((0, "compute"), (1, "communication")):
+            track = next((t for t in tl.tracks if t.file == f and t.stream == stream), None)
+            cells = {}
+            if track is not None and step.end_ns > step.start_ns:
+                cells = tl.cells([track.id], step.start_ns, step.end_ns, bins)[track.id]
+            rows.append((label, cells))
+        picked.append((f, rank, step, rows))
+    classes = sorted({c.kclass for *_, rows in picked for _, cells in rows for c in cells.values()})
+    index = {c: i for i, c in enumerate(classes)}
+    out_ranks = []
+    for f, rank, step, rows in picked:
+        out_rows = []
+        for label, cells in rows:
+            busy, cls = [0] * bins, [-1] * bins
+            for col, cell in cells.items():
+                busy[col] = max(1, round(100 * cell.busy))
+                cls[col] = index[cell.kclass]
+            out_rows.append({"label": label, "busy": busy, "kclass": cls})
+        out_ranks.append({"rank": rank, "file": f, "step": step.step, "name": step.name, "start_ns": step.start_ns,
+                          "dur_ns": step.dur_ns, "rows": out_rows})
+    return {"bins": bins, "classes": classes, "ranks": out_ranks, "ranks_total": len(kept),
+            "note": None if len(kept) <= max_ranks else f"the first {max_ranks} of {len(kept)} ranks"}
