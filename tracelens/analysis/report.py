@@ -11,7 +11,7 @@ import polars as pl
 from tracelens.analysis import waterfall
 from tracelens.analysis.rank.kernels import KERNELS_TOP
 from tracelens.analysis.suggest import suggest
-from tracelens.model.schema import SCHEMA_VERSION
+from tracelens.model.saved import SCHEMA_VERSION
 from tracelens.model.summary import ZERO, GpuTime, RankResult
 
 
