@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import base64
 import hashlib
+import io
 import re
 import subprocess
 import sys
@@ -120,3 +121,36 @@ print(sorted(m for m in ("polars", "textual", "pyarrow", "numpy") if m in sys.mo
     assert r.stdout.strip() == "[]", r.stdout
     assert (tmp_path / "out.txt").read_bytes() == (GOLDEN / "sample_job_2ranks.txt").read_bytes()
     assert (tmp_path / "out.json").read_bytes() == (GOLDEN / "sample_job_2ranks.json").read_bytes()
+
+
+def test_text_html_and_tui_draw_the_one_waterfall_layout(monkeypatch):
+    """Each front end draws the rows of ``views.waterfall_layout``, not its own: a layout whose
+    labels and notes are marked shows the marks in the text report, the HTML page and the TUI's
+    waterfall widget, each row once."""
+    from rich.console import Console
+
+    from tracelens.render import tables as views
+    from tracelens.tui.widgets.waterfall import WaterfallChart
+
+    d = orjson.loads((GOLDEN / "sample_job_2ranks.json").read_bytes())
+    bars = d["job"]["waterfall"]
+    real = views.waterfall_layout
+    calls = []
+
+    def marked(bars, *a, **k):
+        rows = real(bars, *a, **k)
+        calls.append(len(rows))
+        return [{**r, "label": f"L{i}@{r['label'][:8]}", "note": f"N{i}"} for i, r in enumerate(rows)]
+
+    monkeypatch.setattr(views, "waterfall_layout", marked)
+    text = render(d, "text").decode()
+    html = render(d, "html").decode()
+    chart = WaterfallChart(bars, "mfu")
+    console = Console(width=160, record=True, file=io.StringIO())
+    console.print(chart.render())
+    tui = console.export_text()
+    assert calls == [len(bars)] * 3
+    for i, b in enumerate(bars):
+        mark = f"L{i}@{b['label'][:8]}"
+        assert text.count(mark) == 1 and html.count(f">{mark}<") == 1 and tui.count(mark) == 2  # the TUI: the row and its note
+        assert f"(N{i})" in text and f">N{i}<" in html and f"{mark}: N{i}" in tui
