@@ -56,7 +56,8 @@ def test_the_wheel_claims_one_top_level_name(wheel):
     assert top == {"tracelens", f"{wheel.name.split('-')[0]}-{wheel.name.split('-')[1]}.dist-info"}, top
     assert wheel.name.startswith("tracelens_mfu-")  # "tracelens" on PyPI is another project
     for needed in ("tracelens/parsers/__init__.py", "tracelens/parsers/kineto/__init__.py", "tracelens/model/report.schema.json",
-                   "tracelens/tui/app.tcss", "tracelens/sample_traces/job_2ranks/rank-0.json.gz",
+                   "tracelens/tui/app.tcss", "tracelens/render/html/page.css", "tracelens/render/html/page.js",
+                   "tracelens/sample_traces/job_2ranks/rank-0.json.gz",
                    "tracelens/sample_traces/job_2ranks/tracelens.toml", "tracelens/sample_traces/job_2ranks/SOURCES.md"):
         assert needed in names, needed
     assert not [n for n in names if "__pycache__" in n or n.endswith(".pyc")]
@@ -89,3 +90,5 @@ def test_the_installed_package_runs_without_the_repository(fresh, tmp_path):
     assert r.stdout.startswith("tracelens ") and "MFU loss waterfall" in r.stdout
     html = tmp_path / "tracelens-demo.html"
     assert html.is_file() and str(html) in r.stdout
+    page = html.read_text()  # its style sheet and script: the package data files of tracelens.render.html, inlined
+    assert "<style>\n:root {" in page and "<script>\n(function () {" in page

@@ -1,4 +1,4 @@
-"""Command line: ``tracelens info|report|open PATH...``.
+"""Command line: ``tracelens info|report|open|export PATH...``.
 
 Imports stay lazy: ``tracelens --help`` loads neither polars nor Textual, and the headless
 commands never import Textual.
@@ -14,7 +14,7 @@ import sys
 from tracelens import __version__
 from tracelens.model.errors import EXIT_BAD_INPUT, EXIT_CODES, EXIT_INTERNAL, EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE
 
-COMMANDS = ("info", "report", "open", "demo")
+COMMANDS = ("info", "report", "open", "demo", "export")
 
 
 class _Parser(argparse.ArgumentParser):
@@ -76,6 +76,16 @@ def build_parser() -> argparse.ArgumentParser:
     p_open = sub.add_parser("open", help="the terminal UI: the MFU waterfall, suggestions and every drill-down (default when a terminal is attached)")
     _common(p_open)
     _analysis_options(p_open)
+    p_exp = sub.add_parser("export", help="the event table as Parquet for notebooks: one file per rank in a directory")
+    p_exp.add_argument("paths", nargs="+", metavar="PATH", help="trace files or directories of per-rank traces (.json, .json.gz)")
+    p_exp.add_argument("-o", "--output", metavar="DIR", required=True,
+                       help="a new or empty directory (or an earlier export, replaced) for rank-R.parquet files and "
+                            "tracelens-export.json; FILE.parquet: one rank's table")
+    p_exp.add_argument("--rank", type=int, action="append", metavar="R", help="only rank R (repeat for several)")
+    p_exp.add_argument("--no-cache", action="store_true", help="parse again instead of reading the Parquet cache")
+    p_exp.add_argument("--keep-python", action="store_true", help="keep python_function events (dropped by default)")
+    p_exp.add_argument("--strict", action="store_true",
+                       help="a file or subdirectory of a job directory that cannot be read is an error (default: a warning, skipped)")
     p_demo = sub.add_parser("demo", help="the bundled sample job: the terminal UI, or (no terminal) its text report and an HTML page")
     p_demo.add_argument("-o", "--output", metavar="FILE.html", default="tracelens-demo.html",
                         help="where the HTML report goes without a terminal (default: ./tracelens-demo.html)")
@@ -112,6 +122,8 @@ def main(argv: list[str] | None = None) -> int:
             return _cmd_report(args)
         if args.command == "open":
             return _cmd_open(args)
+        if args.command == "export":
+            return _cmd_export(args)
         if args.command == "demo":
             from tracelens.demo import run
 
@@ -188,6 +200,18 @@ def _cmd_info(args: argparse.Namespace) -> int:
         for n in summary["nsys"]:
             sys.stdout.write(render_nsys_text(printable_report(n)))
     for w in trace.all_warnings if trace else []:
+        print(f"tracelens: warning: {_clean(w)}", file=sys.stderr)
+    return EXIT_OK
+
+
+def _cmd_export(args: argparse.Namespace) -> int:
+    from tracelens.export.parquet import export
+
+    done = export(args.paths, args.output, ranks=args.rank, use_cache=not args.no_cache, keep_python=args.keep_python,
+                  strict=args.strict)
+    what = f"{len(done.files)} file(s)" if not args.output.lower().endswith(".parquet") else "1 rank"
+    print(f"tracelens: wrote {what}, {done.rows:,} events, to {_clean(done.out)}")
+    for w in done.warnings:
         print(f"tracelens: warning: {_clean(w)}", file=sys.stderr)
     return EXIT_OK
 

@@ -10,6 +10,7 @@ from dataclasses import replace
 import polars as pl
 
 from tracelens.analysis import intervals as iv
+from tracelens.analysis.job.rollup import finish_job
 from tracelens.analysis.options import Options, parse_steps  # noqa: F401 (re-exported)
 from tracelens.analysis.rank import _analyze_rank
 from tracelens.analysis.report import Analysis
@@ -61,7 +62,7 @@ def analyze(trace: Trace, options: Options | None = None) -> Analysis:
     inputs = tuple(
         {"path": m.path, "format": m.format, "rank": m.rank, "size_bytes": m.size_bytes} for m in trace.metas
     )
-    return Analysis(
+    return finish_job(Analysis(  # the job's derived values last: to_dict only serialises
         inputs=inputs,
         ranks=tuple(ranks),
         warnings=tuple(trace.all_warnings + warnings),  # the files' own too (a truncated file, skipped events, odd metadata)
@@ -72,4 +73,4 @@ def analyze(trace: Trace, options: Options | None = None) -> Analysis:
         clock_method=align.method,
         timeline=step_strips(ev, ranks),
         separate_runs=trace.separate_runs is not None,
-    )
+    ))

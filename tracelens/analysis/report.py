@@ -1,18 +1,35 @@
-"""The Analysis of a job and its report dict (DESIGN.md 5)."""
+"""The Analysis of a job and its report dict (DESIGN.md 5).  ``Analysis.to_dict()`` only
+serialises: every derived job value is computed once, by ``tracelens.analysis.job.rollup.finish_job``
+(the last step of ``analyze()``), and held on the Analysis as plain data (``JobResult``)."""
 
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
-from math import fsum
 from typing import Any
 
-import polars as pl
-
-from tracelens.analysis import waterfall
 from tracelens.analysis.rank.kernels import KERNELS_TOP
-from tracelens.analysis.suggest import suggest
-from tracelens.model.schema import SCHEMA_VERSION
-from tracelens.model.summary import ZERO, GpuTime, RankResult
+from tracelens.model.saved import SCHEMA_VERSION
+from tracelens.model.summary import GpuTime, RankResult
+
+
+@dataclass(frozen=True)
+class JobResult:
+    """The job's derived values as the report carries them (plain, JSON-able data): the ``job``
+    section's computed keys, the ``communication`` section and the ``suggestions``."""
+
+    mfu: float | None
+    step_time_ns: dict[str, int | None]  # mean, p50, max over the kept steps of every rank
+    gpu_time_ns: dict[str, int] | None  # the ranks' GPU-time partitions summed
+    waterfall: list[dict[str, Any]]  # the job's MFU waterfall, or its GPU-time waterfall (waterfall_kind)
+    kernels: list[dict[str, Any]]  # every kernel name over all ranks, longest first
+    waterfall_kind: str  # "mfu" or "gpu_time"
+    flops_coverage: float | None
+    mfu_lower_bound: bool
+    mfu_above_peak: bool
+    stragglers: list[dict[str, Any]] | None  # null when no wait was measured (straggler_check says why)
+    straggler_check: dict[str, Any]
+    communication: dict[str, Any]  # by_group, slowest, matching and the notes on unknown groups/types
+    suggestions: list[dict[str, Any]]  # largest possible win first
 
 
 @dataclass(frozen=True)
@@ -27,84 +44,16 @@ class Analysis:
     clock_method: str = "none"
     timeline: dict[str, Any] | None = None  # tracelens.analysis.timeline.step_strips: one step per rank, binned
     separate_runs: bool = False  # the files look like separate runs, not one job (tracelens.store.job; a warning says why)
-
-    @property
-    def waterfall_kind(self) -> str:
-        """"mfu" when every rank has an MFU waterfall, else "gpu_time" (the report's job.waterfall_kind)."""
-        return "mfu" if self.ranks and all(r.waterfall is not None for r in self.ranks) else "gpu_time"
-
-    def job_waterfall(self) -> list[dict[str, Any]]:
-        """The MFU waterfall when every rank has one, else the GPU-time waterfall (last bar
-        ``compute``) of the ranks with GPU time."""
-        if not self.ranks:
-            return []
-        if self.waterfall_kind == "mfu":
-            w = waterfall.combine([r.waterfall for r in self.ranks])
-        else:
-            w = waterfall.combine([r.time_waterfall for r in self.ranks])
-        return w.to_list() if w else []
-
-    def job_kernels(self) -> list[dict[str, Any]]:
-        """Every kernel name over all ranks (each rank's whole table, merged): class, launches,
-        total and mean time, FLOPs, and over the launches whose FLOPs are known (``flops_ns``)
-        the TFLOP/s and the share of the peak of their ops' dtype (the ranks' ideal time over that
-        time, as each rank's table has it; above 1 it is null and ``above_peak``); longest first."""
-        rows = [k for r in self.ranks for k in r.kernels]
-        if not rows:
-            return []
-        df = pl.DataFrame(
-            {"name": [k["name"] for k in rows], "kclass": [k["kclass"] for k in rows], "count": [k["count"] for k in rows],
-             "total_ns": [k["total_ns"] for k in rows], "flops": [k["flops"] for k in rows],
-             "flops_ns": [k.get("flops_ns") for k in rows], "ideal_ns": [k.get("ideal_ns") for k in rows],
-             "dtype": [k.get("dtype") for k in rows]},
-            schema={"name": pl.String, "kclass": pl.String, "count": pl.Int64, "total_ns": pl.Int64, "flops": pl.Float64,
-                    "flops_ns": pl.Int64, "ideal_ns": pl.Float64, "dtype": pl.String},
-        )
-        g = (df.group_by("name", "kclass").agg(pl.col("count").sum(), pl.col("total_ns").sum(), pl.col("flops").drop_nulls(),
-                                              pl.col("flops_ns").drop_nulls(), pl.col("ideal_ns").drop_nulls(),
-                                              pl.col("dtype").drop_nulls().unique().sort())
-             .sort("total_ns", "name", "kclass", descending=[True, False, False]))
-        out = []
-        for name, kclass, count, t, f, fns, ideal, dts in g.iter_rows():  # one row per kernel name: a summary, not the events
-            flops = fsum(f) if f else None  # exact sums: the same report to the last bit, whatever the threads
-            fns = sum(fns) if fns else None
-            share = fsum(ideal) / fns if (ideal and fns) else None
-            out.append({"name": name, "kclass": kclass, "count": count, "total_ns": t, "mean_ns": t / count,
-                        "flops": flops, "achieved_tflops": flops / (fns / 1e9) / 1e12 if (flops is not None and fns) else None,
-                        "of_peak": share if (share is None or share <= 1.0) else None, "flops_ns": fns,
-                        "ideal_ns": fsum(ideal) if ideal else None,
-                        "dtype": (dts[0] if len(dts) == 1 else "mixed") if dts else None,
-                        "above_peak": bool(share is not None and share > 1.0)})
-        return out
-
-    def job_mfu(self) -> float | None:
-        """Σ model FLOPs / Σ (peak × window) over the ranks; null if any rank's is unknown."""
-        if not self.ranks or any(r.mfu is None for r in self.ranks):
-            return None
-        den = sum(r.peak_flops * r.gpu.window / 1e9 for r in self.ranks)
-        return sum(r.flops for r in self.ranks) / den if den else None
-
-    def job_flops_quality(self) -> dict[str, Any]:
-        """Over the ranks: the share of matmul kernel time whose FLOPs are known, and whether the
-        job's MFU is a lower bound (some rank's is) or holds FLOPs beyond peak (some rank's does)."""
-        cov = [r for r in self.ranks if r.flops_coverage is not None and r.matmul_ns]
-        mm = sum(r.matmul_ns for r in cov)
-        return {
-            "flops_coverage": (1.0 - sum(r.matmul_without_flops_ns for r in cov) / mm) if mm else None,
-            "mfu_lower_bound": any(r.lower_bound for r in self.ranks),
-            "mfu_above_peak": any(r.above_peak for r in self.ranks),
-        }
-
-    def step_times(self) -> list[int]:
-        return [s.dur_ns for r in self.ranks for s in r.steps if not s.warmup or len(r.steps) == 1]
+    job: JobResult | None = None  # the derived job values (tracelens.analysis.job.rollup.finish_job)
 
     def to_dict(self) -> dict[str, Any]:
+        """The report dict (DESIGN.md 5), assembled from the results; a new dict each call (the
+        job's data copied, so that changing one report leaves the Analysis as it was)."""
         from tracelens import __version__
-        from tracelens.analysis.job import comm
 
-        times = sorted(self.step_times())
-        job_gpu = sum((r.gpu for r in self.ranks if r.gpu is not None), ZERO)
-        check = comm.check_dict(self.straggler_check or comm.straggler_check(list(self.collectives), len(self.ranks)))
+        job = self.job
+        if job is None:
+            raise ValueError("this Analysis has no job results: tracelens.analysis.job.rollup.finish_job(analysis) computes them")
         return {
             "schema_version": SCHEMA_VERSION,
             "tool": {"name": "tracelens", "version": __version__},
@@ -112,84 +61,37 @@ class Analysis:
             "warnings": list(self.warnings) + [w for r in self.ranks for w in r.warnings],
             "job": {
                 "ranks": len(self.ranks),
-                "mfu": self.job_mfu(),
-                "step_time_ns": {
-                    "mean": round(sum(times) / len(times)) if times else None,
-                    "p50": times[(len(times) - 1) // 2] if times else None,
-                    "max": times[-1] if times else None,
-                },
-                "gpu_time_ns": _gpu_dict(job_gpu) if any(r.gpu for r in self.ranks) else None,
-                "waterfall": self.job_waterfall(),
-                "kernels": self.job_kernels(),
-                "waterfall_kind": self.waterfall_kind,
-                **self.job_flops_quality(),
-                # null, not [], when no wait was measured: nobody can be named or cleared (straggler_check says why)
-                "stragglers": [
-                    {"rank": st.rank, "excess_ns": st.excess_ns, "evidence": st.evidence, "last_in": st.last_in,
-                     "of": st.of, "p_value": st.p_value}
-                    for st in self.stragglers
-                ] if self.stragglers or len(self.ranks) < 2 or check["known"] else None,
+                "mfu": job.mfu,
+                "step_time_ns": dict(job.step_time_ns),
+                "gpu_time_ns": _fresh(job.gpu_time_ns),
+                "waterfall": _fresh(job.waterfall),
+                "kernels": _fresh(job.kernels),
+                "waterfall_kind": job.waterfall_kind,
+                "flops_coverage": job.flops_coverage,
+                "mfu_lower_bound": job.mfu_lower_bound,
+                "mfu_above_peak": job.mfu_above_peak,
+                "stragglers": _fresh(job.stragglers),
                 "clock_alignment": self.clock_method,
                 "separate_runs": self.separate_runs,
-                "straggler_check": check,
+                "straggler_check": dict(job.straggler_check),
             },
             "ranks": [_rank_dict(r) for r in self.ranks],
-            "communication": {**_comm_dict(self.collectives), **(self.comm_notes or comm.report_notes(self.collectives, ()))},
-            "suggestions": [sg.to_dict() for sg in suggest(self)],
+            "communication": _fresh(job.communication),
+            "suggestions": _fresh(job.suggestions),
             "timeline": self.timeline,
         }
 
 
-def _comm_dict(table: tuple, top: int = 20) -> dict[str, Any]:
-    """Per (group, collective) totals, and the slowest collective instances."""
-    groups: dict[tuple, dict[str, Any]] = {}
-    for c in table:
-        g = groups.setdefault(
-            (c.group, c.collective),
-            {"group": c.group, "group_desc": c.group_desc, "collective": c.collective, "count": 0, "bytes": 0,
-             "time_ns": 0, "exposed_ns": 0, "wait_ns": 0, "wait_known": True, "busbw": [], "bytes_known": False},
-        )
-        g["count"] += 1
-        g["bytes"] += c.bytes or 0
-        g["bytes_known"] |= c.bytes is not None
-        for r in c.ranks:
-            g["time_ns"] += r.dur_ns
-            g["exposed_ns"] += r.exposed_ns
-            if r.wait_ns is None:
-                g["wait_known"] = False
-            else:
-                g["wait_ns"] += r.wait_ns
-            if r.busbw_gbps is not None:
-                g["busbw"].append(r.busbw_gbps)
-    summary = []
-    for g in groups.values():
-        bw = sorted(g.pop("busbw"))
-        g["busbw_gbps_median"] = bw[len(bw) // 2] if bw else None
-        if not g.pop("wait_known"):
-            g["wait_ns"] = None
-        if not g.pop("bytes_known"):  # no collective of the group said its size: unknown, not 0
-            g["bytes"] = None
-        summary.append(g)
-    summary.sort(key=lambda g: -g["time_ns"])
-    slowest = sorted(table, key=lambda c: (-max((r.dur_ns for r in c.ranks), default=0), c.group or "", c.seq))[:top]
-    return {
-        "by_group": summary,
-        "slowest": [
-            {
-                "group": c.group, "seq": c.seq, "collective": c.collective, "bytes": c.bytes, "group_size": c.group_size,
-                "complete": c.complete, "consistent": c.consistent, "slowest_rank": c.slowest_rank,
-                "ranks": [
-                    {"rank": r.rank, "start_ns": r.start_ns, "dur_ns": r.dur_ns, "exposed_ns": r.exposed_ns,
-                     "wait_ns": r.wait_ns, "busbw_gbps": r.busbw_gbps}
-                    for r in c.ranks
-                ],
-            }
-            for c in slowest
-        ],
-    }
+def _fresh(x: Any) -> Any:
+    """A copy of nested dicts and lists (their leaves shared: numbers, strings, tuples)."""
+    if isinstance(x, dict):
+        return {k: _fresh(v) for k, v in x.items()}
+    if isinstance(x, list):
+        return [_fresh(v) for v in x]
+    return x
 
 
-def _gpu_dict(g: GpuTime | None) -> dict[str, int] | None:
+def gpu_dict(g: GpuTime | None) -> dict[str, int] | None:
     if g is None:
         return None
     d = asdict(g)
@@ -219,7 +121,7 @@ def _rank_dict(r: RankResult) -> dict[str, Any]:
                 "untraced_tail_ns": s.untraced_tail_ns,
                 "warmup": s.warmup,
                 "kernels": s.kernels,
-                "gpu_time_ns": _gpu_dict(s.gpu) if r.gpu is not None else None,
+                "gpu_time_ns": gpu_dict(s.gpu) if r.gpu is not None else None,
                 "idle_ns": asdict(s.idle) if r.gpu is not None else None,
                 "data_loading": asdict(s.data) if s.data is not None else None,
                 "model_flops": s.flops,
@@ -228,7 +130,7 @@ def _rank_dict(r: RankResult) -> dict[str, Any]:
             }
             for s in r.steps
         ],
-        "gpu_time_ns": _gpu_dict(r.gpu),
+        "gpu_time_ns": gpu_dict(r.gpu),
         "idle_ns": asdict(r.idle) if r.idle is not None else None,
         "mfu": {"value": r.mfu, "model_flops": r.flops, "flops_source": r.flops_source, "peak_flops": r.peak_flops,
                 "gpu_model": r.gpu_model, "gpu_source": r.gpu_source, "hfu": r.hfu, "recompute_flops": r.recompute_flops,

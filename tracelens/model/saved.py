@@ -22,6 +22,7 @@ from typing import Any
 from tracelens.model.errors import TraceInputError
 from tracelens.model.limits import max_report_bytes
 
+SCHEMA_VERSION = 1  # the report contract's version (DESIGN.md 5): what this tracelens writes and reads
 HTML_SUFFIXES = (".html", ".htm")
 _HEAD = 64 * 1024  # where a JSON report's first key is looked for (to tell it from a trace without parsing either)
 REPORT_KEYS = ("schema_version", "tool", "inputs", "warnings", "job", "ranks", "communication", "suggestions", "timeline",
@@ -43,8 +44,6 @@ def validator():
 
 def check(path: str, data: Any) -> dict[str, Any]:
     """``data`` when it is a valid report of this tracelens's schema version; else the one-line error."""
-    from tracelens.model.schema import SCHEMA_VERSION
-
     if not isinstance(data, dict):
         raise TraceInputError(path, f"not a tracelens report (its top level is {_kind(data)}, not an object)")
     deep = too_deep(data, MAX_DEPTH)

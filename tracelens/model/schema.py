@@ -41,7 +41,7 @@ from typing import Any
 
 import polars as pl
 
-SCHEMA_VERSION = 1
+from tracelens.model.saved import SCHEMA_VERSION  # noqa: F401 (the report's version; re-exported)
 
 SOURCES = ("kineto", "nsys", "nccl_log", "flight_recorder", "nccl_profiler", "nccl_inspector", "nccl_tests")
 

@@ -1,186 +1,96 @@
-"""Renderers of a report dict (``Analysis.to_dict()``, or a saved JSON report): the versioned
-JSON report (DESIGN.md 5), a terminal summary and the HTML page (``tracelens.render.html``).  They
-never read the traces, so a saved report re-renders without them (``--load``)."""
+"""Renderers: report dict (``Analysis.to_dict()``, or a saved JSON report) -> bytes.
+
+One protocol (``Renderer``: a ``name``, the file ``suffixes`` it is chosen for, and
+``render(report_dict) -> bytes``) and one registry: ``renderer_for(fmt)``, ``format_for(path)``,
+``render(report_or_analysis, fmt)``.  The built-in renderers are ``json`` (tracelens.render.json,
+the versioned report of DESIGN.md 5), ``text`` (tracelens.render.text, the terminal summary) and
+``html`` (tracelens.render.html, the self-contained page); each is imported when first asked for.
+
+Renderers read only the report dict: they never read traces and never import polars, so a saved
+or cached report re-renders without either (``--load``).  What every front end shows (rows,
+bars, the one waterfall layout) is in ``tracelens.render.tables``."""
 
 from __future__ import annotations
 
+import importlib
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol, runtime_checkable
 
-from tracelens.model.units import fmt_ns
-from tracelens.render import tables as views
-from tracelens.render.tables import fmt_speedup
-
-
-def render_json(d: dict[str, Any]) -> bytes:
-    import orjson
-
-    return views.printable_json(orjson.dumps(d, option=orjson.OPT_INDENT_2)) + b"\n"
+from tracelens.render.json import render_json  # noqa: F401 (re-exported)
+from tracelens.render.text import render_text, waterfall_text  # noqa: F401 (re-exported)
 
 
-def _pct(part: int | None, whole: int | None) -> str:
-    if part is None or not whole:
-        return "-"
-    return f"{100.0 * part / whole:5.1f}%"
+@runtime_checkable
+class Renderer(Protocol):
+    """Turns a report dict into the bytes of one output format."""
+
+    name: str  # the format's name: render(report, name)
+    suffixes: tuple[str, ...]  # lower-case file suffixes (".html") for which format_for picks this format
+
+    def render(self, report: dict[str, Any]) -> bytes: ...
 
 
-def render_text(d: dict[str, Any]) -> str:
-    """The terminal summary.  Every string from a trace or a saved report is made printable
-    first (``views.printable``): no control character or escape sequence reaches the terminal."""
-    d = views.printable_report(d)
-    job = d["job"]
-    lines = [f"tracelens {d['tool']['version']} — {job['ranks']} rank(s)"]
-    mfus = [(r["rank"], r["mfu"]) for r in d["ranks"]]
-    h = views.headline(d)
-    nwarn = f" ({h['warnings']} warning(s) at the end)" if h["warnings"] else ""
-    if job["mfu"] is not None:
-        r0 = d["ranks"][0]["mfu"] if d["ranks"] else {}
-        hfu = f", HFU {100 * r0['hfu']:.2f}% (with recompute)" if r0.get("hfu") and r0.get("recompute_flops") else ""
-        lines.append(f"MFU: {100 * job['mfu']:.2f}% {views.mfu_text(h)}{hfu}{nwarn}")
-        if views.mfu_note(job):
-            lines.append(f"     (the MFU is {views.mfu_note(job)})")
-    else:
-        lines.append(f"{h['why_unknown']}{nwarn}")
-        if any(m["value"] is not None for _, m in mfus):
-            lines.append("  known on: " + ", ".join(f"rank {rk} {100 * m['value']:.2f}%" for rk, m in mfus if m["value"] is not None))
-    st = job["step_time_ns"]
-    if st["mean"] is not None:
-        lines.append(f"step time: mean {fmt_ns(st['mean'])}, p50 {fmt_ns(st['p50'])}, max {fmt_ns(st['max'])} (warm-up step excluded)")
-    g = job["gpu_time_ns"]
-    if g:
-        w = sum(g[k] for k in ("idle", "compute", "exposed_comm", "exposed_memcpy"))
-        lines.append(
-            f"GPU time, all ranks: compute {_pct(g['compute'], w)}, idle {_pct(g['idle'], w)}, "
-            f"exposed comm {_pct(g['exposed_comm'], w)}, exposed memcpy {_pct(g['exposed_memcpy'], w)}"
-        )
-    lines.append("")
-    lines.append(f"{'rank':>4}  {'device':<24} {'steps':>5} {'step time':>10} {'MFU':>6} {'compute':>8} {'idle':>7} {'exp.comm':>8} {'exp.copy':>8}")
-    for r in d["ranks"]:
-        kept = [s for s in r["steps"] if not s["warmup"]] or r["steps"]
-        mean = sum(s["dur_ns"] for s in kept) // len(kept) if kept else None
-        g = r["gpu_time_ns"]
-        w = r["window_ns"]
-        name = views.device_label(r)[:24]
-        lines.append(
-            f"{r['rank']:>4}  {name:<24} {len(r['steps']):>5} {fmt_ns(mean):>10} "
-            + (f"{100 * r['mfu']['value']:5.2f}% " if r["mfu"]["value"] is not None else f"{'-':>6} ")
-            + " ".join(f"{_pct(g[k] if g else None, w):>8}" for k in ("compute", "idle", "exposed_comm", "exposed_memcpy"))
-        )
-    idle_rows = [(r["rank"], r["idle_ns"], r["window_ns"]) for r in d["ranks"] if r["idle_ns"]]
-    if idle_rows:
-        lines.append("")
-        lines.append("GPU idle, by what the host was doing (% of the window):")
-        keys = ("data_loading", "host_launch", "sync", "launch_latency", "pipeline_bubble", "other")
-        lines.append(f"{'rank':>4}  " + " ".join(f"{k.replace('_', ' '):>15}" for k in keys))
-        for rank, idle, w in idle_rows:
-            lines.append(f"{rank:>4}  " + " ".join(f"{_pct(idle[k], w):>15}" for k in keys))
-    bound = [
-        (r["rank"], s) for r in d["ranks"] for s in r["steps"]
-        if not s["warmup"] and s["data_loading"] and s["data_loading"]["input_bound"] != "no"
-    ]
-    if bound:
-        lines.append("")
-        lines.append("input-bound steps (GPU waiting for the DataLoader; >= 20% highly, >= 5% moderately):")
-        for rank, s in bound[:8]:
-            dl = s["data_loading"]
-            lines.append(f"  rank {rank} {s['name']}: {dl['input_bound']}, {100 * dl['fraction']:.1f}% of the step ({fmt_ns(dl['gpu_idle_ns'])})")
-    comm = d["communication"]["by_group"]
-    if comm:
-        lines.append("")
-        lines.append("communication (all ranks):")
-        lines.append(f"  {'group':<14} {'collective':<14} {'count':>6} {'time':>10} {'exposed':>10} {'wait':>10} {'busbw':>11}")
-        for g in comm[:10]:
-            grp = (g["group"] or "?") + (f" ({g['group_desc']})" if g["group_desc"] else "")
-            bw = f"{g['busbw_gbps_median']:.1f} GB/s" if g["busbw_gbps_median"] is not None else "-"
-            wait = fmt_ns(g["wait_ns"]) if g["wait_ns"] is not None else "-"
-            lines.append(
-                f"  {grp[:14]:<14} {(g['collective'] or '?'):<14} {g['count']:>6} {fmt_ns(g['time_ns']):>10} "
-                f"{fmt_ns(g['exposed_ns']):>10} {wait:>10} {bw:>11}"
-            )
-        for note in views.comm_notes(d):
-            lines.append(f"  {note}")
-    verdict = views.straggler_verdict(d)
-    if verdict and verdict[0] == "found":
-        lines.append("")
-        lines.append("straggler ranks:")
-        for st in job["stragglers"]:
-            lines.append(f"  rank {st['rank']}: {st['evidence']}")
-    elif verdict:
-        lines.append("")
-        lines.append(f"straggler ranks: {verdict[1]}")
-    bars, kind = views.waterfall(d)
-    if bars:
-        lines.append("")
-        lines.append(views.waterfall_title(kind, " of the job") + ":")
-        lines.append(waterfall_text(bars))
-    if d["suggestions"]:
-        lines.append("")
-        lines.append("suggestions (largest possible win first):")
-        for sg in d["suggestions"][:8]:
-            est = sg["est_speedup"]
-            up = f" — up to {fmt_speedup(est)} faster" if est else ""
-            ev = sg["evidence"]
-            num = ""
-            if "worst" in ev:
-                num = f" ({ev['measure']}: {100 * ev['worst']:.1f}%)" if ev.get("unit") == "share" else f" ({ev['measure']}: {ev['worst']:g})"
-            lines.append(f"  * {sg['title']}{num}{up}")
-            lines.append(f"      {sg['detail']}")
-    worst = sorted(
-        ((s["dur_ns"], r["rank"], s) for r in d["ranks"] for s in r["steps"] if not s["warmup"]),
-        key=lambda t: -t[0],
-    )[:3]
-    if worst:
-        lines.append("")
-        lines.append("slowest steps:")
-        for dur, rank, s in worst:
-            g = s["gpu_time_ns"]
-            idle = f", idle {_pct(g['idle'], dur).strip()}" if g else ""
-            lines.append(f"  rank {rank} {s['name']}: {fmt_ns(dur)}{idle}")
-    if d.get("comparison"):
-        from tracelens.render.compare import text_section
-
-        lines.append("")
-        lines.append(text_section(d["comparison"]).rstrip("\n"))
-    if d["warnings"]:
-        lines.append("")
-        lines.extend(f"warning: {w}" for w in d["warnings"])
-    return "\n".join(lines) + "\n"
+# the built-in formats: name -> (module defining RENDERER, its suffixes); modules load on first use
+_BUILTIN: dict[str, tuple[str, tuple[str, ...]]] = {
+    "json": ("tracelens.render.json", (".json",)),
+    "text": ("tracelens.render.text", (".txt", ".text")),
+    "html": ("tracelens.render.html", (".html", ".htm")),
+}
+_modules: dict[str, str] = {name: module for name, (module, _) in _BUILTIN.items()}
+_loaded: dict[str, Renderer] = {}
+_by_suffix: dict[str, str] = {s: name for name, (_, suffixes) in _BUILTIN.items() for s in suffixes}
 
 
-def render(d: dict[str, Any], fmt: str) -> bytes:
-    """The report in ``fmt`` ("json", "text", "html"); a ``comparison`` key (``--compare``) is
-    rendered by each format."""
-    if fmt == "json":
-        return render_json(d)
-    if fmt == "text":
-        return render_text(d).encode()
-    if fmt == "html":
-        from tracelens.render.html import render_html
+def formats() -> tuple[str, ...]:
+    """The names of the registered formats, in registration order."""
+    return tuple(_modules)
 
-        return render_html(d, d.get("comparison"))
-    raise ValueError(f"unknown report format {fmt!r}")
+
+def register(renderer: Renderer) -> None:
+    """Add (or replace) a format.  Its suffixes must not belong to another format."""
+    if not isinstance(renderer, Renderer) or not isinstance(renderer.name, str) or not renderer.name:
+        raise TypeError(f"{renderer!r} is not a Renderer (name, suffixes, render(report) -> bytes)")
+    bad = [s for s in renderer.suffixes if not (isinstance(s, str) and s.startswith(".") and s == s.lower())]
+    if bad:
+        raise ValueError(f"renderer {renderer.name!r}: suffixes must be lower-case and start with '.': {bad}")
+    taken = {s: _by_suffix[s] for s in renderer.suffixes if _by_suffix.get(s, renderer.name) != renderer.name}
+    if taken:
+        raise ValueError(f"renderer {renderer.name!r}: suffixes already taken: {taken}")
+    for s in [s for s, n in _by_suffix.items() if n == renderer.name]:
+        del _by_suffix[s]
+    _by_suffix.update(dict.fromkeys(renderer.suffixes, renderer.name))
+    _modules.setdefault(renderer.name, "")
+    _loaded[renderer.name] = renderer
+
+
+def renderer_for(fmt: str) -> Renderer:
+    """The renderer of format ``fmt`` ("json", "text", "html", or one registered); ValueError
+    for a format nobody registered."""
+    r = _loaded.get(fmt)
+    if r is not None:
+        return r
+    module = _modules.get(fmt) if isinstance(fmt, str) else None
+    if not module:
+        raise ValueError(f"unknown report format {fmt!r}")
+    r = importlib.import_module(module).RENDERER
+    _loaded[fmt] = r
+    return r
 
 
 def format_for(path: str | None) -> str:
+    """The format a path's suffix asks for: "text" for no path (stdout), "" for a suffix no
+    renderer claims."""
     if path is None:
         return "text"
-    suffix = Path(path).suffix.lower()
-    return {".json": "json", ".txt": "text", ".text": "text", ".html": "html", ".htm": "html"}.get(suffix, "")
+    return _by_suffix.get(Path(path).suffix.lower(), "")
 
 
-def waterfall_text(bars: list[dict[str, Any]], width: int = 40) -> str:
-    """Horizontal bars laid out by ``views.waterfall_layout`` (the rows, parts and positions the
-    TUI and the HTML draw): each loss bar starts where the previous one ended, the last ends at
-    100%; glyphs from ``views.bar_cells``, so a bar is never drawn wider than a larger one."""
-    from tracelens.model.units import fmt_pct
-
-    out = []
-    for row in views.waterfall_layout(bars):
-        lead, glyphs = views.bar_cells(row["start"], row["fraction"], width)
-        cells = (" " * lead + glyphs)[:width]
-        out.append(f"  {row['label'][:38]:<38} {cells:<{width}} {fmt_pct(row['fraction'], 2):>7}")
-        for p in row["parts"]:
-            out.append(f"      {p['label'][:34]:<34} {'':<{width}} {fmt_pct(p['fraction'], 2):>7}")
-        if row.get("note"):
-            out.append(f"      ({row['note']})")
-    return "\n".join(out)
+def render(report: Any, fmt: str) -> bytes:
+    """The report in ``fmt``.  ``report``: a report dict, or an ``Analysis`` (its ``to_dict()``).
+    A ``comparison`` key (``--compare``) is rendered by each format."""
+    if not isinstance(report, dict):
+        to_dict = getattr(report, "to_dict", None)
+        if to_dict is None:
+            raise TypeError(f"render() takes a report dict or an Analysis, not {type(report).__name__}")
+        report = to_dict()
+    return renderer_for(fmt).render(report)

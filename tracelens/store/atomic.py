@@ -96,17 +96,22 @@ def write_output(dest: str | Path, data: bytes) -> None:
     """Write a user's output file whole or not at all: OutputError (naming ``dest`` and the
     problem: a read-only place, a directory, a missing directory, a full disk) on failure, with
     neither a partial file nor a temporary one left behind."""
-    import errno
-
     from tracelens.model.errors import OutputError
 
     check_output(dest)
     try:
         write_bytes(dest, data)
     except OSError as e:
-        problems = {errno.ENOSPC: "no space left on the device", errno.EDQUOT: "disk quota exceeded",
-                    errno.EROFS: "read-only file system", errno.EACCES: "permission denied",
-                    errno.EPERM: "permission denied", errno.EISDIR: "is a directory",
-                    errno.ENOENT: "its directory does not exist", errno.ENOTDIR: "a part of its path is not a directory"}
-        problem = problems.get(e.errno or 0) or e.strerror or str(e)
-        raise OutputError(str(dest), f"cannot write: {problem}; nothing was written") from None
+        raise OutputError(str(dest), f"cannot write: {output_problem(e)}; nothing was written") from None
+
+
+def output_problem(e: OSError) -> str:
+    """What a failed write of a user's output says: the problem in words (a full disk, a
+    read-only place, ...), the system's text for the rest."""
+    import errno
+
+    problems = {errno.ENOSPC: "no space left on the device", errno.EDQUOT: "disk quota exceeded",
+                errno.EROFS: "read-only file system", errno.EACCES: "permission denied",
+                errno.EPERM: "permission denied", errno.EISDIR: "is a directory",
+                errno.ENOENT: "its directory does not exist", errno.ENOTDIR: "a part of its path is not a directory"}
+    return problems.get(e.errno or 0) or e.strerror or str(e)

@@ -56,7 +56,8 @@ class WaterfallChart(Widget):
         table.add_column(width=width, no_wrap=True)
         table.add_column(width=8, justify="right")
         table.add_column(width=10, justify="right")
-        for row in views.waterfall_layout(self.bars):
+        rows = views.waterfall_layout(self.bars)
+        for row in rows:
             frac, final = row["fraction"], row["final"]
             colour = BAR_COLOURS.get(row["key"], "grey70")
             label = Text(row["label"], style="bold" if final else ("dim" if frac == 0 else ""))
@@ -66,5 +67,5 @@ class WaterfallChart(Widget):
                 for p in row["parts"]:  # each part where it lies inside its bar
                     table.add_row(Text(f"   {p['label']}", style="dim"), bar_text(p["start"], p["fraction"], width, f"dim {colour}"),
                                   Text(fmt_pct(p["fraction"], 2), style="dim"), Text(fmt_ns(p["ns"]), style="dim"))
-        notes = [Text(f"{b['label']}: {b['note']}", style="dim") for b in self.bars if b.get("note")]
+        notes = [Text(f"{row['label']}: {row['note']}", style="dim") for row in rows if row.get("note")]
         return Group(table, *notes) if notes else table

@@ -6,16 +6,22 @@ the per-rank bars, the step-time chart, the roofline and the step timeline all r
 JavaScript (hover text comes from ``title`` attributes).  A few lines of inline JavaScript add
 table sorting.  Every number comes from the report dict through ``tracelens.render.tables``, as in the
 terminal UI.
+
+The page's style sheet and script are package data files beside this module (``page.css``,
+``page.js``), read once with ``importlib.resources`` and inlined; the Content-Security-Policy
+names them by the hash of the inlined text.
 """
 
 from __future__ import annotations
 
 import base64
+import functools
 import gzip
 import hashlib
 import math
 import re
 from html import escape
+from importlib import resources
 from typing import Any
 
 import orjson
@@ -24,86 +30,16 @@ from tracelens.model.units import fmt_bytes, fmt_ns, fmt_num, fmt_pct
 from tracelens.render import tables as views
 from tracelens.render.tables import BAR_COLOURS, KCLASS_COLOURS
 
-_CSS = """
-:root { --fg:#1d1d1f; --muted:#6b6b70; --line:#e3e3e8; --bg:#fff; --soft:#f5f5f7; --accent:#1c71d8; --bad:#c01c28; --good:#26a269; }
-* { box-sizing: border-box; }
-body { font: 14px/1.45 -apple-system, "Segoe UI", Roboto, "Helvetica Neue", Arial, sans-serif; color: var(--fg); background: var(--bg);
-       margin: 0 auto; max-width: 1200px; padding: 24px; }
-h1 { font-size: 22px; margin: 0 0 4px; } h2 { font-size: 17px; margin: 32px 0 8px; border-bottom: 1px solid var(--line); padding-bottom: 4px; }
-.muted { color: var(--muted); } .bad { color: var(--bad); } .good { color: var(--good); }
-.cards { display: flex; flex-wrap: wrap; gap: 12px; margin: 16px 0; }
-.card { background: var(--soft); border-radius: 8px; padding: 10px 14px; min-width: 150px; }
-.card .v { font-size: 24px; font-weight: 600; } .card .k { color: var(--muted); font-size: 12px; text-transform: uppercase; letter-spacing: .04em; }
-table { border-collapse: collapse; width: 100%; font-size: 13px; margin: 6px 0 12px; }
-th, td { padding: 4px 8px; border-bottom: 1px solid var(--line); text-align: left; vertical-align: top; }
-th { background: var(--soft); position: sticky; top: 0; } table.sortable th { cursor: pointer; user-select: none; }
-td.n, th.n { text-align: right; font-variant-numeric: tabular-nums; white-space: nowrap; }
-td.name { font-family: ui-monospace, Menlo, Consolas, monospace; font-size: 12px; word-break: break-all; }
-.wf { display: grid; grid-template-columns: minmax(180px, 300px) 1fr 70px 90px; gap: 2px 10px; align-items: center; }
-.wf .label.part { padding-left: 18px; color: var(--muted); font-size: 12px; }
-.wf .track { position: relative; height: 16px; background: var(--soft); border-radius: 2px; }
-.wf .bar { position: absolute; top: 0; bottom: 0; border-radius: 2px; min-width: 1px; }
-.wf .part .bar, .wf .bar.part { top: 4px; bottom: 4px; opacity: .75; }
-.wf .num { text-align: right; font-variant-numeric: tabular-nums; } .wf .final { font-weight: 700; }
-.strip { display: flex; align-items: flex-end; gap: 2px; height: 90px; border-bottom: 1px solid var(--line); }
-.strip div { flex: 1; background: var(--accent); min-width: 2px; max-width: 48px; } .strip div.straggler { background: var(--bad); } .strip div.outlier { background: #ff7800; } .outlier-text { color: #c64600; }
-.sugg { border-left: 4px solid var(--accent); background: var(--soft); padding: 8px 12px; margin: 8px 0; border-radius: 4px; }
-.sugg .t { font-weight: 600; } .sugg .win { float: right; color: var(--good); font-weight: 600; }
-.legend span { display: inline-block; margin-right: 12px; font-size: 12px; } .legend i { display: inline-block; width: 10px; height: 10px; margin-right: 4px; }
-details { margin: 8px 0; } summary { cursor: pointer; color: var(--muted); }
-.delta-up { color: var(--good); } .delta-down { color: var(--bad); }
-svg text { font: 11px sans-serif; fill: var(--muted); }
-"""
+ASSETS = ("page.css", "page.js")  # the static text of the page, package data files beside this module
 
-_JS = """
-(function () {
-  var errors = [];
-  window.addEventListener('error', function (e) { errors.push(String(e.message)); });
-  function key(td, numeric) {
-    var v = td.getAttribute('data-v');
-    if (v === null) v = td.textContent;
-    if (numeric) { var x = parseFloat(v); return isNaN(x) ? -Infinity : x; }
-    return v.toLowerCase();
-  }
-  document.querySelectorAll('table.sortable').forEach(function (table) {
-    table.querySelectorAll('th').forEach(function (th, i) {
-      th.addEventListener('click', function () {
-        var numeric = th.classList.contains('n');
-        var asc = th.getAttribute('data-sort') !== 'asc';
-        table.querySelectorAll('th').forEach(function (h) { h.removeAttribute('data-sort'); });
-        th.setAttribute('data-sort', asc ? 'asc' : 'desc');
-        var body = table.tBodies[0];
-        var rows = Array.prototype.slice.call(body.rows);
-        rows.sort(function (a, b) {
-          var x = key(a.cells[i], numeric), y = key(b.cells[i], numeric);
-          return (x < y ? -1 : x > y ? 1 : 0) * (asc ? 1 : -1);
-        });
-        rows.forEach(function (r) { body.appendChild(r); });
-      });
-    });
-  });
-  // the embedded report: plain JSON, or gzip + base64 when large (decompressed by the browser)
-  function loadReport() {
-    var plain = document.getElementById('tracelens-report');
-    if (plain) return Promise.resolve(JSON.parse(plain.textContent));
-    var b64 = atob(document.getElementById('tracelens-report-gz').textContent.trim());
-    var bytes = new Uint8Array(b64.length);
-    for (var i = 0; i < b64.length; i++) bytes[i] = b64.charCodeAt(i);
-    var stream = new Blob([bytes]).stream().pipeThrough(new DecompressionStream('gzip'));
-    return new Response(stream).text().then(JSON.parse);
-  }
-  var sum = 0;
-  document.querySelectorAll('#waterfall .bar[data-fraction]').forEach(function (b) { sum += parseFloat(b.getAttribute('data-fraction')); });
-  document.body.setAttribute('data-waterfall-sum', sum.toFixed(9));
-  loadReport().then(function (report) {
-    window.tracelensReport = report;
-    document.body.setAttribute('data-ranks', String(report.ranks.length));
-  }).catch(function (e) { errors.push(String(e)); }).then(function () {
-    document.body.setAttribute('data-js-errors', String(errors.length));
-    document.body.setAttribute('data-ready', '1');
-  });
-})();
-"""
+
+@functools.cache
+def asset(name: str) -> str:
+    """A static part of the page as it is inlined: the file's text after a line break (the
+    element's text starts on its own line).  Read once per process."""
+    if name not in ASSETS:
+        raise ValueError(f"no page asset {name!r}")
+    return "\n" + resources.files(__package__).joinpath(name).read_text(encoding="utf-8")
 
 
 def _td(v: Any, text: str | None = None, cls: str = "n") -> str:
@@ -522,8 +458,8 @@ def content_security_policy(body: str) -> str:
     """The page's policy: nothing loads from anywhere (default-src 'none'), and the only script
     and style elements that run are the page's own, by the hash of their text; style attributes
     (the bars' widths) are allowed, scripts in attributes or injected elements never are."""
-    styles = " ".join(dict.fromkeys(_sha256(css) for css in [_CSS, *re.findall(r"<style>(.*?)</style>", body, re.S)]))
-    return (f"default-src 'none'; script-src {_sha256(_JS)}; style-src {styles}; style-src-elem {styles}; "
+    styles = " ".join(dict.fromkeys(_sha256(css) for css in [asset("page.css"), *re.findall(r"<style>(.*?)</style>", body, re.S)]))
+    return (f"default-src 'none'; script-src {_sha256(asset('page.js'))}; style-src {styles}; style-src-elem {styles}; "
             "style-src-attr 'unsafe-inline'; base-uri 'none'; form-action 'none'")
 
 
@@ -565,8 +501,22 @@ def render_html(d: dict[str, Any], comparison: dict[str, Any] | None = None) -> 
         "<!DOCTYPE html><html lang='en'><head><meta charset='utf-8'>"
         f"<meta http-equiv='Content-Security-Policy' content=\"{content_security_policy(content)}\">"
         "<meta name='viewport' content='width=device-width, initial-scale=1'>"
-        f"<title>{escape(title)}</title><style>{_CSS}</style></head><body>"
+        f"<title>{escape(title)}</title><style>{asset('page.css')}</style></head><body>"
         + content
-        + embedded + f"<script>{_JS}</script></body></html>\n"
+        + embedded + f"<script>{asset('page.js')}</script></body></html>\n"
     )
     return page.encode()
+
+
+class HtmlRenderer:
+    """The self-contained HTML page (``render_html``); a ``comparison`` key in the report
+    (``tracelens report --compare``) adds the 'what changed' section."""
+
+    name = "html"
+    suffixes = (".html", ".htm")
+
+    def render(self, report: dict[str, Any]) -> bytes:
+        return render_html(report, report.get("comparison"))
+
+
+RENDERER = HtmlRenderer()

@@ -1,0 +1,175 @@
+"""The job rollup: the last step of ``analyze()``.  From the per-rank results and the job
+reduce's collectives and stragglers it computes, once, every derived job value the report shows
+(the job MFU and its quality flags, step-time stats, the GPU-time total, the job waterfall, the
+job's kernel table, the straggler list and check, the communication summary, the suggestions)
+and stores them on the Analysis as plain JSON-able data (``Analysis.job``, a ``JobResult``), so
+that ``Analysis.to_dict()`` only assembles dicts."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from math import fsum
+from typing import Any
+
+import polars as pl
+
+from tracelens.analysis import waterfall
+from tracelens.analysis.job import comm
+from tracelens.analysis.report import Analysis, JobResult, gpu_dict
+from tracelens.analysis.suggest import suggest
+from tracelens.model.summary import ZERO, RankResult
+
+
+def finish_job(a: Analysis) -> Analysis:
+    """``a`` with its ``job`` computed (any earlier one replaced)."""
+    ranks = list(a.ranks)
+    times = sorted(step_times(ranks))
+    kind = waterfall_kind(ranks)
+    check = comm.check_dict(a.straggler_check or comm.straggler_check(list(a.collectives), len(ranks)))
+    return replace(a, job=JobResult(
+        mfu=job_mfu(ranks),
+        step_time_ns={
+            "mean": round(sum(times) / len(times)) if times else None,
+            "p50": times[(len(times) - 1) // 2] if times else None,
+            "max": times[-1] if times else None,
+        },
+        gpu_time_ns=gpu_dict(sum((r.gpu for r in ranks if r.gpu is not None), ZERO)) if any(r.gpu for r in ranks) else None,
+        waterfall=job_waterfall(ranks, kind),
+        kernels=job_kernels(ranks),
+        waterfall_kind=kind,
+        **flops_quality(ranks),
+        # null, not [], when no wait was measured: nobody can be named or cleared (straggler_check says why)
+        stragglers=[
+            {"rank": st.rank, "excess_ns": st.excess_ns, "evidence": st.evidence, "last_in": st.last_in,
+             "of": st.of, "p_value": st.p_value}
+            for st in a.stragglers
+        ] if a.stragglers or len(ranks) < 2 or check["known"] else None,
+        straggler_check=check,
+        communication={**comm_summary(a.collectives), **(a.comm_notes or comm.report_notes(a.collectives, ()))},
+        suggestions=[sg.to_dict() for sg in suggest(a)],
+    ))
+
+
+def waterfall_kind(ranks: list[RankResult]) -> str:
+    """"mfu" when every rank has an MFU waterfall, else "gpu_time" (the report's job.waterfall_kind)."""
+    return "mfu" if ranks and all(r.waterfall is not None for r in ranks) else "gpu_time"
+
+
+def job_waterfall(ranks: list[RankResult], kind: str) -> list[dict[str, Any]]:
+    """The MFU waterfall when every rank has one (``kind`` "mfu"), else the GPU-time waterfall
+    (last bar ``compute``) of the ranks with GPU time."""
+    if not ranks:
+        return []
+    if kind == "mfu":
+        w = waterfall.combine([r.waterfall for r in ranks])
+    else:
+        w = waterfall.combine([r.time_waterfall for r in ranks])
+    return w.to_list() if w else []
+
+
+def job_kernels(ranks: list[RankResult]) -> list[dict[str, Any]]:
+    """Every kernel name over all ranks (each rank's whole table, merged): class, launches,
+    total and mean time, FLOPs, and over the launches whose FLOPs are known (``flops_ns``)
+    the TFLOP/s and the share of the peak of their ops' dtype (the ranks' ideal time over that
+    time, as each rank's table has it; above 1 it is null and ``above_peak``); longest first."""
+    rows = [k for r in ranks for k in r.kernels]
+    if not rows:
+        return []
+    df = pl.DataFrame(
+        {"name": [k["name"] for k in rows], "kclass": [k["kclass"] for k in rows], "count": [k["count"] for k in rows],
+         "total_ns": [k["total_ns"] for k in rows], "flops": [k["flops"] for k in rows],
+         "flops_ns": [k.get("flops_ns") for k in rows], "ideal_ns": [k.get("ideal_ns") for k in rows],
+         "dtype": [k.get("dtype") for k in rows]},
+        schema={"name": pl.String, "kclass": pl.String, "count": pl.Int64, "total_ns": pl.Int64, "flops": pl.Float64,
+                "flops_ns": pl.Int64, "ideal_ns": pl.Float64, "dtype": pl.String},
+    )
+    g = (df.group_by("name", "kclass").agg(pl.col("count").sum(), pl.col("total_ns").sum(), pl.col("flops").drop_nulls(),
+                                          pl.col("flops_ns").drop_nulls(), pl.col("ideal_ns").drop_nulls(),
+                                          pl.col("dtype").drop_nulls().unique().sort())
+         .sort("total_ns", "name", "kclass", descending=[True, False, False]))
+    out = []
+    for name, kclass, count, t, f, fns, ideal, dts in g.iter_rows():  # one row per kernel name: a summary, not the events
+        flops = fsum(f) if f else None  # exact sums: the same report to the last bit, whatever the threads
+        fns = sum(fns) if fns else None
+        share = fsum(ideal) / fns if (ideal and fns) else None
+        out.append({"name": name, "kclass": kclass, "count": count, "total_ns": t, "mean_ns": t / count,
+                    "flops": flops, "achieved_tflops": flops / (fns / 1e9) / 1e12 if (flops is not None and fns) else None,
+                    "of_peak": share if (share is None or share <= 1.0) else None, "flops_ns": fns,
+                    "ideal_ns": fsum(ideal) if ideal else None,
+                    "dtype": (dts[0] if len(dts) == 1 else "mixed") if dts else None,
+                    "above_peak": bool(share is not None and share > 1.0)})
+    return out
+
+
+def job_mfu(ranks: list[RankResult]) -> float | None:
+    """Σ model FLOPs / Σ (peak × window) over the ranks; null if any rank's is unknown."""
+    if not ranks or any(r.mfu is None for r in ranks):
+        return None
+    den = sum(r.peak_flops * r.gpu.window / 1e9 for r in ranks)
+    return sum(r.flops for r in ranks) / den if den else None
+
+
+def flops_quality(ranks: list[RankResult]) -> dict[str, Any]:
+    """Over the ranks: the share of matmul kernel time whose FLOPs are known, and whether the
+    job's MFU is a lower bound (some rank's is) or holds FLOPs beyond peak (some rank's does)."""
+    cov = [r for r in ranks if r.flops_coverage is not None and r.matmul_ns]
+    mm = sum(r.matmul_ns for r in cov)
+    return {
+        "flops_coverage": (1.0 - sum(r.matmul_without_flops_ns for r in cov) / mm) if mm else None,
+        "mfu_lower_bound": any(r.lower_bound for r in ranks),
+        "mfu_above_peak": any(r.above_peak for r in ranks),
+    }
+
+
+def step_times(ranks: list[RankResult]) -> list[int]:
+    """The step times the job's stats count: every rank's steps but the warm-up (a lone step counts)."""
+    return [s.dur_ns for r in ranks for s in r.steps if not s.warmup or len(r.steps) == 1]
+
+
+def comm_summary(table: tuple, top: int = 20) -> dict[str, Any]:
+    """Per (group, collective) totals, and the slowest collective instances."""
+    groups: dict[tuple, dict[str, Any]] = {}
+    for c in table:
+        g = groups.setdefault(
+            (c.group, c.collective),
+            {"group": c.group, "group_desc": c.group_desc, "collective": c.collective, "count": 0, "bytes": 0,
+             "time_ns": 0, "exposed_ns": 0, "wait_ns": 0, "wait_known": True, "busbw": [], "bytes_known": False},
+        )
+        g["count"] += 1
+        g["bytes"] += c.bytes or 0
+        g["bytes_known"] |= c.bytes is not None
+        for r in c.ranks:
+            g["time_ns"] += r.dur_ns
+            g["exposed_ns"] += r.exposed_ns
+            if r.wait_ns is None:
+                g["wait_known"] = False
+            else:
+                g["wait_ns"] += r.wait_ns
+            if r.busbw_gbps is not None:
+                g["busbw"].append(r.busbw_gbps)
+    summary = []
+    for g in groups.values():
+        bw = sorted(g.pop("busbw"))
+        g["busbw_gbps_median"] = bw[len(bw) // 2] if bw else None
+        if not g.pop("wait_known"):
+            g["wait_ns"] = None
+        if not g.pop("bytes_known"):  # no collective of the group said its size: unknown, not 0
+            g["bytes"] = None
+        summary.append(g)
+    summary.sort(key=lambda g: -g["time_ns"])
+    slowest = sorted(table, key=lambda c: (-max((r.dur_ns for r in c.ranks), default=0), c.group or "", c.seq))[:top]
+    return {
+        "by_group": summary,
+        "slowest": [
+            {
+                "group": c.group, "seq": c.seq, "collective": c.collective, "bytes": c.bytes, "group_size": c.group_size,
+                "complete": c.complete, "consistent": c.consistent, "slowest_rank": c.slowest_rank,
+                "ranks": [
+                    {"rank": r.rank, "start_ns": r.start_ns, "dur_ns": r.dur_ns, "exposed_ns": r.exposed_ns,
+                     "wait_ns": r.wait_ns, "busbw_gbps": r.busbw_gbps}
+                    for r in c.ranks
+                ],
+            }
+            for c in slowest
+        ],
+    }

@@ -1,0 +1,171 @@
+"""The terminal summary of a report dict: the headline, the per-rank table, idle split,
+communication, stragglers, the waterfall (``views.waterfall_layout``, as the TUI and the HTML
+draw it), suggestions, the slowest steps and the warnings."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from tracelens.model.units import fmt_ns
+from tracelens.render import tables as views
+from tracelens.render.tables import fmt_speedup
+
+
+def _pct(part: int | None, whole: int | None) -> str:
+    if part is None or not whole:
+        return "-"
+    return f"{100.0 * part / whole:5.1f}%"
+
+
+def render_text(d: dict[str, Any]) -> str:
+    """The terminal summary.  Every string from a trace or a saved report is made printable
+    first (``views.printable``): no control character or escape sequence reaches the terminal."""
+    d = views.printable_report(d)
+    job = d["job"]
+    lines = [f"tracelens {d['tool']['version']} — {job['ranks']} rank(s)"]
+    mfus = [(r["rank"], r["mfu"]) for r in d["ranks"]]
+    h = views.headline(d)
+    nwarn = f" ({h['warnings']} warning(s) at the end)" if h["warnings"] else ""
+    if job["mfu"] is not None:
+        r0 = d["ranks"][0]["mfu"] if d["ranks"] else {}
+        hfu = f", HFU {100 * r0['hfu']:.2f}% (with recompute)" if r0.get("hfu") and r0.get("recompute_flops") else ""
+        lines.append(f"MFU: {100 * job['mfu']:.2f}% {views.mfu_text(h)}{hfu}{nwarn}")
+        if views.mfu_note(job):
+            lines.append(f"     (the MFU is {views.mfu_note(job)})")
+    else:
+        lines.append(f"{h['why_unknown']}{nwarn}")
+        if any(m["value"] is not None for _, m in mfus):
+            lines.append("  known on: " + ", ".join(f"rank {rk} {100 * m['value']:.2f}%" for rk, m in mfus if m["value"] is not None))
+    st = job["step_time_ns"]
+    if st["mean"] is not None:
+        lines.append(f"step time: mean {fmt_ns(st['mean'])}, p50 {fmt_ns(st['p50'])}, max {fmt_ns(st['max'])} (warm-up step excluded)")
+    g = job["gpu_time_ns"]
+    if g:
+        w = sum(g[k] for k in ("idle", "compute", "exposed_comm", "exposed_memcpy"))
+        lines.append(
+            f"GPU time, all ranks: compute {_pct(g['compute'], w)}, idle {_pct(g['idle'], w)}, "
+            f"exposed comm {_pct(g['exposed_comm'], w)}, exposed memcpy {_pct(g['exposed_memcpy'], w)}"
+        )
+    lines.append("")
+    lines.append(f"{'rank':>4}  {'device':<24} {'steps':>5} {'step time':>10} {'MFU':>6} {'compute':>8} {'idle':>7} {'exp.comm':>8} {'exp.copy':>8}")
+    for r in d["ranks"]:
+        kept = [s for s in r["steps"] if not s["warmup"]] or r["steps"]
+        mean = sum(s["dur_ns"] for s in kept) // len(kept) if kept else None
+        g = r["gpu_time_ns"]
+        w = r["window_ns"]
+        name = views.device_label(r)[:24]
+        lines.append(
+            f"{r['rank']:>4}  {name:<24} {len(r['steps']):>5} {fmt_ns(mean):>10} "
+            + (f"{100 * r['mfu']['value']:5.2f}% " if r["mfu"]["value"] is not None else f"{'-':>6} ")
+            + " ".join(f"{_pct(g[k] if g else None, w):>8}" for k in ("compute", "idle", "exposed_comm", "exposed_memcpy"))
+        )
+    idle_rows = [(r["rank"], r["idle_ns"], r["window_ns"]) for r in d["ranks"] if r["idle_ns"]]
+    if idle_rows:
+        lines.append("")
+        lines.append("GPU idle, by what the host was doing (% of the window):")
+        keys = ("data_loading", "host_launch", "sync", "launch_latency", "pipeline_bubble", "other")
+        lines.append(f"{'rank':>4}  " + " ".join(f"{k.replace('_', ' '):>15}" for k in keys))
+        for rank, idle, w in idle_rows:
+            lines.append(f"{rank:>4}  " + " ".join(f"{_pct(idle[k], w):>15}" for k in keys))
+    bound = [
+        (r["rank"], s) for r in d["ranks"] for s in r["steps"]
+        if not s["warmup"] and s["data_loading"] and s["data_loading"]["input_bound"] != "no"
+    ]
+    if bound:
+        lines.append("")
+        lines.append("input-bound steps (GPU waiting for the DataLoader; >= 20% highly, >= 5% moderately):")
+        for rank, s in bound[:8]:
+            dl = s["data_loading"]
+            lines.append(f"  rank {rank} {s['name']}: {dl['input_bound']}, {100 * dl['fraction']:.1f}% of the step ({fmt_ns(dl['gpu_idle_ns'])})")
+    comm = d["communication"]["by_group"]
+    if comm:
+        lines.append("")
+        lines.append("communication (all ranks):")
+        lines.append(f"  {'group':<14} {'collective':<14} {'count':>6} {'time':>10} {'exposed':>10} {'wait':>10} {'busbw':>11}")
+        for g in comm[:10]:
+            grp = (g["group"] or "?") + (f" ({g['group_desc']})" if g["group_desc"] else "")
+            bw = f"{g['busbw_gbps_median']:.1f} GB/s" if g["busbw_gbps_median"] is not None else "-"
+            wait = fmt_ns(g["wait_ns"]) if g["wait_ns"] is not None else "-"
+            lines.append(
+                f"  {grp[:14]:<14} {(g['collective'] or '?'):<14} {g['count']:>6} {fmt_ns(g['time_ns']):>10} "
+                f"{fmt_ns(g['exposed_ns']):>10} {wait:>10} {bw:>11}"
+            )
+        for note in views.comm_notes(d):
+            lines.append(f"  {note}")
+    verdict = views.straggler_verdict(d)
+    if verdict and verdict[0] == "found":
+        lines.append("")
+        lines.append("straggler ranks:")
+        for st in job["stragglers"]:
+            lines.append(f"  rank {st['rank']}: {st['evidence']}")
+    elif verdict:
+        lines.append("")
+        lines.append(f"straggler ranks: {verdict[1]}")
+    bars, kind = views.waterfall(d)
+    if bars:
+        lines.append("")
+        lines.append(views.waterfall_title(kind, " of the job") + ":")
+        lines.append(waterfall_text(bars))
+    if d["suggestions"]:
+        lines.append("")
+        lines.append("suggestions (largest possible win first):")
+        for sg in d["suggestions"][:8]:
+            est = sg["est_speedup"]
+            up = f" — up to {fmt_speedup(est)} faster" if est else ""
+            ev = sg["evidence"]
+            num = ""
+            if "worst" in ev:
+                num = f" ({ev['measure']}: {100 * ev['worst']:.1f}%)" if ev.get("unit") == "share" else f" ({ev['measure']}: {ev['worst']:g})"
+            lines.append(f"  * {sg['title']}{num}{up}")
+            lines.append(f"      {sg['detail']}")
+    worst = sorted(
+        ((s["dur_ns"], r["rank"], s) for r in d["ranks"] for s in r["steps"] if not s["warmup"]),
+        key=lambda t: -t[0],
+    )[:3]
+    if worst:
+        lines.append("")
+        lines.append("slowest steps:")
+        for dur, rank, s in worst:
+            g = s["gpu_time_ns"]
+            idle = f", idle {_pct(g['idle'], dur).strip()}" if g else ""
+            lines.append(f"  rank {rank} {s['name']}: {fmt_ns(dur)}{idle}")
+    if d.get("comparison"):
+        from tracelens.render.compare import text_section
+
+        lines.append("")
+        lines.append(text_section(d["comparison"]).rstrip("\n"))
+    if d["warnings"]:
+        lines.append("")
+        lines.extend(f"warning: {w}" for w in d["warnings"])
+    return "\n".join(lines) + "\n"
+
+
+def waterfall_text(bars: list[dict[str, Any]], width: int = 40) -> str:
+    """Horizontal bars laid out by ``views.waterfall_layout`` (the rows, parts and positions the
+    TUI and the HTML draw): each loss bar starts where the previous one ended, the last ends at
+    100%; glyphs from ``views.bar_cells``, so a bar is never drawn wider than a larger one."""
+    from tracelens.model.units import fmt_pct
+
+    out = []
+    for row in views.waterfall_layout(bars):
+        lead, glyphs = views.bar_cells(row["start"], row["fraction"], width)
+        cells = (" " * lead + glyphs)[:width]
+        out.append(f"  {row['label'][:38]:<38} {cells:<{width}} {fmt_pct(row['fraction'], 2):>7}")
+        for p in row["parts"]:
+            out.append(f"      {p['label'][:34]:<34} {'':<{width}} {fmt_pct(p['fraction'], 2):>7}")
+        if row.get("note"):
+            out.append(f"      ({row['note']})")
+    return "\n".join(out)
+
+
+class TextRenderer:
+    """The terminal summary as UTF-8 bytes (``render_text``)."""
+
+    name = "text"
+    suffixes = (".txt", ".text")
+
+    def render(self, report: dict[str, Any]) -> bytes:
+        return render_text(report).encode()
+
+
+RENDERER = TextRenderer()
