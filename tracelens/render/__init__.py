@@ -4,6 +4,7 @@ never read the traces, so a saved report re-renders without them (``--load``).""
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -184,3 +185,18 @@ def waterfall_text(bars: list[dict[str, Any]], width: int = 40) -> str:
         if row.get("note"):
             out.append(f"      ({row['note']})")
     return "\n".join(out)
+
+
+class _RenderModule(sys.modules[__name__].__class__):
+    """``tracelens.render`` is this package once it is imported (Python binds a subpackage to its
+    parent's attribute), so the package is callable as the public API's ``tracelens.render(analysis
+    or report dict, fmt) -> bytes`` (tracelens/__init__.py), and its modules stay reachable."""
+
+    def __call__(self, report: Any, fmt: str = "text") -> bytes:
+        d = report.to_dict() if hasattr(report, "to_dict") else report
+        if not isinstance(d, dict):
+            raise TypeError(f"render() takes an Analysis or a report dict, not {type(report).__name__}")
+        return render(d, fmt)
+
+
+sys.modules[__name__].__class__ = _RenderModule
