@@ -331,16 +331,27 @@ def _traces(path: str, what: str, skip_found: bool):
 
 
 def _analyze_paths(paths: list[str], args: argparse.Namespace, steps) -> dict:
-    from tracelens.analysis import analyze
-    from tracelens.model.errors import UsageError
-    from tracelens.store.job import load
+    """The report of the job in ``paths``: from the report cache when the job and the options are
+    unchanged (neither polars nor the analysis is imported then), else loaded and analysed."""
+    from tracelens.store.reports import cached_report
 
-    trace = load(paths, use_cache=not args.no_cache, keep_python=args.keep_python, jobs=args.jobs, strict=args.strict)
-    a = analyze(trace, _options(args, steps))
-    bad = next((r.mfu_error for r in a.ranks if r.mfu_error), None)
-    if bad:  # an MFU above 100% from a number the user gave is a mistake in it, not a result
-        raise UsageError(bad)
-    return a.to_dict()
+    values = _option_values(args, steps)
+
+    def analyse() -> tuple[dict, bool]:
+        from tracelens.analysis import analyze
+        from tracelens.model.errors import UsageError
+        from tracelens.model.options import Options
+        from tracelens.store.job import load
+
+        trace = load(paths, use_cache=not args.no_cache, keep_python=args.keep_python, jobs=args.jobs, strict=args.strict)
+        a = analyze(trace, Options(**values))
+        bad = next((r.mfu_error for r in a.ranks if r.mfu_error), None)
+        if bad:  # an MFU above 100% from a number the user gave is a mistake in it, not a result (never cached)
+            raise UsageError(bad)
+        return a.to_dict(), not trace.cache_warnings
+
+    d, _ = cached_report(paths, analyse, options=values, keep_python=args.keep_python, strict=args.strict, use_cache=not args.no_cache)
+    return d
 
 
 def _gate(d: dict, min_mfu: float | None, max_step_ms: float | None) -> list[str]:
@@ -362,15 +373,21 @@ def _gate(d: dict, min_mfu: float | None, max_step_ms: float | None) -> list[str
     return reasons
 
 
-def _options(args: argparse.Namespace, steps: tuple[int, int] | None):
-    from tracelens.analysis import Options
-
-    return Options(
+def _option_values(args: argparse.Namespace, steps: tuple[int, int] | None) -> dict:
+    """The analysis options (``tracelens.analysis.Options``' fields) the command line and the job's
+    settings give: plain values, so that the report cache's key needs no analysis import."""
+    return dict(
         steps=steps, step_range=args.step_range, data_range=args.data_range, include_warmup=args.include_warmup,
         gpu=args.gpu, peak_tflops=args.peak_tflops, model_flops_per_step=args.model_flops_per_step,
         params=args.params, tokens_per_step=args.tokens_per_step, seq_len=args.seq_len, layers=args.layers, hidden=args.hidden,
         given=getattr(args, "given", ()),
     )
+
+
+def _options(args: argparse.Namespace, steps: tuple[int, int] | None):
+    from tracelens.model.options import Options
+
+    return Options(**_option_values(args, steps))
 
 
 def _apply_job_settings(args: argparse.Namespace) -> None:
@@ -390,10 +407,13 @@ def _check_options(args: argparse.Namespace) -> tuple[int, int] | None:
     import math
     import re
 
-    from tracelens.analysis import parse_steps
     from tracelens.store.jobconfig import POSITIVE
 
-    steps = parse_steps(args.steps) if args.steps else None
+    steps = None
+    if args.steps:
+        from tracelens.model.options import parse_steps  # (dataclasses: ~8 ms that a cached report does without)
+
+        steps = parse_steps(args.steps)
     for rx in (args.step_range, args.data_range):
         if rx:
             re.compile(rx)
@@ -433,20 +453,28 @@ def _cmd_open(args: argparse.Namespace) -> int:
         print(f"tracelens: error: {e}", file=sys.stderr)
         return EXIT_USAGE
     from tracelens.model.errors import TraceInputError
-    from tracelens.tui import make_app
 
-    report = error = None
+    report = error = job = None
     if len(args.paths) == 1 and args.paths[0].lower().endswith((".json", ".html", ".htm")):
         try:
             report = _saved_report(args.paths[0])
         except TraceInputError as e:  # a damaged or malformed saved report: said in the app, then on stderr (exit 3)
             error = f"cannot open {e}"
+    if error is None and report is None:
+        from tracelens.tui.loading import JobLoad
+
+        # the load (the report cache, else the parse cache and the analysis) runs while Textual is imported
+        job = JobLoad(args.paths, options=_options(args, steps), use_cache=not args.no_cache, jobs=args.jobs,
+                      strict=args.strict).start()
+    from tracelens.tui import make_app
+
     if error is not None:
         app = make_app(error=error)
     elif report is not None:
         app = make_app(report=report)
     else:
-        app = make_app(args.paths, options=_options(args, steps), use_cache=not args.no_cache, jobs=args.jobs, strict=args.strict)
+        app = make_app(args.paths, options=job.options, use_cache=not args.no_cache, jobs=args.jobs, strict=args.strict,
+                       job_load=job)
     app.run()
     if app.error:
         print(f"tracelens: error: {_clean(app.error)}", file=sys.stderr)

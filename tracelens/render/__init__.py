@@ -13,6 +13,7 @@ bars, the one waterfall layout) is in ``tracelens.render.tables``."""
 from __future__ import annotations
 
 import importlib
+import sys
 from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
@@ -94,3 +95,18 @@ def render(report: Any, fmt: str) -> bytes:
             raise TypeError(f"render() takes a report dict or an Analysis, not {type(report).__name__}")
         report = to_dict()
     return renderer_for(fmt).render(report)
+
+
+class _RenderModule(sys.modules[__name__].__class__):
+    """``tracelens.render`` is this package once it is imported (Python binds a subpackage to its
+    parent's attribute), so the package is callable as the public API's ``tracelens.render(analysis
+    or report dict, fmt) -> bytes`` (tracelens/__init__.py), and its modules stay reachable."""
+
+    def __call__(self, report: Any, fmt: str = "text") -> bytes:
+        d = report.to_dict() if hasattr(report, "to_dict") else report
+        if not isinstance(d, dict):
+            raise TypeError(f"render() takes an Analysis or a report dict, not {type(report).__name__}")
+        return render(d, fmt)
+
+
+sys.modules[__name__].__class__ = _RenderModule

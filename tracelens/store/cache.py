@@ -26,12 +26,16 @@ import re
 import stat
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import orjson
-import polars as pl
 
-from tracelens.model.schema import TraceMeta
 from tracelens.store.atomic import temp_owner, write_bytes, write_with
+
+if TYPE_CHECKING:  # polars only where an entry is read: hashing a file (the report cache's key) imports none of it
+    import polars as pl
+
+    from tracelens.model.schema import TraceMeta
 
 HASH_BLOCK = 1 << 22
 LAYOUT = 2  # in every entry's file name: entries written by an older layout are never read
@@ -180,6 +184,10 @@ def _check_entry(key: str, pq: Path, mj: Path) -> tuple[pl.DataFrame, TraceMeta]
         return f"its Parquet file has {len(data):,} bytes, not as many as it was written with"
     if head.get("parquet_blake2b") != _digest(data):
         return "its Parquet file fails its checksum"
+    import polars as pl
+
+    from tracelens.model.schema import TraceMeta
+
     return pl.read_parquet(io.BytesIO(data)), TraceMeta.from_dict(head["meta"])
 
 

@@ -30,6 +30,8 @@ class Trace:
     metas: list[TraceMeta]
     warnings: list[str] = field(default_factory=list)
     separate_runs: str | None = None  # why the files look like separate runs rather than one job (also a warning)
+    # the warnings about the parse cache (a corrupt entry, a cache that cannot be used): true of this run, not of the job
+    cache_warnings: list[str] = field(default_factory=list)
 
     @property
     def all_warnings(self) -> list[str]:
@@ -199,8 +201,9 @@ def load(
                     f.cancel()
                 raise
     said = [n for i in sorted(notes) for n in notes[i]]
-    warnings.extend(text for kind, text in said if kind == "corrupt")
-    warnings.extend(next(([text] for kind, text in said if kind == "cache"), []))  # one, however many files met it
+    cache_warnings = [text for kind, text in said if kind == "corrupt"]
+    cache_warnings += next(([text] for kind, text in said if kind == "cache"), [])  # one, however many files met it
+    warnings.extend(cache_warnings)
     if not results:
         raise TraceInputError(str(files[0].parent if len(files) > 1 else files[0]), "no traces among the inputs")
     order = sorted(results)
@@ -215,7 +218,7 @@ def load(
         out.append(df.with_columns(pl.lit(fi, dtype=pl.Int32).alias("file"), pl.lit(meta.rank, dtype=pl.Int32).alias("rank")))
     events = pl.concat(out, how="vertical") if out else empty_frame()
     assert list(events.schema) == list(EVENT_SCHEMA)
-    return Trace(events=events, metas=metas, warnings=warnings, separate_runs=separate)
+    return Trace(events=events, metas=metas, warnings=warnings, separate_runs=separate, cache_warnings=cache_warnings)
 
 
 def _size(f: Path) -> int:

@@ -1,10 +1,12 @@
 """TracelensApp: loads a job in a worker (with progress), then shows the report's views in
 tabs.  Every number comes from the report dict (``Analysis.to_dict()``) through
-``tracelens.render.tables``, as the HTML report's do; the timeline reads the event table."""
+``tracelens.render.tables``, as the HTML report's do; the timeline reads the event table.
+
+The load is a ``tracelens.tui.loading.JobLoad``: the report first (from the report cache when
+the job is unchanged), shown at once; the event table for the timeline after the first screen."""
 
 from __future__ import annotations
 
-import time
 from typing import Any
 
 from rich.text import Text
@@ -18,9 +20,8 @@ from textual.worker import Worker, WorkerState
 
 from tracelens.model.units import fmt_ns
 from tracelens.render import tables as views
-from tracelens.tui.panes import VIEWS, MainView
-from tracelens.tui.screens.ask import flops_screen, gpu_screen
-from tracelens.tui.screens.help import HelpScreen
+from tracelens.tui.loading import JobLoad
+from tracelens.tui.panes import TIMELINE_LOADING, VIEWS, MainView, TimelinePane
 from tracelens.tui.widgets.table import FilterTable, RowTable
 from tracelens.tui.widgets.timeline import TimelineView
 from tracelens.tui.widgets.waterfall import WaterfallChart
@@ -36,6 +37,14 @@ class Loaded(Message):
     def __init__(self, report: dict[str, Any], timeline: Any):
         super().__init__()
         self.report, self.timeline = report, timeline
+
+
+class TimelineReady(Message):
+    """The event table is read (after the first screen): the timeline and a re-analysis can run."""
+
+    def __init__(self, timeline: Any, trace: Any):
+        super().__init__()
+        self.timeline, self.trace = timeline, trace
 
 
 class Reanalyzed(Message):
@@ -74,8 +83,10 @@ class TracelensApp(App):
     ] + [Binding(str(i + 1), f"show_tab('{pane_id}')", title, show=False) for i, (pane_id, title, _) in enumerate(VIEWS)]
 
     def __init__(self, *, paths: list[str], options: Any = None, use_cache: bool = True, jobs: int | None = None,
-                 report: dict[str, Any] | None = None, trace: Any = None, strict: bool = False, error: str | None = None):
+                 report: dict[str, Any] | None = None, trace: Any = None, strict: bool = False, error: str | None = None,
+                 job_load: JobLoad | None = None):
         super().__init__()
+        self._job_load = job_load  # a load started before Textual was imported (tracelens open), else started here
         self._startup_error = error
         self.paths = paths
         self.options = options
@@ -85,6 +96,7 @@ class TracelensApp(App):
         self.report: dict[str, Any] | None = report
         self._trace = trace
         self.timeline = None
+        self.timeline_pending = False  # the report is shown, its event table still loading
         self.history: list[tuple] = []
         self.error: str | None = None
 
@@ -109,53 +121,47 @@ class TracelensApp(App):
     # -- loading ----------------------------------------------------------------------------
     @work(thread=True, exclusive=True, exit_on_error=False, group="load", description="load and analyze the traces")
     def load_job(self) -> None:
-        try:
-            self.post_message(Loaded(*self._load()))
-        except Exception as e:  # shown in the app, never as a traceback
-            from tracelens.model.errors import TraceInputError
+        job = self._job_load or JobLoad(self.paths, options=self.options, use_cache=self.use_cache, jobs=self.jobs,
+                                        strict=self.strict).start()
+        self._job_load = job
+        job.attach(lambda text, done, total: self.post_message(Progress(text, done, total)))
+        job.report_ready.wait()
+        if job.report is None:
+            self.post_message(Failed(self._failure(job.error)))
+            return
+        self.post_message(Loaded(job.report, None))
+        job.done.wait()
+        if job.error is not None:  # the report is shown; only its events could not be read
+            self.post_message(TimelineReady(None, None))
+            self.call_from_thread(self.notify, f"no timeline: {self._failure(job.error)}", severity="warning", markup=False)
+        else:
+            self.post_message(TimelineReady(job.timeline, job.trace))
 
-            if isinstance(e, TraceInputError):
-                self.post_message(Failed(f"cannot open {e}"))
-            else:
-                self.post_message(Failed(f"internal error: {type(e).__name__}: {e}"))
+    @staticmethod
+    def _failure(e: BaseException | None) -> str:
+        from tracelens.model.errors import TraceInputError
 
-    def _load(self) -> tuple[dict[str, Any], Any]:
-        from tracelens.analysis import Options, analyze
-        from tracelens.analysis.timeline import Timeline
-        from tracelens.store.job import load
+        if isinstance(e, TraceInputError):
+            return f"cannot open {e}"
+        return f"internal error: {type(e).__name__}: {e}"
 
-        t0 = time.perf_counter()
-        nbytes = 0
-        files = [0, 0]  # parsed, total
-        last = [0.0]
+    async def on_timeline_ready(self, msg: TimelineReady) -> None:
+        self.timeline, self._trace, self.timeline_pending = msg.timeline, msg.trace, False
+        for pane in list(self.query(TimelinePane)):  # built before the events were there: built again with them
+            parent = pane.parent
+            await pane.remove()
+            await parent.mount(TimelinePane(self.timeline, self.report))
 
-        def progress(done: int, total: int, meta) -> None:
-            nonlocal nbytes
-            nbytes += meta.uncompressed_bytes or meta.size_bytes or 0
-            files[:] = [done, total]
-
-        def bytes_progress(done: int, total: int) -> None:
-            now = time.perf_counter()
-            if now - last[0] < 0.1 and done < total:
-                return  # ten updates a second are plenty
-            last[0] = now
-            dt = max(now - t0, 1e-6)
-            parsed = f"{files[0]}/{files[1]} files parsed · {nbytes / 1e6:,.1f} MB of JSON · " if files[1] else ""
-            self.post_message(Progress(f"{parsed}{done / 1e6:,.1f} of {total / 1e6:,.1f} MB on disk read · {done / 1e6 / dt:,.1f} MB/s",
-                                       done, total))
-
-        self.post_message(Progress("reading…", None, None))
-        trace = load(self.paths, use_cache=self.use_cache, jobs=self.jobs, progress=progress, bytes_progress=bytes_progress,
-                     strict=self.strict)
-        self.post_message(Progress(f"analyzing {trace.events.height:,} events…", None, None))
-        self._trace = trace  # kept for a re-analysis with other options (set GPU)
-        report = analyze(trace, self.options or Options()).to_dict()
-        timeline = Timeline(trace.events)
-        return report, timeline
+    def on_unmount(self) -> None:
+        if self._job_load is not None:
+            self._job_load.go_on.set()  # a load waiting for a first screen that never came goes on (and ends)
 
     def _can_reanalyse(self) -> bool:
         if self.report is None:
             self.notify("still loading", severity="warning")
+            return False
+        if self.timeline_pending:
+            self.notify("still reading the events: try again in a moment", severity="warning")
             return False
         if self._trace is None:
             self.notify("a saved report cannot be re-analysed: open its traces", severity="warning")
@@ -164,10 +170,14 @@ class TracelensApp(App):
 
     def action_set_gpu(self) -> None:
         if self._can_reanalyse():
+            from tracelens.tui.screens.ask import gpu_screen
+
             self.push_screen(gpu_screen(self.options.gpu if self.options is not None else None), self._gpu_chosen)
 
     def action_set_flops(self) -> None:
         if self._can_reanalyse():
+            from tracelens.tui.screens.ask import flops_screen
+
             current = self.options.model_flops_per_step if self.options is not None else None
             self.push_screen(flops_screen(current), self._flops_chosen)
 
@@ -241,7 +251,10 @@ class TracelensApp(App):
 
     def on_loaded(self, msg: Loaded) -> None:
         self.timeline = msg.timeline
+        self.timeline_pending = msg.timeline is None and self._job_load is not None
         self._show(msg.report)
+        if self._job_load is not None:
+            self.call_after_refresh(self._job_load.go_on.set)  # drawn: now the events
 
     def on_failed(self, msg: Failed) -> None:
         self.error = msg.text
@@ -263,7 +276,7 @@ class TracelensApp(App):
             w.remove()
         n = len(report["ranks"])
         self.sub_title = f"{n} rank(s) · " + (f"MFU {100 * report['job']['mfu']:.2f}%" if report["job"]["mfu"] is not None else "MFU unknown")
-        self.mount(MainView(report, self.timeline), before=self.query_one(Footer))
+        self.mount(MainView(report, TIMELINE_LOADING if self.timeline_pending else self.timeline), before=self.query_one(Footer))
 
     def _tabs(self) -> TabbedContent | None:
         q = self.query("#tabs")
@@ -305,6 +318,8 @@ class TracelensApp(App):
             target.first().focus()
 
     def action_help(self) -> None:
+        from tracelens.tui.screens.help import HelpScreen  # (Markdown: imported when first asked for)
+
         if not isinstance(self.screen, HelpScreen):
             self.push_screen(HelpScreen())
 
@@ -323,6 +338,9 @@ class TracelensApp(App):
 
     def _timeline_at(self, start: int | None, end: int | None, rank: int | None, show: set[str] | None = None,
                      hl: tuple[int, int] | None = None) -> None:
+        if self.timeline_pending:
+            self.notify("the timeline is still loading: try again in a moment", severity="warning")
+            return
         if self.timeline is None or start is None or end is None:
             self.notify("no timeline for this (a saved report, or no GPU events)", severity="warning")
             return

@@ -276,6 +276,9 @@ class CommPane(Vertical):
             yield Label(note, classes="comm-note", markup=False)
 
 
+TIMELINE_LOADING = "loading"  # the timeline a pane is built with while the job's events are still being read
+
+
 class TimelinePane(Vertical):
     def __init__(self, timeline: Any, report: dict[str, Any]):
         super().__init__(id="timeline-body")
@@ -283,6 +286,9 @@ class TimelinePane(Vertical):
         self.report = report
 
     def compose(self) -> ComposeResult:
+        if self.timeline is TIMELINE_LOADING:
+            yield Static("reading the events for the timeline…", classes="empty")
+            return
         if self.timeline is None:
             yield Static("no timeline: this is a saved report; open the traces to see their events", classes="empty")
             return

@@ -9,7 +9,7 @@ kernel class that took most of it.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rich.segment import Segment
 from rich.style import Style
@@ -20,9 +20,11 @@ from textual.reactive import reactive
 from textual.strip import Strip
 from textual.widget import Widget
 
-from tracelens.analysis.timeline import Timeline
 from tracelens.model.units import fmt_ns, fmt_offset
 from tracelens.render.tables import KCLASS_COLOURS
+
+if TYPE_CHECKING:  # the index is built by the app's loader: importing this widget imports no polars
+    from tracelens.analysis.timeline import Timeline
 
 LABEL_W = 10
 HEADER = 2  # the time axis and the step row
