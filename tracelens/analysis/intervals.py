@@ -8,32 +8,45 @@ the set operations then walk the (much shorter) merged lists.
 from __future__ import annotations
 
 from bisect import bisect_right
+from collections.abc import Sequence
 from heapq import merge
+from typing import TypeVar
 
 import polars as pl
 
 Intervals = list[tuple[int, int]]
+F = TypeVar("F", pl.DataFrame, pl.LazyFrame)
+
+
+def merged(frame: F, start: str = "s", end: str = "e", by: Sequence[str] = (), keep_empty: bool = False) -> F:
+    """The union of the rows' ``[start, end)`` intervals, per group of ``by``: one row per maximal
+    run (overlapping or touching intervals joined), with the ``by`` columns, ``start`` and
+    ``end``, sorted by (``by``, ``start``).  Empty intervals vanish unless ``keep_empty``.  The
+    one interval union of tracelens (a sort and a running maximum of the ends): every other
+    union is built on it.  Lazy in, lazy out."""
+    by = list(by)
+    s, e = pl.col(start), pl.col(end)
+    if not keep_empty:
+        frame = frame.filter(e > s)
+    reach = e.cum_max().shift(1)
+    reach = reach.over(by) if by else reach
+    return (
+        frame.select(*by, start, end)
+        .sort(*by, start, end)
+        .with_columns((reach.is_null() | (s > reach)).cum_sum().alias("_run"))
+        .group_by(*by, "_run")
+        .agg(s.min(), e.max())
+        .sort(*by, start)
+        .drop("_run")
+    )
 
 
 def union_of(df: pl.DataFrame, start: str = "ts_ns", dur: str = "dur_ns") -> Intervals:
     """The union of the events' [start, start + dur) intervals (zero-length ones vanish)."""
     if df.height == 0:
         return []
-    s = (
-        df.select(pl.col(start).alias("s"), (pl.col(start) + pl.col(dur)).alias("e"))
-        .filter(pl.col("e") > pl.col("s"))
-        .sort("s", "e")
-    )
-    if s.height == 0:
-        return []
-    merged = (
-        s.with_columns(pl.col("e").cum_max().shift(1).alias("reach"))
-        .with_columns((pl.col("reach").is_null() | (pl.col("s") > pl.col("reach"))).cum_sum().alias("g"))
-        .group_by("g")
-        .agg(pl.col("s").min(), pl.col("e").max())
-        .sort("s")
-    )
-    return list(zip(merged.get_column("s").to_list(), merged.get_column("e").to_list()))
+    m = merged(df.select(pl.col(start).alias("s"), (pl.col(start) + pl.col(dur)).alias("e")))
+    return list(zip(m.get_column("s").to_list(), m.get_column("e").to_list()))
 
 
 def _merge_sorted(pairs) -> Intervals:

@@ -12,7 +12,7 @@ from tracelens.analysis import waterfall
 from tracelens.analysis.rank.kernels import KERNELS_TOP
 from tracelens.analysis.suggest import suggest
 from tracelens.model.schema import SCHEMA_VERSION
-from tracelens.model.summary import ZERO, GpuTime, RankResult
+from tracelens.model.summary import ZERO, GpuTime, RankResult, kept_steps
 
 
 @dataclass(frozen=True)
@@ -96,7 +96,7 @@ class Analysis:
         }
 
     def step_times(self) -> list[int]:
-        return [s.dur_ns for r in self.ranks for s in r.steps if not s.warmup or len(r.steps) == 1]
+        return [s.dur_ns for r in self.ranks for s in kept_steps(r.steps)]
 
     def to_dict(self) -> dict[str, Any]:
         from tracelens import __version__

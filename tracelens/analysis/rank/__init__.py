@@ -36,8 +36,8 @@ from tracelens.analysis.rank import segments
 from tracelens.analysis.rank.idle import _GRAPH_LAUNCH, _IdleAttribution
 from tracelens.analysis.suggest import input_bound_class
 from tracelens.model import gpus
-from tracelens.model.schema import NON_COMPUTE_KCLASSES
-from tracelens.model.summary import ZERO, DataLoading, GpuTime, IdleSplit, RankResult, Step
+from tracelens.model.schema import END, NON_COMPUTE_KCLASSES
+from tracelens.model.summary import ZERO, DataLoading, GpuTime, IdleSplit, RankResult, Step, kept_indices, kept_steps
 from tracelens.model.units import fmt_ns
 
 _STEP_NUM = re.compile(r"#(\d+)$")
@@ -61,7 +61,7 @@ def _step_spans(df: pl.DataFrame, options: Options) -> tuple[pl.DataFrame, int |
         pl.col("name").cast(pl.String),
         pl.col("name").cast(pl.String).str.extract(r"#(\d+)$").cast(pl.Int64).alias("step"),
         pl.col("ts_ns").alias("start"),
-        (pl.col("ts_ns") + pl.col("dur_ns")).alias("end"),
+        END.alias("end"),
     ).sort("start")
     out = out.with_columns((pl.col("start") == pl.col("start").max()).alias("last"))  # the trace's last step
     if options.steps is not None:
@@ -93,13 +93,13 @@ def _analyze_rank(df: pl.DataFrame, fi: int, meta, options: Options) -> RankResu
         pl.col("launch_graph").fill_null(False),  # replayed from a CUDA/HIP graph
     )
     spans, main_tid = _step_spans(df, options)
-    host_end = df.select((pl.col("ts_ns") + pl.col("dur_ns")).max()).item()
+    host_end = df.select(END.max()).item()
     host_start = df.select(pl.col("ts_ns").min()).item()
     tails = [0] * max(spans.height, 1)  # per step: its CPU span after all traced work (the last ProfilerStep's only)
     basis = "ranges" if options.step_range else "steps"
     if spans.height == 0:
         k0 = gpu_rows.select(pl.col("ts_ns").min()).item()
-        k1 = gpu_rows.select((pl.col("ts_ns") + pl.col("dur_ns")).max()).item()
+        k1 = gpu_rows.select(END.max()).item()
         spans = pl.DataFrame(
             {"name": ["whole trace"], "step": [None], "start": [host_start], "end": [host_end]},
             schema={"name": pl.String, "step": pl.Int64, "start": pl.Int64, "end": pl.Int64},
@@ -111,7 +111,7 @@ def _analyze_rank(df: pl.DataFrame, fi: int, meta, options: Options) -> RankResu
             # host's lead-in before the first kernel and its tail after the last are not GPU idle)
             windows, basis = [(k0, k1)], "gpu_activity"
             hs, he = df.lazy().filter(pl.col("tid").is_not_null()).select(
-                pl.col("ts_ns").min().alias("s"), (pl.col("ts_ns") + pl.col("dur_ns")).max().alias("e")).collect().row(0)
+                pl.col("ts_ns").min().alias("s"), END.max().alias("e")).collect().row(0)
             out = [f"{fmt_ns(k0 - hs)} of host events before the first GPU activity"] if hs is not None and hs < k0 else []
             out += [f"{fmt_ns(he - k1)} after the last"] if he is not None and he > k1 else []
             warnings.append(f"{meta.path}: {lead}: the whole trace is one step, windowed from its first to its last GPU "
@@ -143,7 +143,7 @@ def _analyze_rank(df: pl.DataFrame, fi: int, meta, options: Options) -> RankResu
         first_k = dict(
             gpu_rows.group_by("_step").agg(pl.col("ts_ns").min()).iter_rows()
         )
-        last_k = dict(gpu_rows.group_by("_step").agg((pl.col("ts_ns") + pl.col("dur_ns")).max()).iter_rows())
+        last_k = dict(gpu_rows.group_by("_step").agg(END.max()).iter_rows())
         n = spans.height
         # the trace's last ProfilerStep is closed by the profiler's stop: its CPU span after all
         # traced GPU and host work is its untraced tail, kept out of the window (not for --step-range
@@ -165,7 +165,7 @@ def _analyze_rank(df: pl.DataFrame, fi: int, meta, options: Options) -> RankResu
                 cpu_end = spans.get_column("end")[i]
                 e = max(cpu_end, last_k.get(i, cpu_end))
                 if cut:
-                    gpu_end = gpu_rows.select((pl.col("ts_ns") + pl.col("dur_ns")).max()).item()
+                    gpu_end = gpu_rows.select(END.max()).item()
                     traced = max(x for x in (gpu_end, _traced_host_end(df, tail_end)) if x is not None)
                     if traced < cpu_end:
                         e = max(traced, s)
@@ -266,7 +266,7 @@ def _analyze_rank(df: pl.DataFrame, fi: int, meta, options: Options) -> RankResu
     ]
     if has_gpu:
         steps = _waterfalls(steps, cuts, step_ideal, known_mm if source == "shapes" else None)
-    kept = [s for s in steps if not s.warmup] or steps
+    kept = kept_steps(steps)
     total = sum((s.gpu for s in kept), ZERO)
     idle_total = sum((s.idle for s in kept), IdleSplit())
     flops = sum(s.flops or 0.0 for s in kept) if step_flops is not None else None
@@ -276,7 +276,7 @@ def _analyze_rank(df: pl.DataFrame, fi: int, meta, options: Options) -> RankResu
         warnings.append(f"{meta.path}: MFU unknown: {mfu_error}")
         mfu = None
         steps = [replace(s, mfu=None, waterfall=None) for s in steps]
-        kept = [s for s in steps if not s.warmup] or steps
+        kept = kept_steps(steps)
     rflops = sum(recompute_flops.get(i, 0.0) for i, s in enumerate(steps) if s in kept)
     hfu = (flops + rflops) / (peak * total.window / 1e9) if mfu is not None else None
     fall = waterfall.combine([s.waterfall for s in kept]) if all(s.waterfall for s in kept) else None
@@ -346,7 +346,7 @@ def _traced_host_end(df: pl.DataFrame, before: int) -> int | None:
     return (
         host.filter((pl.col("kind") != "step") & (pl.col("ts_ns") < before))
         .join(work, on=["pid", "tid"], how="semi")
-        .select(pl.min_horizontal(pl.col("ts_ns") + pl.col("dur_ns"), pl.lit(before)).max())
+        .select(pl.min_horizontal(END, pl.lit(before)).max())
         .collect()
         .item()
     )
@@ -406,7 +406,7 @@ def _item_calls(df: pl.DataFrame, steps: list[Step], kept_idx: list[int]) -> dic
     the _local_scalar_dense inside it count one, and a _local_scalar_dense on its own (tolist,
     bool(tensor)) one; a call belongs to the step whose CPU span holds its start."""
     ops = df.lazy().filter((pl.col("kind") == "cpu_op") & pl.col("name").cast(pl.String).is_in(_ITEM)).select(
-        "tid", "ts_ns", (pl.col("ts_ns") + pl.col("dur_ns")).alias("end"), (pl.col("name").cast(pl.String) == _ITEM[0]).alias("item")
+        "tid", "ts_ns", END.alias("end"), (pl.col("name").cast(pl.String) == _ITEM[0]).alias("item")
     ).collect()
     out = dict.fromkeys(kept_idx, 0)
     if not ops.height or not kept_idx:
@@ -545,7 +545,7 @@ def _flops_quality(meta, kept: list[Step], cuts: list, steps: list[Step], known:
     counted FLOPs exceed what their kernels could do at their dtype's peak (the MFU may be too high)."""
     from tracelens.model.units import fmt_ns
 
-    idx = [i for i, s in enumerate(steps) if not s.warmup] or list(range(len(steps)))  # the kept steps, as ``kept``
+    idx = kept_indices(steps)  # the kept steps, as ``kept``
     mm = sum(cuts[i].matmul for i in idx) if cuts else 0
     out: dict[str, Any] = {"matmul_ns": mm if kernels is not None else None}
     if source == "shapes" and known is not None and mm:

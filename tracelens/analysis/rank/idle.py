@@ -6,6 +6,7 @@ import polars as pl
 
 from tracelens.analysis import intervals as iv
 from tracelens.analysis.options import Options
+from tracelens.model.schema import END
 from tracelens.model.summary import IDLE_KEYS, IdleSplit
 
 # Host calls that block until the GPU catches up: synchronizes, copies that return only when
@@ -50,7 +51,7 @@ def _blocking_spans(df: pl.DataFrame, gpu_rows: pl.DataFrame) -> pl.DataFrame:
     pageable = pageable.get_column("correlation").drop_nulls()
     host = (  # the host kinds the spans below come from, without the other columns
         df.lazy().filter(pl.col("tid").is_not_null() & pl.col("kind").is_in(["runtime", "sync", "cpu_op"]))
-        .select("tid", "kind", "name", pl.col("ts_ns").alias("s"), (pl.col("ts_ns") + pl.col("dur_ns")).alias("e"),
+        .select("tid", "kind", "name", pl.col("ts_ns").alias("s"), END.alias("e"),
                 pl.col("kind").is_in(["runtime", "sync"]).alias("leaf"), "correlation")
         .collect()
     )

@@ -11,6 +11,7 @@ from __future__ import annotations
 import polars as pl
 
 from tracelens.analysis.rank.flops import SDPA_FWD
+from tracelens.model.schema import END
 
 FORWARD = {
     "aten::convolution", "aten::_convolution", "aten::linear", "aten::matmul", "aten::addmm", "aten::baddbmm",
@@ -24,7 +25,7 @@ def find(df: pl.DataFrame) -> pl.DataFrame:
     ops = (  # lazy: only these columns are filtered (a DataFrame filter copies every column)
         df.lazy().with_row_index("_row")
         .filter((pl.col("kind") == "cpu_op") & pl.col("tid").is_not_null())
-        .select("_row", "pid", "tid", "ts_ns", (pl.col("ts_ns") + pl.col("dur_ns")).alias("end"), pl.col("name").cast(pl.String))
+        .select("_row", "pid", "tid", "ts_ns", END.alias("end"), pl.col("name").cast(pl.String))
         .collect()
     )
     # only backward-pass frames and forward ops take part in the nesting test

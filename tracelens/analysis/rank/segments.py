@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 import polars as pl
 
 from tracelens.analysis.waterfall import MATMUL_CLASSES
-from tracelens.model.schema import NON_COMPUTE_KCLASSES
+from tracelens.model.schema import END, NON_COMPUTE_KCLASSES
 
 _SPLITS = (("nm", "_nm_pt"), ("cg", "_cg_pt"))  # (label column prefix, "a cut of this split" column)
 
@@ -77,7 +77,7 @@ def cut(gpu_rows: pl.DataFrame, recomputed: pl.DataFrame | None, windows: list[t
     is_mm = kc.is_in(list(MATMUL_CLASSES))
     rows = gpu_rows.select(
         pl.col("ts_ns").alias("s"),
-        (pl.col("ts_ns") + pl.col("dur_ns")).alias("e"),
+        END.alias("e"),
         is_c.cast(pl.Int32).alias("c"),
         (kc == "comm").cast(pl.Int32).alias("m"),
         kc.is_in(["memcpy", "memset"]).cast(pl.Int32).alias("y"),
@@ -92,7 +92,7 @@ def cut(gpu_rows: pl.DataFrame, recomputed: pl.DataFrame | None, windows: list[t
                 rows,
                 recomputed.select(
                     pl.col("ts_ns").alias("s"),
-                    (pl.col("ts_ns") + pl.col("dur_ns")).alias("e"),
+                    END.alias("e"),
                     *(pl.lit(0, pl.Int32).alias(k) for k in ("c", "m", "y", "mm")),
                     pl.lit(1, pl.Int32).alias("r"),
                     pl.lit(None, pl.String).alias("nm"),
