@@ -41,6 +41,27 @@ def merged(frame: F, start: str = "s", end: str = "e", by: Sequence[str] = (), k
     )
 
 
+def with_before(runs: F, start: str = "s", end: str = "e", by: Sequence[str] = ()) -> F:
+    """``merged``'s runs with ``_before``: the length of the union before each run (per group)."""
+    before = (pl.col(end) - pl.col(start)).cum_sum().shift(1, fill_value=0)
+    return runs.with_columns((before.over(list(by)) if by else before).alias("_before"))
+
+
+def covered(queries: F, at: str, runs: F, alias: str, by: Sequence[str] = (), start: str = "s", end: str = "e") -> F:
+    """``queries`` with ``alias``: how much of the union ``runs`` (``with_before`` of ``merged``;
+    per group of ``by``, the same columns in both) lies before ``queries[at]``, 0 where that is
+    null.  One as-of join: |U ∩ [x, y)| is then ``covered(y) - covered(x)`` for x <= y.  The
+    queries come back sorted by ``at``."""
+    by = list(by)
+    r = runs.select(*by, pl.col(start).alias("_cs"), pl.col(end).alias("_ce"), "_before").sort("_cs")
+    key = pl.col(at).fill_null(pl.lit(-(2**63), pl.Int64)).alias("_at")
+    joined = queries.with_columns(key).sort("_at").join_asof(r, left_on="_at", right_on="_cs", by=by or None,
+                                                              strategy="backward", check_sortedness=False)
+    value = pl.when(pl.col("_cs").is_null() | pl.col(at).is_null()).then(pl.lit(0, pl.Int64)).otherwise(
+        pl.col("_before") + pl.min_horizontal(pl.col(at), pl.col("_ce")) - pl.col("_cs"))
+    return joined.with_columns(value.alias(alias)).drop("_at", "_cs", "_ce", "_before")
+
+
 def union_of(df: pl.DataFrame, start: str = "ts_ns", dur: str = "dur_ns") -> Intervals:
     """The union of the events' [start, start + dur) intervals (zero-length ones vanish)."""
     if df.height == 0:

@@ -196,18 +196,18 @@ def _analyze_rank(df: pl.DataFrame, fi: int, meta, options: Options) -> RankResu
                        left_on="launch_ns", right_on="_rs", by="launch_tid", strategy="backward", check_sortedness=False)
             .filter(pl.col("_rs").is_not_null() & (pl.col("launch_ns") < pl.col("end")))
         )
-    cuts = segments.cut(gpu_rows, launched, windows)
-    attr.ends([b for k in cuts for _, b in k.gaps])
+    cuts, gaps = segments.cut_frames(gpu_rows, launched, windows)
+    attr.run(gaps)
     parts = []
     for i, k in enumerate(cuts):
         gpu = GpuTime(k.window, k.idle, k.compute, k.exposed_comm, k.exposed_memcpy, k.comm, k.memcpy)
-        parts.append((gpu, attr.split(k.gaps, i)))
+        parts.append((gpu, attr.split(i)))
     steps = []
     rows = spans.iter_rows(named=True)
-    for i, (row, (ws, we), (gpu, idle)) in enumerate(zip(rows, windows, parts)):
-        # the data wait is the window's data-loading idle (the waterfall's bar), and the host's
-        # DataLoader time is counted over the same window
-        dl_host = iv.length(iv.clip(attr.dl_spans(main_tid), ws, we))
+    # the data wait is the window's data-loading idle (the waterfall's bar), and the host's
+    # DataLoader time is counted over the same window
+    dl_hosts = attr.dl_host(windows)
+    for i, (row, (ws, we), (gpu, idle), dl_host) in enumerate(zip(rows, windows, parts, dl_hosts)):
         waited = idle.data_loading
         frac = waited / gpu.window if gpu.window else 0.0
         steps.append(
