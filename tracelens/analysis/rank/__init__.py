@@ -93,13 +93,12 @@ def _analyze_rank(df: pl.DataFrame, fi: int, meta, options: Options) -> RankResu
         pl.col("launch_graph").fill_null(False),  # replayed from a CUDA/HIP graph
     )
     spans, main_tid = _step_spans(df, options)
-    host_end = df.select(END.max()).item()
-    host_start = df.select(pl.col("ts_ns").min()).item()
+    host_start, host_end = df.select(pl.col("ts_ns").min().alias("s"), END.max().alias("e")).row(0)
     tails = [0] * max(spans.height, 1)  # per step: its CPU span after all traced work (the last ProfilerStep's only)
     basis = "ranges" if options.step_range else "steps"
-    if spans.height == 0:
-        k0 = gpu_rows.select(pl.col("ts_ns").min()).item()
-        k1 = gpu_rows.select(END.max()).item()
+    spans_were_empty = spans.height == 0
+    if spans_were_empty:
+        k0, k1 = gpu_rows.select(pl.col("ts_ns").min().alias("s"), END.max().alias("e")).row(0)
         spans = pl.DataFrame(
             {"name": ["whole trace"], "step": [None], "start": [host_start], "end": [host_end]},
             schema={"name": pl.String, "step": pl.Int64, "start": pl.Int64, "end": pl.Int64},
@@ -140,10 +139,11 @@ def _analyze_rank(df: pl.DataFrame, fi: int, meta, options: Options) -> RankResu
         # a launch after the last step's CPU span belongs to no step
         last_end = spans.get_column("end")[-1]
         gpu_rows = gpu_rows.filter(~((pl.col("_step") == spans.height - 1) & (pl.col("launch_ns") > last_end)))
-        first_k = dict(
-            gpu_rows.group_by("_step").agg(pl.col("ts_ns").min()).iter_rows()
-        )
-        last_k = dict(gpu_rows.group_by("_step").agg(END.max()).iter_rows())
+        per_step = gpu_rows.group_by("_step").agg(pl.col("ts_ns").min().alias("first"), END.max().alias("last"), pl.len())
+        steps_seen = per_step.get_column("_step").to_list()  # one per step: its first and last GPU activity, how many
+        first_k = dict(zip(steps_seen, per_step.get_column("first").to_list()))
+        last_k = dict(zip(steps_seen, per_step.get_column("last").to_list()))
+        counts = dict(zip(steps_seen, per_step.get_column("len").to_list()))
         n = spans.height
         # the trace's last ProfilerStep is closed by the profiler's stop: its CPU span after all
         # traced GPU and host work is its untraced tail, kept out of the window (not for --step-range
@@ -179,7 +179,8 @@ def _analyze_rank(df: pl.DataFrame, fi: int, meta, options: Options) -> RankResu
     has_gpu = gpu_rows.height > 0
     comp = gpu_rows.filter(~pl.col("kclass").is_in(list(NON_COMPUTE_KCLASSES)))
     C = iv.union_of(comp)  # the compute time, for each collective's overlap (comm.collective_table)
-    counts = dict(gpu_rows.group_by("_step").len().iter_rows()) if has_gpu else {}
+    if spans_were_empty:
+        counts = {0: gpu_rows.height} if has_gpu else {}
     if main_tid is None:  # no steps: the thread that launched most GPU work
         top = gpu_rows.filter(pl.col("launch_known")).group_by("launch_tid").len().sort("len", descending=True)
         main_tid = top.get_column("launch_tid")[0] if top.height else None
@@ -684,15 +685,21 @@ def _step_flops(
             .filter(pl.col("_step").is_not_null() & (pl.col("ts_ns") <= pl.col("end")))
         )
     model = ops.filter(~pl.col("_recompute"))
-    # exact float sums (math.fsum), so that the same trace always gives the same report to the last bit
-    per = {i: (fsum(f), fsum(t) if t[0] is not None else None, fsum(ft) if ft[0] is not None else None) for i, f, t, ft in
-           model.group_by("_step").agg(pl.col("flops"), pl.col("ideal_ns"), pl.col("_fit_ns")).iter_rows()}
+    # exact float sums (math.fsum, exactly rounded whatever the order), so that the same trace
+    # always gives the same report to the last bit: one group per step, dtype and recompute flag
+    lists: dict[tuple[int, bool], list[list]] = {}
     prec: dict[int, dict[str, float]] = {}
-    if spec:
-        for i, dt, p in model.group_by("_step", "dtype").agg(pl.col("_prec_ns")).iter_rows():
-            if dt is not None and (v := fsum(p)):
-                prec.setdefault(i, {})[dt] = v
-    rec = {i: fsum(f) for i, f in ops.filter(pl.col("_recompute")).group_by("_step").agg(pl.col("flops")).iter_rows()}
+    for i, dt, r, f, t, ft, p in (
+        ops.group_by("_step", "dtype", "_recompute").agg("flops", "ideal_ns", "_fit_ns", "_prec_ns").sort("_step", "dtype", "_recompute").iter_rows()
+    ):
+        acc = lists.setdefault((i, r), [[], [], []])
+        for into, v in zip(acc, (f, t, ft)):
+            into.extend(v)
+        if spec and not r and dt is not None and (v := fsum(p)):
+            prec.setdefault(i, {})[dt] = v
+    per = {i: (fsum(f), fsum(t) if t[0] is not None else None, fsum(ft) if ft[0] is not None else None)
+           for (i, r), (f, t, ft) in lists.items() if not r}
+    rec = {i: fsum(f) for (i, r), (f, _, _) in lists.items() if r}
     noted = fl.unknown_notes(counted)  # convolutions whose output size or gradients the trace does not show
     unread = unknown - counted.filter(pl.col("flops").is_null() & pl.col("why").is_not_null()).height
     warns = [f"{unread} matmul/conv/attention ops have shapes tracelens cannot read: their FLOPs are left out"] if unread else []
