@@ -55,7 +55,7 @@ def _blocking_spans(df: pl.DataFrame, gpu_rows: pl.DataFrame) -> pl.DataFrame:
         df.lazy().filter(pl.col("tid").is_not_null() & pl.col("kind").is_in(["runtime", "sync", "cpu_op"]))
         .select("tid", "kind", "name", pl.col("ts_ns").alias("s"), END.alias("e"),
                 pl.col("kind").is_in(["runtime", "sync"]).alias("leaf"), "correlation")
-        .collect()
+        .collect(engine="in-memory")
     )
     # the regexes run over the distinct names, not over a String copy of every host row's name
     distinct = host.get_column("name").unique().cast(pl.String).drop_nulls()
@@ -120,7 +120,7 @@ class _IdleAttribution:
         self.dl, self.block = pl.collect_all([
             iv.with_before(pl.concat([per_thread, every]), by=_DL_KEY),
             iv.with_before(iv.merged(blocking.lazy().select("tid", "s", "e"), by=["tid"]), by=["tid"]),
-        ])
+        ], engine="in-memory")
 
     def _dl_key(self, tid: pl.Expr) -> list[pl.Expr]:
         """The DataLoader union to look in: the thread's own, or every thread's when it is unknown."""
@@ -134,7 +134,7 @@ class _IdleAttribution:
                          schema={"_w": pl.Int64, "x": pl.Int64, "y": pl.Int64})
         q = q.with_columns(*self._dl_key(pl.lit(self.main_tid, pl.Int64)))
         q = iv.covered(iv.covered(q, "x", self.dl.lazy(), "_cx", by=_DL_KEY), "y", self.dl.lazy(), "_cy", by=_DL_KEY)
-        return q.sort("_w").select(pl.col("_cy") - pl.col("_cx")).collect().to_series().to_list()
+        return q.sort("_w").select(pl.col("_cy") - pl.col("_cx")).collect(engine="in-memory").to_series().to_list()
 
     def run(self, gaps: pl.DataFrame) -> None:
         """Split every idle gap (``gaps``: step, a, b, from segments.cut_frames) at once: fills
@@ -209,11 +209,11 @@ class _IdleAttribution:
             pl.when(pl.col("_graph")).then(pl.col("launch_latency")).otherwise(0).alias("_glat"),
             pl.when(pl.col("_graph")).then(pl.col("host_launch")).otherwise(0).alias("_ghost"),
         )
-        g = split.collect()
+        g = split.collect(engine="in-memory")
         per_step, blockers = pl.collect_all([
             g.lazy().group_by("step").agg(pl.col(*IDLE_KEYS, "_glat", "_ghost").sum()),
             self._blockers(g.lazy().filter(pl.col("_blocked") > 0).select("_g", "tid", "h", "b")),
-        ])
+        ], engine="in-memory")
         for row in per_step.iter_rows(named=True):  # one per step
             step = row.pop("step")
             self.graph_latency[step], self.graph_host[step] = row.pop("_glat"), row.pop("_ghost")

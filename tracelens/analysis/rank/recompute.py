@@ -48,6 +48,6 @@ def find(df: pl.DataFrame) -> pl.DataFrame:
         .with_columns((pl.col("_fwd") & _covered(pl.col("_eval"))).alias("_cand"))  # forward, under an evaluate_function
         .filter(pl.col("_cand") & ~_covered(pl.col("_cand")))  # and no such op encloses it
         .select(*_EMPTY)
-        .collect()
+        .collect(engine="in-memory")
     )
     return ops.cast(_EMPTY)
