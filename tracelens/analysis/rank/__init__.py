@@ -110,7 +110,7 @@ def _analyze_rank(df: pl.DataFrame, fi: int, meta, options: Options) -> RankResu
             # host's lead-in before the first kernel and its tail after the last are not GPU idle)
             windows, basis = [(k0, k1)], "gpu_activity"
             hs, he = df.lazy().filter(pl.col("tid").is_not_null()).select(
-                pl.col("ts_ns").min().alias("s"), END.max().alias("e")).collect().row(0)
+                pl.col("ts_ns").min().alias("s"), END.max().alias("e")).collect(engine="in-memory").row(0)
             out = [f"{fmt_ns(k0 - hs)} of host events before the first GPU activity"] if hs is not None and hs < k0 else []
             out += [f"{fmt_ns(he - k1)} after the last"] if he is not None and he > k1 else []
             warnings.append(f"{meta.path}: {lead}: the whole trace is one step, windowed from its first to its last GPU "
@@ -348,7 +348,7 @@ def _traced_host_end(df: pl.DataFrame, before: int) -> int | None:
         host.filter((pl.col("kind") != "step") & (pl.col("ts_ns") < before))
         .join(work, on=["pid", "tid"], how="semi")
         .select(pl.min_horizontal(END, pl.lit(before)).max())
-        .collect()
+        .collect(engine="in-memory")
         .item()
     )
 
@@ -408,7 +408,7 @@ def _item_calls(df: pl.DataFrame, steps: list[Step], kept_idx: list[int]) -> dic
     bool(tensor)) one; a call belongs to the step whose CPU span holds its start."""
     ops = df.lazy().filter((pl.col("kind") == "cpu_op") & pl.col("name").cast(pl.String).is_in(_ITEM)).select(
         "tid", "ts_ns", END.alias("end"), (pl.col("name").cast(pl.String) == _ITEM[0]).alias("item")
-    ).collect()
+    ).collect(engine="in-memory")
     out = dict.fromkeys(kept_idx, 0)
     if not ops.height or not kept_idx:
         return out
@@ -497,7 +497,7 @@ def _known_matmul(kernels: pl.DataFrame, linked: pl.DataFrame, launched: pl.Data
     mine = linked.filter(pl.col("_mm")).get_column("_k")
     rows = (  # only the columns segments.cut reads
         kernels.lazy().with_row_index("_k").filter(pl.col("_k").is_in(mine.implode()))
-        .select("ts_ns", "dur_ns", "kclass", "group", "group_desc", "collective").collect()
+        .select("ts_ns", "dur_ns", "kclass", "group", "group_desc", "collective").collect(engine="in-memory")
     )
     return [c.matmul for c in segments.cut(rows, launched, windows)]
 
