@@ -99,3 +99,23 @@ def exclusive(spans: list[tuple[int, int, str]], within: iv.Intervals) -> dict[s
             del active[label]
         n += d
     return {k: v for k, v in out.items() if v}
+
+
+def recomputed(ops: list[tuple[int, int, str]]) -> list[int]:
+    """The outermost recomputed forward ops of one thread (indices into ``ops``: (start, end,
+    name)), by a stack walk: ops sorted by start (longer first) nest; a forward op under an
+    evaluate_function with no recomputed op above it is one."""
+    from tracelens.analysis.rank.recompute import _EVAL, FORWARD
+
+    order = sorted(range(len(ops)), key=lambda i: (ops[i][0], -ops[i][1]))
+    out, stack = [], []  # (end, under evaluate_function, under a recomputed op)
+    for i in order:
+        s, e, name = ops[i]
+        while stack and stack[-1][0] <= s:
+            stack.pop()
+        in_eval, in_rec = (stack[-1][1], stack[-1][2]) if stack else (False, False)
+        mine = in_eval and not in_rec and name in FORWARD
+        if mine:
+            out.append(i)
+        stack.append((e, in_eval or name.startswith(_EVAL), in_rec or mine))
+    return sorted(out)

@@ -8,32 +8,66 @@ the set operations then walk the (much shorter) merged lists.
 from __future__ import annotations
 
 from bisect import bisect_right
+from collections.abc import Sequence
 from heapq import merge
+from typing import TypeVar
 
 import polars as pl
 
 Intervals = list[tuple[int, int]]
+F = TypeVar("F", pl.DataFrame, pl.LazyFrame)
+
+
+def merged(frame: F, start: str = "s", end: str = "e", by: Sequence[str] = (), keep_empty: bool = False) -> F:
+    """The union of the rows' ``[start, end)`` intervals, per group of ``by``: one row per maximal
+    run (overlapping or touching intervals joined), with the ``by`` columns, ``start`` and
+    ``end``, sorted by (``by``, ``start``).  Empty intervals vanish unless ``keep_empty``.  The
+    one interval union of tracelens (a sort and a running maximum of the ends): every other
+    union is built on it.  Lazy in, lazy out."""
+    by = list(by)
+    s, e = pl.col(start), pl.col(end)
+    if not keep_empty:
+        frame = frame.filter(e > s)
+    reach = e.cum_max().shift(1)
+    reach = reach.over(by) if by else reach
+    return (
+        frame.select(*by, start, end)
+        .sort(*by, start, end)
+        .with_columns((reach.is_null() | (s > reach)).cum_sum().alias("_run"))
+        .group_by(*by, "_run")
+        .agg(s.min(), e.max())
+        .sort(*by, start)
+        .drop("_run")
+    )
+
+
+def with_before(runs: F, start: str = "s", end: str = "e", by: Sequence[str] = ()) -> F:
+    """``merged``'s runs with ``_before``: the length of the union before each run (per group)."""
+    before = (pl.col(end) - pl.col(start)).cum_sum().shift(1, fill_value=0)
+    return runs.with_columns((before.over(list(by)) if by else before).alias("_before"))
+
+
+def covered(queries: F, at: str, runs: F, alias: str, by: Sequence[str] = (), start: str = "s", end: str = "e") -> F:
+    """``queries`` with ``alias``: how much of the union ``runs`` (``with_before`` of ``merged``;
+    per group of ``by``, the same columns in both) lies before ``queries[at]``, 0 where that is
+    null.  One as-of join: |U ∩ [x, y)| is then ``covered(y) - covered(x)`` for x <= y.  The
+    queries come back sorted by ``at``."""
+    by = list(by)
+    r = runs.select(*by, pl.col(start).alias("_cs"), pl.col(end).alias("_ce"), "_before").sort("_cs")
+    key = pl.col(at).fill_null(pl.lit(-(2**63), pl.Int64)).alias("_at")
+    joined = queries.with_columns(key).sort("_at").join_asof(r, left_on="_at", right_on="_cs", by=by or None,
+                                                              strategy="backward", check_sortedness=False)
+    value = pl.when(pl.col("_cs").is_null() | pl.col(at).is_null()).then(pl.lit(0, pl.Int64)).otherwise(
+        pl.col("_before") + pl.min_horizontal(pl.col(at), pl.col("_ce")) - pl.col("_cs"))
+    return joined.with_columns(value.alias(alias)).drop("_at", "_cs", "_ce", "_before")
 
 
 def union_of(df: pl.DataFrame, start: str = "ts_ns", dur: str = "dur_ns") -> Intervals:
     """The union of the events' [start, start + dur) intervals (zero-length ones vanish)."""
     if df.height == 0:
         return []
-    s = (
-        df.select(pl.col(start).alias("s"), (pl.col(start) + pl.col(dur)).alias("e"))
-        .filter(pl.col("e") > pl.col("s"))
-        .sort("s", "e")
-    )
-    if s.height == 0:
-        return []
-    merged = (
-        s.with_columns(pl.col("e").cum_max().shift(1).alias("reach"))
-        .with_columns((pl.col("reach").is_null() | (pl.col("s") > pl.col("reach"))).cum_sum().alias("g"))
-        .group_by("g")
-        .agg(pl.col("s").min(), pl.col("e").max())
-        .sort("s")
-    )
-    return list(zip(merged.get_column("s").to_list(), merged.get_column("e").to_list()))
+    m = merged(df.select(pl.col(start).alias("s"), (pl.col(start) + pl.col(dur)).alias("e")))
+    return list(zip(m.get_column("s").to_list(), m.get_column("e").to_list()))
 
 
 def _merge_sorted(pairs) -> Intervals:

@@ -16,6 +16,8 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from tracelens.model.summary import kept_indices, kept_steps
+
 
 @dataclass(frozen=True)
 class Suggestion:
@@ -289,7 +291,7 @@ def _step_verdicts(ranks) -> dict[str, Any]:
     out = {"highly": 0, "moderately": 0, "no": 0}
     for r in ranks:
         steps = getattr(r, "steps", ())
-        for s in [s for s in steps if not s.warmup] or list(steps):
+        for s in kept_steps(steps):
             out[input_bound_class(_idle(s, "data_loading"))] += 1
     return {"steps": out}
 
@@ -436,7 +438,7 @@ def where(rule_focus: tuple[str, str] | None, show: tuple[str, ...], rank) -> di
     """Where to look: the step of ``rank`` in which the rule's number is largest (the longest
     kept step when the rule has no per-step number), and what to highlight there."""
     steps = list(getattr(rank, "steps", ()))
-    kept = [i for i, s in enumerate(steps) if not s.warmup] or list(range(len(steps)))
+    kept = kept_indices(steps)
     if not kept:
         return {"rank": rank.rank, "step": None, "start_ns": None, "end_ns": None, "show": list(show)}
     per = (getattr(rank, "facts", None) or {}).get(rule_focus[1]) if rule_focus and rule_focus[0] == "count" else None

@@ -13,6 +13,10 @@ from typing import Any
 
 import polars as pl
 
+from tracelens.analysis import intervals as iv
+from tracelens.model.schema import END
+from tracelens.model.summary import kept_steps
+
 GPU_KINDS = ("kernel", "memcpy", "memset")
 
 
@@ -52,20 +56,16 @@ class Timeline:
         per_stream = gpu.join(keys, on=["rank", "file", "device", "stream"], how="inner").select(
             pl.col("track").cast(pl.Int32),
             pl.col("ts_ns").alias("ts"),
-            (pl.col("ts_ns") + pl.col("dur_ns")).alias("end"),
+            END.alias("end"),
             pl.col("kclass").cast(pl.String).fill_null("other"),
             pl.col("name").cast(pl.String),
             "dur_ns",
         )
         union_keys = keys.filter(pl.col("stream") == -1).select("track", "rank", "file", "device")
+        busy = iv.merged(gpu.select("rank", "file", "device", pl.col("ts_ns").alias("ts"), END.alias("end")),
+                         "ts", "end", by=("rank", "file", "device"), keep_empty=True)
         merged = (
-            gpu.select("rank", "file", "device", pl.col("ts_ns").alias("ts"), (pl.col("ts_ns") + pl.col("dur_ns")).alias("end"))
-            .sort("rank", "file", "device", "ts")
-            .with_columns(pl.col("end").cum_max().shift(1).over("rank", "file", "device").alias("_reach"))
-            .with_columns((pl.col("_reach").is_null() | (pl.col("ts") > pl.col("_reach"))).cum_sum().alias("_run"))
-            .group_by("rank", "file", "device", "_run")
-            .agg(pl.col("ts").min(), pl.col("end").max())
-            .join(union_keys, on=["rank", "file", "device"])
+            busy.join(union_keys, on=["rank", "file", "device"])
             .select(
                 pl.col("track").cast(pl.Int32), "ts", "end", pl.lit("busy").alias("kclass"), pl.lit("GPU busy").alias("name"),
                 (pl.col("end") - pl.col("ts")).alias("dur_ns"),
@@ -148,7 +148,7 @@ def step_strips(events: pl.DataFrame, ranks, bins: int = 240, max_ranks: int = 6
     every rank) whose slowest rank is slowest, binned into ``bins`` cells of two rows per rank,
     compute (everything but communication) and communication.  Each cell: how busy the row was
     (0..100, percent) and the index of the class that took most of it (-1: idle)."""
-    kept = {r.file: ([s for s in r.steps if not s.warmup] or list(r.steps)) for r in ranks if r.gpu is not None}
+    kept = {r.file: kept_steps(r.steps) for r in ranks if r.gpu is not None}
     kept = {f: v for f, v in kept.items() if v}
     if not kept:
         return None
@@ -157,7 +157,7 @@ def step_strips(events: pl.DataFrame, ranks, bins: int = 240, max_ranks: int = 6
     files = sorted(kept, key=lambda f: next(r.rank for r in ranks if r.file == f))[:max_ranks]
     # only the events of the picked step of each rank
     inside = pl.any_horizontal(
-        (pl.col("file") == f) & (pl.col("ts_ns") < kept[f][idx].end_ns) & (pl.col("ts_ns") + pl.col("dur_ns") > kept[f][idx].start_ns)
+        (pl.col("file") == f) & (pl.col("ts_ns") < kept[f][idx].end_ns) & (END > kept[f][idx].start_ns)
         for f in files
     )
     gpu = events.filter(pl.col("kind").is_in(GPU_KINDS) & inside).with_columns(

@@ -111,6 +111,10 @@ EVENT_SCHEMA: dict[str, pl.DataType] = {
 
 DEVICE_KINDS = ("kernel", "memcpy", "memset")
 
+# Where an event ends: ``ts_ns + dur_ns`` (null where ``dur_ns`` is: an instant-like row).  The
+# one spelling of it, so that every analysis means the same end.
+END: pl.Expr = pl.col("ts_ns") + pl.col("dur_ns")
+
 
 class SchemaError(ValueError):
     """A frame does not follow EVENT_SCHEMA or breaks one of its invariants."""

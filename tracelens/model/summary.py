@@ -83,6 +83,18 @@ class Step:
         return self.end_ns - self.start_ns
 
 
+def kept_indices(steps) -> list[int]:
+    """Which steps count in a rank's totals (their indices): all but the warm-up step, or all of
+    them when that leaves none.  ``steps``: Step objects or the report's step dicts."""
+    idx = [i for i, s in enumerate(steps) if not (s["warmup"] if isinstance(s, dict) else s.warmup)]
+    return idx or list(range(len(steps)))
+
+
+def kept_steps(steps) -> list:
+    """The steps that count in a rank's totals (``kept_indices``), in order."""
+    return [steps[i] for i in kept_indices(steps)]
+
+
 @dataclass(frozen=True)
 class RankResult:
     rank: int

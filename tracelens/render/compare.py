@@ -11,12 +11,13 @@ from __future__ import annotations
 from html import escape
 from typing import Any
 
+from tracelens.model.summary import kept_steps
 from tracelens.model.units import fmt_ns, fmt_pct, fmt_points
 from tracelens.render import tables as views
 
 
 def _rank_steps(d: dict[str, Any]) -> int:
-    return sum(len([s for s in r["steps"] if not s["warmup"]] or r["steps"]) for r in d["ranks"]) or 1
+    return sum(len(kept_steps(r["steps"])) for r in d["ranks"]) or 1
 
 
 def _bars(d: dict[str, Any], kind: str) -> dict[str, dict[str, Any]]:

@@ -11,6 +11,7 @@ import re
 from typing import Any
 
 from tracelens.model.printable import REPLACEMENT, printable, printable_json, printable_report  # noqa: F401 (re-exported for the front ends)
+from tracelens.model.summary import kept_steps
 from tracelens.model.units import fmt_pct
 
 # One colour per cause (waterfall bars) and per kernel class (timeline), shared by the TUI and
@@ -201,7 +202,7 @@ def rank_by_id(report: dict[str, Any], rank: int) -> dict[str, Any] | None:
 
 
 def _kept(steps: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    return [s for s in steps if not s["warmup"]] or steps
+    return kept_steps(steps)
 
 
 def _share(part: int | None, whole: int | None) -> float | None:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from tracelens.model.summary import kept_steps
 from tracelens.model.units import fmt_ns
 from tracelens.render import tables as views
 from tracelens.render.tables import fmt_speedup
@@ -49,7 +50,7 @@ def render_text(d: dict[str, Any]) -> str:
     lines.append("")
     lines.append(f"{'rank':>4}  {'device':<24} {'steps':>5} {'step time':>10} {'MFU':>6} {'compute':>8} {'idle':>7} {'exp.comm':>8} {'exp.copy':>8}")
     for r in d["ranks"]:
-        kept = [s for s in r["steps"] if not s["warmup"]] or r["steps"]
+        kept = kept_steps(r["steps"])
         mean = sum(s["dur_ns"] for s in kept) // len(kept) if kept else None
         g = r["gpu_time_ns"]
         w = r["window_ns"]

@@ -12,7 +12,7 @@ from pathlib import Path
 import polars as pl
 
 from tracelens.model.errors import TraceInputError, UnreadableError, UnsupportedFormat
-from tracelens.model.schema import EVENT_SCHEMA, TraceMeta, empty_frame
+from tracelens.model.schema import END, EVENT_SCHEMA, TraceMeta, empty_frame
 from tracelens.store.discover import discover
 from tracelens.store.ranks import _assign_ranks
 
@@ -264,7 +264,7 @@ def _separate_runs(metas: list[TraceMeta], frames: list[pl.DataFrame]) -> str | 
         evidence.append(f"they ran on different GPUs ({', '.join(gpus)})")
     spans = []
     for m, df in zip(metas, frames):
-        lo, hi = df.select(pl.col("ts_ns").min().alias("lo"), (pl.col("ts_ns") + pl.col("dur_ns")).max().alias("hi")).row(0)
+        lo, hi = df.select(pl.col("ts_ns").min().alias("lo"), END.max().alias("hi")).row(0)
         a, b = _wall_ns(m, lo), _wall_ns(m, hi)
         if a is not None and b is not None:
             spans.append((a, b, m.path))

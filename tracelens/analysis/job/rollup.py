@@ -17,7 +17,7 @@ from tracelens.analysis import waterfall
 from tracelens.analysis.job import comm
 from tracelens.analysis.report import Analysis, JobResult, gpu_dict
 from tracelens.analysis.suggest import suggest
-from tracelens.model.summary import ZERO, RankResult
+from tracelens.model.summary import ZERO, RankResult, kept_steps
 
 
 def finish_job(a: Analysis) -> Analysis:
@@ -123,7 +123,7 @@ def flops_quality(ranks: list[RankResult]) -> dict[str, Any]:
 
 def step_times(ranks: list[RankResult]) -> list[int]:
     """The step times the job's stats count: every rank's steps but the warm-up (a lone step counts)."""
-    return [s.dur_ns for r in ranks for s in r.steps if not s.warmup or len(r.steps) == 1]
+    return [s.dur_ns for r in ranks for s in kept_steps(r.steps)]
 
 
 def comm_summary(table: tuple, top: int = 20) -> dict[str, Any]:

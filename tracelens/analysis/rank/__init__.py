@@ -36,8 +36,8 @@ from tracelens.analysis.rank import segments
 from tracelens.analysis.rank.idle import _GRAPH_LAUNCH, _IdleAttribution
 from tracelens.analysis.suggest import input_bound_class
 from tracelens.model import gpus
-from tracelens.model.schema import NON_COMPUTE_KCLASSES
-from tracelens.model.summary import ZERO, DataLoading, GpuTime, IdleSplit, RankResult, Step
+from tracelens.model.schema import END, NON_COMPUTE_KCLASSES
+from tracelens.model.summary import ZERO, DataLoading, GpuTime, IdleSplit, RankResult, Step, kept_indices, kept_steps
 from tracelens.model.units import fmt_ns
 
 _STEP_NUM = re.compile(r"#(\d+)$")
@@ -61,7 +61,7 @@ def _step_spans(df: pl.DataFrame, options: Options) -> tuple[pl.DataFrame, int |
         pl.col("name").cast(pl.String),
         pl.col("name").cast(pl.String).str.extract(r"#(\d+)$").cast(pl.Int64).alias("step"),
         pl.col("ts_ns").alias("start"),
-        (pl.col("ts_ns") + pl.col("dur_ns")).alias("end"),
+        END.alias("end"),
     ).sort("start")
     out = out.with_columns((pl.col("start") == pl.col("start").max()).alias("last"))  # the trace's last step
     if options.steps is not None:
@@ -93,13 +93,12 @@ def _analyze_rank(df: pl.DataFrame, fi: int, meta, options: Options) -> RankResu
         pl.col("launch_graph").fill_null(False),  # replayed from a CUDA/HIP graph
     )
     spans, main_tid = _step_spans(df, options)
-    host_end = df.select((pl.col("ts_ns") + pl.col("dur_ns")).max()).item()
-    host_start = df.select(pl.col("ts_ns").min()).item()
+    host_start, host_end = df.select(pl.col("ts_ns").min().alias("s"), END.max().alias("e")).row(0)
     tails = [0] * max(spans.height, 1)  # per step: its CPU span after all traced work (the last ProfilerStep's only)
     basis = "ranges" if options.step_range else "steps"
-    if spans.height == 0:
-        k0 = gpu_rows.select(pl.col("ts_ns").min()).item()
-        k1 = gpu_rows.select((pl.col("ts_ns") + pl.col("dur_ns")).max()).item()
+    spans_were_empty = spans.height == 0
+    if spans_were_empty:
+        k0, k1 = gpu_rows.select(pl.col("ts_ns").min().alias("s"), END.max().alias("e")).row(0)
         spans = pl.DataFrame(
             {"name": ["whole trace"], "step": [None], "start": [host_start], "end": [host_end]},
             schema={"name": pl.String, "step": pl.Int64, "start": pl.Int64, "end": pl.Int64},
@@ -111,7 +110,7 @@ def _analyze_rank(df: pl.DataFrame, fi: int, meta, options: Options) -> RankResu
             # host's lead-in before the first kernel and its tail after the last are not GPU idle)
             windows, basis = [(k0, k1)], "gpu_activity"
             hs, he = df.lazy().filter(pl.col("tid").is_not_null()).select(
-                pl.col("ts_ns").min().alias("s"), (pl.col("ts_ns") + pl.col("dur_ns")).max().alias("e")).collect().row(0)
+                pl.col("ts_ns").min().alias("s"), END.max().alias("e")).collect(engine="in-memory").row(0)
             out = [f"{fmt_ns(k0 - hs)} of host events before the first GPU activity"] if hs is not None and hs < k0 else []
             out += [f"{fmt_ns(he - k1)} after the last"] if he is not None and he > k1 else []
             warnings.append(f"{meta.path}: {lead}: the whole trace is one step, windowed from its first to its last GPU "
@@ -140,10 +139,11 @@ def _analyze_rank(df: pl.DataFrame, fi: int, meta, options: Options) -> RankResu
         # a launch after the last step's CPU span belongs to no step
         last_end = spans.get_column("end")[-1]
         gpu_rows = gpu_rows.filter(~((pl.col("_step") == spans.height - 1) & (pl.col("launch_ns") > last_end)))
-        first_k = dict(
-            gpu_rows.group_by("_step").agg(pl.col("ts_ns").min()).iter_rows()
-        )
-        last_k = dict(gpu_rows.group_by("_step").agg((pl.col("ts_ns") + pl.col("dur_ns")).max()).iter_rows())
+        per_step = gpu_rows.group_by("_step").agg(pl.col("ts_ns").min().alias("first"), END.max().alias("last"), pl.len())
+        steps_seen = per_step.get_column("_step").to_list()  # one per step: its first and last GPU activity, how many
+        first_k = dict(zip(steps_seen, per_step.get_column("first").to_list()))
+        last_k = dict(zip(steps_seen, per_step.get_column("last").to_list()))
+        counts = dict(zip(steps_seen, per_step.get_column("len").to_list()))
         n = spans.height
         # the trace's last ProfilerStep is closed by the profiler's stop: its CPU span after all
         # traced GPU and host work is its untraced tail, kept out of the window (not for --step-range
@@ -165,7 +165,7 @@ def _analyze_rank(df: pl.DataFrame, fi: int, meta, options: Options) -> RankResu
                 cpu_end = spans.get_column("end")[i]
                 e = max(cpu_end, last_k.get(i, cpu_end))
                 if cut:
-                    gpu_end = gpu_rows.select((pl.col("ts_ns") + pl.col("dur_ns")).max()).item()
+                    gpu_end = gpu_rows.select(END.max()).item()
                     traced = max(x for x in (gpu_end, _traced_host_end(df, tail_end)) if x is not None)
                     if traced < cpu_end:
                         e = max(traced, s)
@@ -179,7 +179,8 @@ def _analyze_rank(df: pl.DataFrame, fi: int, meta, options: Options) -> RankResu
     has_gpu = gpu_rows.height > 0
     comp = gpu_rows.filter(~pl.col("kclass").is_in(list(NON_COMPUTE_KCLASSES)))
     C = iv.union_of(comp)  # the compute time, for each collective's overlap (comm.collective_table)
-    counts = dict(gpu_rows.group_by("_step").len().iter_rows()) if has_gpu else {}
+    if spans_were_empty:
+        counts = {0: gpu_rows.height} if has_gpu else {}
     if main_tid is None:  # no steps: the thread that launched most GPU work
         top = gpu_rows.filter(pl.col("launch_known")).group_by("launch_tid").len().sort("len", descending=True)
         main_tid = top.get_column("launch_tid")[0] if top.height else None
@@ -196,18 +197,18 @@ def _analyze_rank(df: pl.DataFrame, fi: int, meta, options: Options) -> RankResu
                        left_on="launch_ns", right_on="_rs", by="launch_tid", strategy="backward", check_sortedness=False)
             .filter(pl.col("_rs").is_not_null() & (pl.col("launch_ns") < pl.col("end")))
         )
-    cuts = segments.cut(gpu_rows, launched, windows)
-    attr.ends([b for k in cuts for _, b in k.gaps])
+    cuts, gaps = segments.cut_frames(gpu_rows, launched, windows)
+    attr.run(gaps)
     parts = []
     for i, k in enumerate(cuts):
         gpu = GpuTime(k.window, k.idle, k.compute, k.exposed_comm, k.exposed_memcpy, k.comm, k.memcpy)
-        parts.append((gpu, attr.split(k.gaps, i)))
+        parts.append((gpu, attr.split(i)))
     steps = []
     rows = spans.iter_rows(named=True)
-    for i, (row, (ws, we), (gpu, idle)) in enumerate(zip(rows, windows, parts)):
-        # the data wait is the window's data-loading idle (the waterfall's bar), and the host's
-        # DataLoader time is counted over the same window
-        dl_host = iv.length(iv.clip(attr.dl_spans(main_tid), ws, we))
+    # the data wait is the window's data-loading idle (the waterfall's bar), and the host's
+    # DataLoader time is counted over the same window
+    dl_hosts = attr.dl_host(windows)
+    for i, (row, (ws, we), (gpu, idle), dl_host) in enumerate(zip(rows, windows, parts, dl_hosts)):
         waited = idle.data_loading
         frac = waited / gpu.window if gpu.window else 0.0
         steps.append(
@@ -266,7 +267,7 @@ def _analyze_rank(df: pl.DataFrame, fi: int, meta, options: Options) -> RankResu
     ]
     if has_gpu:
         steps = _waterfalls(steps, cuts, step_ideal, known_mm if source == "shapes" else None)
-    kept = [s for s in steps if not s.warmup] or steps
+    kept = kept_steps(steps)
     total = sum((s.gpu for s in kept), ZERO)
     idle_total = sum((s.idle for s in kept), IdleSplit())
     flops = sum(s.flops or 0.0 for s in kept) if step_flops is not None else None
@@ -276,7 +277,7 @@ def _analyze_rank(df: pl.DataFrame, fi: int, meta, options: Options) -> RankResu
         warnings.append(f"{meta.path}: MFU unknown: {mfu_error}")
         mfu = None
         steps = [replace(s, mfu=None, waterfall=None) for s in steps]
-        kept = [s for s in steps if not s.warmup] or steps
+        kept = kept_steps(steps)
     rflops = sum(recompute_flops.get(i, 0.0) for i, s in enumerate(steps) if s in kept)
     hfu = (flops + rflops) / (peak * total.window / 1e9) if mfu is not None else None
     fall = waterfall.combine([s.waterfall for s in kept]) if all(s.waterfall for s in kept) else None
@@ -346,8 +347,8 @@ def _traced_host_end(df: pl.DataFrame, before: int) -> int | None:
     return (
         host.filter((pl.col("kind") != "step") & (pl.col("ts_ns") < before))
         .join(work, on=["pid", "tid"], how="semi")
-        .select(pl.min_horizontal(pl.col("ts_ns") + pl.col("dur_ns"), pl.lit(before)).max())
-        .collect()
+        .select(pl.min_horizontal(END, pl.lit(before)).max())
+        .collect(engine="in-memory")
         .item()
     )
 
@@ -406,8 +407,8 @@ def _item_calls(df: pl.DataFrame, steps: list[Step], kept_idx: list[int]) -> dic
     the _local_scalar_dense inside it count one, and a _local_scalar_dense on its own (tolist,
     bool(tensor)) one; a call belongs to the step whose CPU span holds its start."""
     ops = df.lazy().filter((pl.col("kind") == "cpu_op") & pl.col("name").cast(pl.String).is_in(_ITEM)).select(
-        "tid", "ts_ns", (pl.col("ts_ns") + pl.col("dur_ns")).alias("end"), (pl.col("name").cast(pl.String) == _ITEM[0]).alias("item")
-    ).collect()
+        "tid", "ts_ns", END.alias("end"), (pl.col("name").cast(pl.String) == _ITEM[0]).alias("item")
+    ).collect(engine="in-memory")
     out = dict.fromkeys(kept_idx, 0)
     if not ops.height or not kept_idx:
         return out
@@ -496,7 +497,7 @@ def _known_matmul(kernels: pl.DataFrame, linked: pl.DataFrame, launched: pl.Data
     mine = linked.filter(pl.col("_mm")).get_column("_k")
     rows = (  # only the columns segments.cut reads
         kernels.lazy().with_row_index("_k").filter(pl.col("_k").is_in(mine.implode()))
-        .select("ts_ns", "dur_ns", "kclass", "group", "group_desc", "collective").collect()
+        .select("ts_ns", "dur_ns", "kclass", "group", "group_desc", "collective").collect(engine="in-memory")
     )
     return [c.matmul for c in segments.cut(rows, launched, windows)]
 
@@ -545,7 +546,7 @@ def _flops_quality(meta, kept: list[Step], cuts: list, steps: list[Step], known:
     counted FLOPs exceed what their kernels could do at their dtype's peak (the MFU may be too high)."""
     from tracelens.model.units import fmt_ns
 
-    idx = [i for i, s in enumerate(steps) if not s.warmup] or list(range(len(steps)))  # the kept steps, as ``kept``
+    idx = kept_indices(steps)  # the kept steps, as ``kept``
     mm = sum(cuts[i].matmul for i in idx) if cuts else 0
     out: dict[str, Any] = {"matmul_ns": mm if kernels is not None else None}
     if source == "shapes" and known is not None and mm:
@@ -684,15 +685,21 @@ def _step_flops(
             .filter(pl.col("_step").is_not_null() & (pl.col("ts_ns") <= pl.col("end")))
         )
     model = ops.filter(~pl.col("_recompute"))
-    # exact float sums (math.fsum), so that the same trace always gives the same report to the last bit
-    per = {i: (fsum(f), fsum(t) if t[0] is not None else None, fsum(ft) if ft[0] is not None else None) for i, f, t, ft in
-           model.group_by("_step").agg(pl.col("flops"), pl.col("ideal_ns"), pl.col("_fit_ns")).iter_rows()}
+    # exact float sums (math.fsum, exactly rounded whatever the order), so that the same trace
+    # always gives the same report to the last bit: one group per step, dtype and recompute flag
+    lists: dict[tuple[int, bool], list[list]] = {}
     prec: dict[int, dict[str, float]] = {}
-    if spec:
-        for i, dt, p in model.group_by("_step", "dtype").agg(pl.col("_prec_ns")).iter_rows():
-            if dt is not None and (v := fsum(p)):
-                prec.setdefault(i, {})[dt] = v
-    rec = {i: fsum(f) for i, f in ops.filter(pl.col("_recompute")).group_by("_step").agg(pl.col("flops")).iter_rows()}
+    for i, dt, r, f, t, ft, p in (
+        ops.group_by("_step", "dtype", "_recompute").agg("flops", "ideal_ns", "_fit_ns", "_prec_ns").sort("_step", "dtype", "_recompute").iter_rows()
+    ):
+        acc = lists.setdefault((i, r), [[], [], []])
+        for into, v in zip(acc, (f, t, ft)):
+            into.extend(v)
+        if spec and not r and dt is not None and (v := fsum(p)):
+            prec.setdefault(i, {})[dt] = v
+    per = {i: (fsum(f), fsum(t) if t[0] is not None else None, fsum(ft) if ft[0] is not None else None)
+           for (i, r), (f, t, ft) in lists.items() if not r}
+    rec = {i: fsum(f) for (i, r), (f, _, _) in lists.items() if r}
     noted = fl.unknown_notes(counted)  # convolutions whose output size or gradients the trace does not show
     unread = unknown - counted.filter(pl.col("flops").is_null() & pl.col("why").is_not_null()).height
     warns = [f"{unread} matmul/conv/attention ops have shapes tracelens cannot read: their FLOPs are left out"] if unread else []

@@ -6,6 +6,7 @@ import polars as pl
 
 from tracelens.analysis import intervals as iv
 from tracelens.analysis.options import Options
+from tracelens.model.schema import END
 from tracelens.model.summary import IDLE_KEYS, IdleSplit
 
 # Host calls that block until the GPU catches up: synchronizes, copies that return only when
@@ -41,6 +42,8 @@ _SYNC_SLACK_NS = 1_000  # a blocking call that returned this close before the ga
 # short kernel-to-kernel waits of a queue draining under a synchronize stay launch latency.
 _QUEUED_WAIT_NS = 50_000
 
+_DL_KEY = ["_any", "tid"]  # which DataLoader union: every thread's (_any) or one thread's
+
 
 def _blocking_spans(df: pl.DataFrame, gpu_rows: pl.DataFrame) -> pl.DataFrame:
     """(tid, s, e, name, leaf) of the host spans that block on the GPU: the blocking calls
@@ -50,9 +53,9 @@ def _blocking_spans(df: pl.DataFrame, gpu_rows: pl.DataFrame) -> pl.DataFrame:
     pageable = pageable.get_column("correlation").drop_nulls()
     host = (  # the host kinds the spans below come from, without the other columns
         df.lazy().filter(pl.col("tid").is_not_null() & pl.col("kind").is_in(["runtime", "sync", "cpu_op"]))
-        .select("tid", "kind", "name", pl.col("ts_ns").alias("s"), (pl.col("ts_ns") + pl.col("dur_ns")).alias("e"),
+        .select("tid", "kind", "name", pl.col("ts_ns").alias("s"), END.alias("e"),
                 pl.col("kind").is_in(["runtime", "sync"]).alias("leaf"), "correlation")
-        .collect()
+        .collect(engine="in-memory")
     )
     # the regexes run over the distinct names, not over a String copy of every host row's name
     distinct = host.get_column("name").unique().cast(pl.String).drop_nulls()
@@ -100,107 +103,157 @@ class _IdleAttribution:
     def __init__(self, df: pl.DataFrame, gpu_rows: pl.DataFrame, options: Options, main_tid: int | None):
         self.main_tid = main_tid
         self.gpu_rows = gpu_rows
-        self.by_start: dict[int, tuple] = {}  # filled by ``ends`` for the gap ends only
         self.sync_by: dict[int, dict[str, int]] = {}  # step -> blocking call -> sync idle (ns)
         self.graph_latency: dict[int, int] = {}  # step -> launch latency ending at graph-replayed kernels
         self.graph_host: dict[int, int] = {}  # step -> host launch idle ending at graph-replayed kernels
-        host = df.select("tid", "kind", "name", "ts_ns", "dur_ns").filter(pl.col("tid").is_not_null())
+        self.splits: dict[int, IdleSplit] = {}  # step -> its idle split, filled by ``run``
+        host = df.lazy().select("tid", "kind", "name", "ts_ns", "dur_ns").filter(pl.col("tid").is_not_null())
         data = host.filter(pl.col("kind") == "dataloader")
         if options.data_range:
             data = pl.concat([data, host.filter(pl.col("name").cast(pl.String).str.contains(options.data_range))])
-        self.dl: dict[int, iv.Intervals] = {
-            tid: iv.union_of(g) for (tid,), g in data.partition_by("tid", as_dict=True).items()
-        }
-        self.dl_any = iv.normalize([p for ivs in self.dl.values() for p in ivs])
-        blocking = _blocking_spans(df, gpu_rows)
-        self.block: dict[int, iv.Intervals] = {}
-        self.block_spans: dict[int, tuple[list, list, list, list]] = {}
-        self.sync_ends: dict[int, tuple[list[int], list[str]]] = {}
-        for (tid,), g in blocking.partition_by("tid", as_dict=True).items():  # one per host thread
-            self.block[tid] = iv.union_of(g.with_columns((pl.col("e") - pl.col("s")).alias("d")), "s", "d")
-            self.block_spans[tid] = tuple(g.get_column(c).to_list() for c in ("s", "e", "name", "leaf"))
-            by_end = g.sort("e", pl.col("leaf").not_())
-            self.sync_ends[tid] = (by_end.get_column("e").to_list(), by_end.get_column("name").to_list())
+        data = data.select("tid", pl.col("ts_ns").alias("s"), END.alias("e"))
+        # the DataLoader spans of each thread (_any false) and of all threads at once (_any true, tid 0)
+        per_thread = iv.merged(data.with_columns(pl.lit(False).alias("_any")), by=_DL_KEY)
+        every = iv.merged(data.select(pl.lit(True).alias("_any"), pl.lit(0, pl.Int64).alias("tid"), "s", "e"), by=_DL_KEY)
+        blocking = _blocking_spans(df, gpu_rows)  # (tid, s, e, name, leaf), sorted
+        self.blocking = blocking.with_row_index("_i").with_columns(pl.col("_i").cast(pl.Int64))
+        self.dl, self.block = pl.collect_all([
+            iv.with_before(pl.concat([per_thread, every]), by=_DL_KEY),
+            iv.with_before(iv.merged(blocking.lazy().select("tid", "s", "e"), by=["tid"]), by=["tid"]),
+        ], engine="in-memory")
 
-    def ends(self, ends: list[int]) -> None:
-        """Look up the activities that end the idle gaps (the first to start at each end)."""
-        if not ends:
+    def _dl_key(self, tid: pl.Expr) -> list[pl.Expr]:
+        """The DataLoader union to look in: the thread's own, or every thread's when it is unknown."""
+        return [tid.is_null().alias("_any"), tid.fill_null(0).alias("tid")]
+
+    def dl_host(self, windows: list[tuple[int, int]]) -> list[int]:
+        """Per window, the main thread's time inside DataLoader spans (every thread's without one)."""
+        if not windows:
+            return []
+        q = pl.LazyFrame({"_w": range(len(windows)), "x": [w[0] for w in windows], "y": [max(w) for w in windows]},
+                         schema={"_w": pl.Int64, "x": pl.Int64, "y": pl.Int64})
+        q = q.with_columns(*self._dl_key(pl.lit(self.main_tid, pl.Int64)))
+        q = iv.covered(iv.covered(q, "x", self.dl.lazy(), "_cx", by=_DL_KEY), "y", self.dl.lazy(), "_cy", by=_DL_KEY)
+        return q.sort("_w").select(pl.col("_cy") - pl.col("_cx")).collect(engine="in-memory").to_series().to_list()
+
+    def run(self, gaps: pl.DataFrame) -> None:
+        """Split every idle gap (``gaps``: step, a, b, from segments.cut_frames) at once: fills
+        ``splits``, ``sync_by``, ``graph_latency`` and ``graph_host``."""
+        if gaps.height == 0:
             return
+        # the activity that ends each gap: the first to start at its end (the first launched among them)
         firsts = (
-            self.gpu_rows.filter(pl.col("ts_ns").is_in(sorted(set(ends))))
+            self.gpu_rows.lazy().filter(pl.col("ts_ns").is_in(gaps.get_column("b").unique().implode()))
             .with_columns(
                 ((pl.col("kclass") == "comm") & pl.col("collective").cast(pl.String).is_in(["send", "recv"])).alias("_p2p")
             )
             .sort("ts_ns", "launch_ns")
             .group_by("ts_ns", maintain_order=True)
             .first()
-            .select("ts_ns", "launch_ns", "launch_tid", "launch_known", "_p2p", "launch_graph")
+            .select(pl.col("ts_ns").alias("b"), "launch_ns", pl.col("launch_tid").alias("tid"), "launch_known", "_p2p", "launch_graph")
         )
-        cols = [firsts.get_column(c).to_list() for c in firsts.columns]
-        self.by_start = dict(zip(cols[0], zip(*cols[1:])))
+        a, b, tid = pl.col("a"), pl.col("b"), pl.col("tid")
+        found = pl.col("launch_ns").is_not_null()
+        p2p = found & pl.col("_p2p").fill_null(False)
+        normal = found & ~p2p & pl.col("launch_known")
+        h = pl.min_horizontal(pl.max_horizontal(pl.col("launch_ns"), a), b)
+        g = (
+            gaps.lazy().with_row_index("_g").join(firsts, on="b", how="left")
+            .with_columns(found.alias("_found"), p2p.alias("_bubble"), normal.alias("_normal"), h.alias("h"),
+                          pl.col("launch_graph").fill_null(False).alias("_graph"))
+            .with_columns(
+                # [h, b): k* was queued; a long wait with the thread in a blocking call is sync drain
+                pl.when(pl.col("_normal") & (b - pl.col("h") >= _QUEUED_WAIT_NS) & tid.is_not_null())
+                .then(pl.col("h")).otherwise(b).alias("_bx"),
+                # the DataLoader time looked up: [a, b) of the main thread after the last activity, [a, h) of tid before k*
+                pl.when(~pl.col("_found")).then(b).when(pl.col("_normal")).then(pl.col("h")).otherwise(a).alias("_dy"),
+                *(e.alias(n) for e, n in zip(self._dl_key(pl.when(pl.col("_found")).then(tid).otherwise(pl.lit(self.main_tid, pl.Int64))),
+                                              ("_dany", "_dtid"))),
+            )
+        )
+        block = self.block.lazy()
+        g = iv.covered(iv.covered(g.with_columns(tid.fill_null(0).alias("_btid")), "_bx", block.rename({"tid": "_btid"}), "_c0",
+                                  by=["_btid"]), "b", block.rename({"tid": "_btid"}), "_c1", by=["_btid"])
+        dl = self.dl.lazy().rename({"_any": "_dany", "tid": "_dtid"})
+        g = iv.covered(iv.covered(g, "a", dl, "_d0", by=["_dany", "_dtid"]), "_dy", dl, "_d1", by=["_dany", "_dtid"])
+        blocked = pl.col("_c1") - pl.col("_c0")
+        dl_ns = pl.col("_d1") - pl.col("_d0")
+        g = g.with_columns(
+            blocked.alias("_blocked"), dl_ns.alias("_dl"),
+            pl.when(pl.col("_normal")).then(pl.col("h") - a - dl_ns).otherwise(0).alias("_rest"),
+        )
+        # host starvation [a, h) outside data loading: sync drain if tid had just returned from a blocking call
+        # of the calls that end at one ns (nested copy ops around their memcpy), the runtime call, else
+        # the first to start (the outermost; the per-thread sort this replaces meant that order but
+        # was not stable, so ties could fall either way)
+        ends = (
+            self.blocking.lazy().sort("tid", "e", pl.col("leaf").not_(), "s", "name")
+            .unique(["tid", "e"], keep="first", maintain_order=True)
+            .select("tid", pl.col("e").alias("_se"), pl.col("name").alias("_sn"))
+        )
+        g = (
+            g.with_columns((a - _SYNC_SLACK_NS).alias("_from"))
+            .sort("_from")
+            .join_asof(ends.sort("_se"), left_on="_from", right_on="_se", by="tid", strategy="forward", check_sortedness=False)
+            .with_columns(((pl.col("_rest") > 0) & pl.col("_se").is_not_null() & (pl.col("_se") < pl.col("h"))).alias("_after_sync"))
+        )
+        split = g.with_columns(
+            pl.col("_dl").alias("data_loading"),
+            pl.when(pl.col("_after_sync")).then(0).otherwise(pl.col("_rest")).alias("host_launch"),
+            (pl.col("_blocked") + pl.when(pl.col("_after_sync")).then(pl.col("_rest")).otherwise(0)).alias("sync"),
+            pl.when(pl.col("_normal")).then(b - pl.col("h") - pl.col("_blocked")).otherwise(0).alias("launch_latency"),
+            pl.when(pl.col("_bubble")).then(b - a).otherwise(0).alias("pipeline_bubble"),
+            pl.when(~pl.col("_found")).then(b - a - pl.col("_dl")).when(~pl.col("_bubble") & ~pl.col("_normal")).then(b - a)
+            .otherwise(0).alias("other"),
+        ).with_columns(
+            pl.when(pl.col("_graph")).then(pl.col("launch_latency")).otherwise(0).alias("_glat"),
+            pl.when(pl.col("_graph")).then(pl.col("host_launch")).otherwise(0).alias("_ghost"),
+        )
+        g = split.collect(engine="in-memory")
+        per_step, blockers = pl.collect_all([
+            g.lazy().group_by("step").agg(pl.col(*IDLE_KEYS, "_glat", "_ghost").sum()),
+            self._blockers(g.lazy().filter(pl.col("_blocked") > 0).select("_g", "tid", "h", "b")),
+        ], engine="in-memory")
+        for row in per_step.iter_rows(named=True):  # one per step
+            step = row.pop("step")
+            self.graph_latency[step], self.graph_host[step] = row.pop("_glat"), row.pop("_ghost")
+            self.splits[step] = IdleSplit(**row)
+        where = pl.concat([
+            g.join(blockers, on="_g", how="left").filter(pl.col("_blocked") > 0)
+            .select("step", pl.col("_bn").fill_null("synchronize").alias("name"), pl.col("_blocked").alias("ns")),
+            g.filter(pl.col("_after_sync")).select("step", pl.col("_sn").alias("name"), pl.col("_rest").alias("ns")),
+        ]).group_by("step", "name").agg(pl.col("ns").sum())
+        for step, name, ns in where.iter_rows():  # one per step and blocking call
+            self.sync_by.setdefault(step, {})[name] = ns
 
-    def dl_spans(self, tid: int | None) -> iv.Intervals:
-        return self.dl.get(tid, []) if tid is not None else self.dl_any
+    def _blockers(self, q: pl.LazyFrame) -> pl.LazyFrame:
+        """(_g, _bn): for each query (_g, tid, h, b), the blocking call of ``tid`` that covers most of
+        [h, b), among the 64 that start last before b (spans on one thread nest), a runtime call
+        before the op that holds it."""
+        spans = self.blocking.lazy()
+        last = (  # the last span of each thread to start at each start
+            spans.group_by("tid", "s").agg(pl.col("_i").max().alias("_last"))
+            .join(spans.group_by("tid").agg(pl.col("_i").min().alias("_first")), on="tid")
+            .sort("s")
+        )
+        cand = (
+            q.sort("b")
+            .join_asof(last, left_on="b", right_on="s", by="tid", strategy="backward", allow_exact_matches=False,
+                       check_sortedness=False)
+            .filter(pl.col("_last").is_not_null())
+            .select("_g", "h", "b", pl.int_ranges(pl.max_horizontal(pl.col("_last") - 63, pl.col("_first")), pl.col("_last") + 1)
+                    .alias("_i"))
+            .explode("_i")
+            .join(spans.select("_i", "s", "e", "name", "leaf"), on="_i")
+            .with_columns((pl.min_horizontal("e", "b") - pl.max_horizontal("s", "h")).alias("_ov"))
+            .filter(pl.col("_ov") > 0)
+        )
+        return (
+            cand.sort("_g", "leaf", "_ov", "_i", descending=[False, True, True, True])
+            .group_by("_g", maintain_order=True).first()
+            .select("_g", pl.col("name").alias("_bn"))
+        )
 
-    def _blocker(self, tid, x: int, y: int) -> str:
-        """The blocking call of ``tid`` that covers most of [x, y) (a runtime call before the op
-        that holds it)."""
-        from bisect import bisect_left
-
-        starts, ends, names, leaf = self.block_spans[tid]
-        j = bisect_left(starts, y)
-        best = None
-        for k in range(j - 1, max(j - 64, 0) - 1, -1):  # spans on one thread nest: the few before y
-            ov = min(ends[k], y) - max(starts[k], x)
-            if ov > 0 and (best is None or (leaf[k], ov) > best[0]):
-                best = ((leaf[k], ov), names[k])
-        return best[1] if best else "synchronize"
-
-    def _sync(self, step: int, name: str, ns: int) -> None:
-        d = self.sync_by.setdefault(step, {})
-        d[name] = d.get(name, 0) + ns
-
-    def split(self, gaps: iv.Intervals, step: int) -> IdleSplit:
-        """Split the idle gaps of step ``step``'s window."""
-        from bisect import bisect_left
-
-        out = dict.fromkeys(IDLE_KEYS, 0)
-        for a, b in gaps:
-            k = self.by_start.get(b)
-            if k is None:  # nothing starts at the gap's end: the tail of the window
-                dl = iv.length(iv.clip(self.dl_spans(self.main_tid), a, b))
-                out["data_loading"] += dl
-                out["other"] += (b - a) - dl
-                continue
-            launch, tid, known, p2p, graph = k
-            if p2p:
-                out["pipeline_bubble"] += b - a
-                continue
-            if not known:
-                out["other"] += b - a
-                continue
-            h = min(max(launch, a), b)
-            if h < b:  # k* was queued: sync where it waited long with the host in a blocking call, else latency
-                blocked = iv.length(iv.clip(self.block.get(tid, []), h, b)) if b - h >= _QUEUED_WAIT_NS else 0
-                if blocked:
-                    out["sync"] += blocked
-                    self._sync(step, self._blocker(tid, h, b), blocked)
-                out["launch_latency"] += (b - h) - blocked
-                if graph:
-                    self.graph_latency[step] = self.graph_latency.get(step, 0) + (b - h) - blocked
-            if h == a:
-                continue
-            dl = iv.length(iv.clip(self.dl_spans(tid), a, h))
-            out["data_loading"] += dl
-            rest = (h - a) - dl
-            if rest:
-                ends, names = self.sync_ends.get(tid, ([], []))
-                i = bisect_left(ends, a - _SYNC_SLACK_NS)
-                if i < len(ends) and ends[i] < h:
-                    out["sync"] += rest
-                    self._sync(step, names[i], rest)
-                else:
-                    out["host_launch"] += rest
-                    if graph:
-                        self.graph_host[step] = self.graph_host.get(step, 0) + rest
-        return IdleSplit(**out)
+    def split(self, step: int) -> IdleSplit:
+        """The idle split of step ``step``'s window (after ``run``)."""
+        return self.splits.get(step, IdleSplit())

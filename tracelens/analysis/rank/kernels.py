@@ -9,6 +9,7 @@ from typing import Any
 import polars as pl
 
 from tracelens.model.gpus import GpuSpec
+from tracelens.model.schema import END
 
 KERNELS_TOP = 30  # kernels by name kept in each rank of the report (the longest; job.kernels has them all, merged)
 MATMULS_TOP = 20  # matmul op shapes kept in the report, per rank (the longest)
@@ -73,7 +74,7 @@ def _launched_in(df: pl.DataFrame, ops: pl.DataFrame, kernels: pl.DataFrame, ker
     needs the launch columns the analysis adds (launch_ns, launch_tid, launch_known)."""
     spans = (
         df.select("tid", "ts_ns", "dur_ns").with_row_index("_row").join(ops, on="_row")
-        .with_columns(pl.col("tid").alias("launch_tid"), pl.col("ts_ns").alias("_ots"), (pl.col("ts_ns") + pl.col("dur_ns")).alias("_oend"))
+        .with_columns(pl.col("tid").alias("launch_tid"), pl.col("ts_ns").alias("_ots"), END.alias("_oend"))
         .drop("tid", "ts_ns", "dur_ns")
         .sort("_ots")
     )

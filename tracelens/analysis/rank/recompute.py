@@ -11,6 +11,7 @@ from __future__ import annotations
 import polars as pl
 
 from tracelens.analysis.rank.flops import SDPA_FWD
+from tracelens.model.schema import END
 
 FORWARD = {
     "aten::convolution", "aten::_convolution", "aten::linear", "aten::matmul", "aten::addmm", "aten::baddbmm",
@@ -19,32 +20,34 @@ FORWARD = {
 _EVAL = "autograd::engine::evaluate_function"
 
 
+_EMPTY = {"_row": pl.UInt32, "pid": pl.Int64, "tid": pl.Int64, "ts_ns": pl.Int64, "end": pl.Int64}
+
+
+def _covered(flag: pl.Expr) -> pl.Expr:
+    """Whether an op of the ``flag`` ops before it on its thread (in start order, longer first)
+    still runs at its start: the running maximum of their ends reaches past it."""
+    reach = pl.when(flag).then(pl.col("end")).cum_max().shift(1).forward_fill().over("pid", "tid")
+    return reach.fill_null(pl.col("ts_ns")) > pl.col("ts_ns")
+
+
 def find(df: pl.DataFrame) -> pl.DataFrame:
-    """Row index, thread, start and end of each outermost recomputed forward op."""
+    """Row index, thread, start and end of each outermost recomputed forward op.
+
+    On a thread, ops nest: an op runs inside the ones that started before it and end after its
+    start.  A forward op inside an evaluate_function is a recomputation; the outermost of them
+    (the forward ops under an evaluate_function that no such op encloses) are the ones kept."""
+    name = pl.col("name").cast(pl.String)
+    is_eval = name.str.starts_with(_EVAL)
     ops = (  # lazy: only these columns are filtered (a DataFrame filter copies every column)
         df.lazy().with_row_index("_row")
         .filter((pl.col("kind") == "cpu_op") & pl.col("tid").is_not_null())
-        .select("_row", "pid", "tid", "ts_ns", (pl.col("ts_ns") + pl.col("dur_ns")).alias("end"), pl.col("name").cast(pl.String))
-        .collect()
+        .select("_row", "pid", "tid", "ts_ns", END.alias("end"), is_eval.alias("_eval"), name.is_in(list(FORWARD)).alias("_fwd"))
+        # only backward-pass frames and forward ops take part in the nesting test, on threads that have a backward pass
+        .filter((pl.col("_eval") | pl.col("_fwd")) & pl.col("_eval").any().over("pid", "tid"))
+        .sort("pid", "tid", "ts_ns", pl.col("end"), descending=[False, False, False, True])
+        .with_columns((pl.col("_fwd") & _covered(pl.col("_eval"))).alias("_cand"))  # forward, under an evaluate_function
+        .filter(pl.col("_cand") & ~_covered(pl.col("_cand")))  # and no such op encloses it
+        .select(*_EMPTY)
+        .collect(engine="in-memory")
     )
-    # only backward-pass frames and forward ops take part in the nesting test
-    ops = ops.filter(pl.col("name").str.starts_with(_EVAL) | pl.col("name").is_in(list(FORWARD)))
-    threads = ops.filter(pl.col("name").str.starts_with(_EVAL)).select("pid", "tid").unique()
-    if threads.height == 0:
-        return pl.DataFrame(schema={"_row": pl.UInt32, "pid": pl.Int64, "tid": pl.Int64, "ts_ns": pl.Int64, "end": pl.Int64})
-    ops = ops.join(threads, on=["pid", "tid"]).sort("pid", "tid", "ts_ns", pl.col("end"), descending=[False, False, False, True])
-    rows = []
-    stack: list[tuple[int, bool, bool]] = []  # (end, under evaluate_function, under a recomputed op)
-    current = None
-    for row, pid, tid, ts, end, name in ops.iter_rows():
-        if (pid, tid) != current:
-            stack, current = [], (pid, tid)
-        while stack and stack[-1][0] <= ts:
-            stack.pop()
-        in_eval = bool(stack) and stack[-1][1]
-        in_recompute = bool(stack) and stack[-1][2]
-        is_recompute = in_eval and not in_recompute and name in FORWARD
-        if is_recompute:
-            rows.append((row, pid, tid, ts, end))
-        stack.append((end, in_eval or name.startswith(_EVAL), in_recompute or is_recompute))
-    return pl.DataFrame(rows, schema={"_row": pl.UInt32, "pid": pl.Int64, "tid": pl.Int64, "ts_ns": pl.Int64, "end": pl.Int64}, orient="row")
+    return ops.cast(_EMPTY)

@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 import polars as pl
 
 from tracelens.analysis.waterfall import MATMUL_CLASSES
-from tracelens.model.schema import NON_COMPUTE_KCLASSES
+from tracelens.model.schema import END, NON_COMPUTE_KCLASSES
 
 _SPLITS = (("nm", "_nm_pt"), ("cg", "_cg_pt"))  # (label column prefix, "a cut of this split" column)
 
@@ -64,20 +64,34 @@ def comm_label() -> pl.Expr:
     )
 
 
+_NO_GAPS = {"step": pl.Int64, "a": pl.Int64, "b": pl.Int64}
+
+
 def cut(gpu_rows: pl.DataFrame, recomputed: pl.DataFrame | None, windows: list[tuple[int, int]]) -> list[StepCut]:
-    """The sums of each window ``[start, end)`` of ``windows`` (in order).  ``gpu_rows``: the
-    rank's GPU activities (ts_ns, dur_ns, kclass, group, group_desc, collective);
-    ``recomputed``: (ts_ns, dur_ns) of the GPU work of recomputed forward ops, or None."""
+    """The sums of each window ``[start, end)`` of ``windows`` (in order), with each one's idle
+    gaps listed.  ``gpu_rows``: the rank's GPU activities (ts_ns, dur_ns, kclass, group,
+    group_desc, collective); ``recomputed``: (ts_ns, dur_ns) of the GPU work of recomputed
+    forward ops, or None."""
+    out, gaps = cut_frames(gpu_rows, recomputed, windows)
+    for step, a, b in gaps.iter_rows():
+        out[step].gaps.append((a, b))
+    return out
+
+
+def cut_frames(gpu_rows: pl.DataFrame, recomputed: pl.DataFrame | None,
+               windows: list[tuple[int, int]]) -> tuple[list[StepCut], pl.DataFrame]:
+    """``cut``'s sums (their ``gaps`` left empty) and the idle gaps as one frame: (step, a, b),
+    sorted by step and start."""
     out = [StepCut(window=max(we - ws, 0)) for ws, we in windows]
     live = [(i, ws, we) for i, (ws, we) in enumerate(windows) if we > ws]
     if not live:
-        return out
+        return out, pl.DataFrame(schema=_NO_GAPS)
     kc = pl.col("kclass").cast(pl.String)
     is_c = ~kc.is_in(list(NON_COMPUTE_KCLASSES))
     is_mm = kc.is_in(list(MATMUL_CLASSES))
     rows = gpu_rows.select(
         pl.col("ts_ns").alias("s"),
-        (pl.col("ts_ns") + pl.col("dur_ns")).alias("e"),
+        END.alias("e"),
         is_c.cast(pl.Int32).alias("c"),
         (kc == "comm").cast(pl.Int32).alias("m"),
         kc.is_in(["memcpy", "memset"]).cast(pl.Int32).alias("y"),
@@ -92,7 +106,7 @@ def cut(gpu_rows: pl.DataFrame, recomputed: pl.DataFrame | None, windows: list[t
                 rows,
                 recomputed.select(
                     pl.col("ts_ns").alias("s"),
-                    (pl.col("ts_ns") + pl.col("dur_ns")).alias("e"),
+                    END.alias("e"),
                     *(pl.lit(0, pl.Int32).alias(k) for k in ("c", "m", "y", "mm")),
                     pl.lit(1, pl.Int32).alias("r"),
                     pl.lit(None, pl.String).alias("nm"),
@@ -172,14 +186,13 @@ def cut(gpu_rows: pl.DataFrame, recomputed: pl.DataFrame | None, windows: list[t
         .group_by("step", "_run")
         .agg(pl.col("t").min().alias("a"), (pl.col("t") + pl.col("len")).max().alias("b"))
         .sort("step", "a")
+        .select(pl.col("step").cast(pl.Int64), "a", "b")
     )
-    for step, a, b in gaps.select("step", "a", "b").iter_rows():
-        out[step].gaps.append((a, b))
     for (p, pt), inside, attr in ((_SPLITS[0], "_nm_in", "non_matmul"), (_SPLITS[1], "_x", "comm_by_group")):
         if labels[p]:
             for step, shares in _shares(seg, p, pt, inside, labels[p]).items():
                 setattr(out[step], attr, shares)
-    return out
+    return out, gaps
 
 
 def _shares(seg: pl.DataFrame, p: str, pt: str, inside: str, labels: list[str]) -> dict[int, dict[str, int]]:
