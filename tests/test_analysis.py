@@ -318,6 +318,8 @@ def test_every_split_sums_and_order_does_not_matter(kernels, loaders, syncs, n_s
         return out
 
     d = run(ev)
+    windows = [(s["start_ns"], s["start_ns"] + s["dur_ns"]) for s in d["ranks"][0]["steps"]]
+    assert all(a[1] <= b[0] for a, b in zip(windows, windows[1:])), windows  # the steps' windows tile: none overlaps another
     for s in d["ranks"][0]["steps"]:
         g, idle = s["gpu_time_ns"], s["idle_ns"]
         assert g["idle"] + g["compute"] + g["exposed_comm"] + g["exposed_memcpy"] == s["dur_ns"]
@@ -370,6 +372,8 @@ def test_waterfall_sums_to_one(kernels, n_steps, dtype):
         # the MFU waterfall ends with the MFU; without FLOPs (a trace of comm kernels only) the
         # GPU-time waterfall ends with the compute share
         assert w[-1]["key"] == ("mfu" if mfu is not None else "compute")
+        if mfu is not None:  # and the waterfall ends at that MFU
+            assert w[-1]["fraction"] == pytest.approx(mfu, rel=1e-9, abs=1e-15)
         assert abs(sum(b["fraction"] for b in w) - 1.0) < 1e-9
         assert all(b["fraction"] >= -1e-12 for b in w if b["key"] != "flop_convention")
 

@@ -9,7 +9,7 @@ import math
 import re
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from tests.conftest import SAMPLE_TRACES, real_traces
@@ -437,6 +437,10 @@ KERNELS = {  # kind -> (kernel name, op, input dtype)
     ),
     st.integers(1, 3),
 )
+# a step without kernels whose CPU span opens before the step before it has started its first kernel: its window
+# began there, before that step's, and that step's window was empty (its MFU null, so the rank's waterfall was
+# its GPU-time one while the rank's MFU was known)
+@example(kernels=[(0, 1, "attn", 7, 64, 256, 128)] * 4 + [(1513, 1, "bf16", 7, 64, 256, 128)], n_steps=3)
 def test_no_percent_of_peak_above_one_unless_named_and_mfu_within_compute(kernels, n_steps):
     """Generated H100 traces, with shapes from tiny to far beyond what their kernel time allows: no %
     of peak above 1 is shown (a row above is flagged, its share null, and a warning counts and names
@@ -457,6 +461,8 @@ def test_no_percent_of_peak_above_one_unless_named_and_mfu_within_compute(kernel
     with tempfile.TemporaryDirectory() as tmp:
         d = analyze(load([write(Path(tmp), ev)], use_cache=False)).to_dict()
     r = d["ranks"][0]
+    windows = [(s["start_ns"], s["start_ns"] + s["dur_ns"]) for s in r["steps"]]
+    assert all(a[1] <= b[0] for a, b in zip(windows, windows[1:])), windows  # the steps' windows tile: none overlaps another
     warned = " ".join(d["warnings"])
     flagged = [x for x in r["matmul_efficiency"] if x["above_peak"]]
     for x in r["matmul_efficiency"] + r["kernels"] + views.kernel_rows(d) + views.matmul_rows(d):
@@ -486,6 +492,9 @@ def test_no_percent_of_peak_above_one_unless_named_and_mfu_within_compute(kernel
                         assert sum(p["ns"] for p in b["parts"]) == b["ns"], b
         if r["waterfall"]:
             assert parts(bars(d)["matmul_below_peak"]).get(NO_FLOPS, 0) == (m["matmul_without_flops_ns"] or 0)
+            assert bars(d)["mfu"]["fraction"] == pytest.approx(m["value"], rel=1e-9, abs=1e-15)  # the waterfall ends at the rank's MFU
+    elif r["waterfall"]:  # no MFU over a window that is not empty: no waterfall of the rank ends with one
+        assert all(w[-1]["key"] == "compute" for w in [d["job"]["waterfall"], r["waterfall"]] + [s["waterfall"] for s in r["steps"]] if w)
     if m["flops_coverage"] is not None:
         assert 0.0 <= m["flops_coverage"] <= 1.0 and m["lower_bound"] == (m["flops_coverage"] < 1.0)
         assert math.isclose(m["flops_coverage"], 1 - m["matmul_without_flops_ns"] / m["matmul_ns"])

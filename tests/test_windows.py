@@ -231,3 +231,72 @@ def test_a_cpu_only_trace_keeps_its_step_span():
     r = analyze(load([path], use_cache=False)).ranks[0]
     (s,) = r.steps
     assert r.gpu is None and (s.start_ns, s.end_ns) == span(step) and r.untraced_tail_ns == 0
+
+
+MM = {"Input Dims": [[1024, 1024], [1024, 1024]], "Input type": ["c10::BFloat16", "c10::BFloat16"]}  # 2·1024³ FLOPs
+H100 = {"deviceProperties": [{"id": 0, "name": "NVIDIA H100 80GB HBM3", "numSms": 132}]}
+
+
+def test_a_step_without_kernels_starts_after_the_gpu_work_launched_before_it(tmp_path):
+    # Steps #1 [0, 100), #2 [100, 200), #3 [200, 300) µs.  #1 launches a kernel at 5 that runs [10, 20);
+    # #2's aten::mm (at 150, launch at 152) runs its GEMM [250, 260): the GPU is 100 µs behind the host.
+    # #3 launches nothing (its aten::add_ runs on the CPU [210, 290)).  Before, #3's window began at its CPU
+    # start, 200, and #2's ran from 250 to #3's start: empty, so #2's MFU was null, its waterfall the
+    # GPU-time one, and #3's window [200, 290) overlapped #1's [10, 250).  Now #3 starts where the GPU work
+    # launched before it ends: #1 [10, 250), #2 [250, 260) (its GEMM), #3 [260, 290) (the host's last work).
+    ev = [X("user_annotation", f"ProfilerStep#{i + 1}", 100 * i, 100) for i in range(3)]
+    ev += [X("cuda_runtime", "cudaLaunchKernel", 5, 1, correlation=1),
+           X("kernel", "elementwise_kernel", 10, 10, pid=0, tid=7, device=0, stream=7, correlation=1),
+           X("cpu_op", "aten::mm", 150, 5, **MM), X("cuda_runtime", "cudaLaunchKernel", 152, 1, correlation=2),
+           X("kernel", "sm90_xmma_gemm_bf16bf16_bf16f32", 250, 10, pid=0, tid=7, device=0, stream=7, correlation=2),
+           X("cpu_op", "aten::add_", 210, 80)]
+    p = tmp_path / "rank-0.json"
+    p.write_text(json.dumps({**H100, "traceEvents": ev}))
+    a = analyze(load([p], use_cache=False))
+    r = a.ranks[0]
+    assert [(s.start_ns, s.end_ns, s.kernels) for s in r.steps] == [(10_000, 250_000, 1), (250_000, 260_000, 1), (260_000, 290_000, 0)]
+    f = 2 * 1024**3
+    s1, s2, s3 = r.steps
+    assert (s2.gpu.compute, s2.flops, s3.gpu.idle, s3.flops, s3.mfu) == (10_000, f, 30_000, 0.0, 0.0)
+    assert s2.mfu == pytest.approx(f / (989.4e12 * 10e-6), rel=1e-12)
+    assert r.gpu.window == 40_000 and r.mfu == pytest.approx(f / (989.4e12 * 40e-6), rel=1e-12)  # #1 is the warm-up
+    d = valid(a.to_dict())
+    for w in [d["job"]["waterfall"], d["ranks"][0]["waterfall"]] + [s["waterfall"] for s in d["ranks"][0]["steps"]]:
+        assert w[-1]["key"] == "mfu" and sum(b["fraction"] for b in w) == pytest.approx(1, abs=1e-9)
+    assert d["job"]["waterfall_kind"] == "mfu" and d["ranks"][0]["waterfall"][-1]["fraction"] == pytest.approx(r.mfu, rel=1e-12)
+
+
+def test_the_flops_of_a_step_with_an_empty_window_stay_in_the_mfu(tmp_path):
+    # Steps #1 [0, 100), #2 [100, 200), #3 [200, 300) µs.  #1's kernel runs [10, 20); #2's aten::mm (launch
+    # at 152) runs its GEMM on stream 7 [260, 300); #3's kernel (launch at 212) runs on stream 8 [230, 240),
+    # before #2's.  A window runs from its step's first kernel to the next step's: #2's would be [260, 230),
+    # so it is empty and the windows are #1 [10, 260), #2 [260, 260), #3 [260, 300) (holding #2's GEMM).
+    # The kept steps #2 and #3 span 40 µs and their ops count 2·1024³ FLOPs (all #2's): MFU =
+    # 2·1024³ / (989.4e12 · 40e-6) = 5.43%, #2's own MFU null (no window), #3's 0.  The rank's waterfall
+    # is #3's bars (its 40 µs of GEMM time all "below peak", as #3 counts no FLOPs) ending at the rank's MFU:
+    # those 2,170 ns at peak are the convention bar's negative part, so the bars still sum to 1.
+    ev = [X("user_annotation", f"ProfilerStep#{i + 1}", 100 * i, 100) for i in range(3)]
+    ev += [X("cuda_runtime", "cudaLaunchKernel", 5, 1, correlation=1),
+           X("kernel", "elementwise_kernel", 10, 10, pid=0, tid=7, device=0, stream=7, correlation=1),
+           X("cpu_op", "aten::mm", 150, 5, **MM), X("cuda_runtime", "cudaLaunchKernel", 152, 1, correlation=2),
+           X("kernel", "sm90_xmma_gemm_bf16bf16_bf16f32", 260, 40, pid=0, tid=7, device=0, stream=7, correlation=2),
+           X("cuda_runtime", "cudaLaunchKernel", 212, 1, correlation=3),
+           X("kernel", "elementwise_kernel", 230, 10, pid=0, tid=8, device=0, stream=8, correlation=3)]
+    p = tmp_path / "rank-0.json"
+    p.write_text(json.dumps({**H100, "traceEvents": ev}))
+    a = analyze(load([p], use_cache=False))
+    r = a.ranks[0]
+    assert [(s.start_ns, s.end_ns) for s in r.steps] == [(10_000, 260_000), (260_000, 260_000), (260_000, 300_000)]
+    f = 2 * 1024**3
+    s1, s2, s3 = r.steps
+    assert (s2.flops, s2.mfu, s2.waterfall, s3.flops, s3.mfu) == (f, None, None, 0.0, 0.0)
+    mfu = f / (989.4e12 * 40e-6)
+    assert r.gpu.window == 40_000 and r.mfu == pytest.approx(mfu, rel=1e-12)
+    d = valid(a.to_dict())
+    bars = {b["key"]: b for b in d["ranks"][0]["waterfall"]}
+    assert list(bars)[-1] == "mfu" and bars["mfu"]["fraction"] == pytest.approx(mfu, rel=1e-12) and bars["mfu"]["ns"] == 2_170
+    assert bars["matmul_below_peak"]["ns"] == 40_000
+    assert [(p["key"], p["ns"]) for p in bars["flop_convention"]["parts"]] == [("flops_without_window", -2_170)]
+    assert bars["flop_convention"]["ns"] == -2_170 and sum(b["fraction"] for b in bars.values()) == pytest.approx(1, abs=1e-9)
+    assert d["job"]["waterfall_kind"] == "mfu" and d["job"]["waterfall"][-1]["fraction"] == pytest.approx(mfu, rel=1e-12)
+    assert any("ProfilerStep#2) have an empty GPU window" in w and "2.15e+09 FLOPs" in w for w in d["warnings"])

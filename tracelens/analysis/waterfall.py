@@ -49,11 +49,13 @@ class Bar:
 
 
 NO_FLOPS, WITH_FLOPS, BEYOND_PEAK = "matmul_without_flops", "matmul_with_flops", "flops_beyond_peak"
+NO_WINDOW = "flops_without_window"  # the FLOPs of steps whose GPU window is empty (``ending_at``)
 # labels of the parts whose key is not already what to show (the others: group, kernel class, op shape)
 PART_LABELS = {
     NO_FLOPS: "matmul kernels without FLOPs",
     WITH_FLOPS: "matmul kernels with FLOPs",
     BEYOND_PEAK: "FLOPs beyond their kernels' time",
+    NO_WINDOW: "FLOPs of steps with an empty GPU window",
     "fp32": "FP32 matmuls (FP32 peak)",
     "fp64": "FP64 matmuls (FP32 peak)",
     "tf32": "TF32 matmuls (TF32 peak)",
@@ -101,10 +103,12 @@ def convention_text(parts: dict[str, int]) -> tuple[str, str | None]:
         why.append("FP32/TF32 matmuls cannot reach the 16-bit peak (+)")
     if "fp8" in keys:
         why.append("FP8 matmuls can beat it (-)")
-    if keys - _LOW_PRECISION - {"fp8", BEYOND_PEAK}:
+    if keys - _LOW_PRECISION - {"fp8", BEYOND_PEAK, NO_WINDOW}:
         why.append("other dtypes at their own peak")
     if BEYOND_PEAK in keys:
         why.append("some counted FLOPs exceed their kernels' time at peak: over-counted or a wrong dtype (-, see the warnings)")
+    if NO_WINDOW in keys:
+        why.append("the FLOPs of steps with an empty GPU window are in the MFU but in no window's bars (-, see the warnings)")
     note = "MFU is at the dense BF16/FP16 peak, the bars above at each matmul's own dtype peak: " + "; ".join(why)
     return label, note
 
@@ -216,6 +220,24 @@ def combine(falls: list[Waterfall | None]) -> Waterfall | None:
         label, note = convention_text(dict(parts)) if b.key == "flop_convention" else (b.label, b.note)
         out.append(Bar(b.key, label, ns, weighted / T, _parts(dict(parts), T), note))
     return Waterfall(T, tuple(out))
+
+
+def ending_at(fall: Waterfall, mfu: float) -> Waterfall:
+    """``fall`` (a rank's steps combined) ending at ``mfu``, the MFU over the same window that
+    also counts the FLOPs of steps whose GPU window is empty (their kernels ran in other steps'
+    windows): those FLOPs are in no step's bars, so the convention bar takes them as a negative
+    part (``NO_WINDOW``) and the fractions still sum to 1."""
+    bars = list(fall.bars)
+    T, last = fall.window_ns, bars[-1]
+    i = next(j for j, b in enumerate(bars) if b.key == "flop_convention")
+    conv, ns = bars[i], round(mfu * T)
+    parts = {p["key"]: p["ns"] for p in conv.parts}
+    parts[NO_WINDOW] = parts.get(NO_WINDOW, 0) - (ns - last.ns)
+    parts[NO_WINDOW] += conv.ns - (ns - last.ns) - sum(parts.values())  # parts sum to the bar (one without parts: its rounding)
+    label, note = convention_text(parts)
+    bars[i] = Bar(conv.key, label, conv.ns - (ns - last.ns), conv.fraction - (mfu - last.fraction), _parts(parts, T), note)
+    bars[-1] = Bar(last.key, last.label, ns, mfu)
+    return Waterfall(T, tuple(bars))
 
 
 def with_parts(fall: Waterfall, key: str, weights: dict[str, float], top: int = 12, keep: tuple[str, ...] = (NO_FLOPS,)) -> Waterfall:

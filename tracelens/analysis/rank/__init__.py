@@ -9,7 +9,8 @@ Definitions (DESIGN.md 4.1-4.2, MFU.md 9.2-9.3):
   matches ``options.step_range``, else the whole trace is one step).  A kernel belongs to the
   step in which it was *launched* (its runtime call's time; its own start when the launch is
   not in the trace).  A step's GPU window runs from its first kernel's start to the next step's
-  first kernel's start; the last step ends at the later of its CPU span's end and its last
+  first kernel's start (a step without kernels: from its CPU start, or from where the GPU work
+  launched before it ends if later; never before the window before it, so windows do not overlap); the last step ends at the later of its CPU span's end and its last
   kernel's end, but the trace's last ProfilerStep (closed by the profiler's stop) ends where its
   traced GPU and host work ends: the rest of its CPU span is its untraced tail, reported apart
   and outside the window.  Without steps the window is the first to the last GPU activity.
@@ -156,11 +157,28 @@ def _analyze_rank(df: pl.DataFrame, fi: int, meta, options: Options) -> RankResu
             warnings.append(f"{meta.path}: the last step ({spans.get_column('name')[-1]}, "
                             f"{fmt_ns(tail_end - starts[-1])}) holds no traced work (the profiler's stop): not counted as a step")
             spans, n, tails = spans.head(n - 1), n - 1, tails[:-1]
+        # where each window starts: its step's first kernel's start; for a step without kernels its CPU
+        # start, but not before the GPU work launched earlier ends (up to a later step's first kernel): the
+        # GPU runs behind the host, and that work is the earlier step's.  No window starts before the one
+        # before it: the windows tile, never overlap
+        later, m = [None] * n, None  # per step, the earliest first kernel of the steps after it
+        for i in range(n - 1, -1, -1):
+            later[i] = m
+            if i in first_k:
+                m = first_k[i] if m is None else min(m, first_k[i])
+        bounds, done = [], None  # done: where the GPU work of the steps so far ends
+        for i in range(n):
+            b = first_k.get(i, starts[i])
+            if i not in first_k and done is not None:
+                b = max(b, done if later[i] is None else min(done, later[i]))
+            bounds.append(max(b, bounds[-1]) if bounds else b)
+            if i in last_k:
+                done = last_k[i] if done is None else max(done, last_k[i])
         windows = []
         for i in range(n):
-            s = first_k.get(i, starts[i])
+            s = bounds[i]
             if i + 1 < n:
-                e = first_k.get(i + 1, starts[i + 1])
+                e = bounds[i + 1]
             else:
                 cpu_end = spans.get_column("end")[i]
                 e = max(cpu_end, last_k.get(i, cpu_end))
@@ -280,7 +298,14 @@ def _analyze_rank(df: pl.DataFrame, fi: int, meta, options: Options) -> RankResu
         kept = kept_steps(steps)
     rflops = sum(recompute_flops.get(i, 0.0) for i, s in enumerate(steps) if s in kept)
     hfu = (flops + rflops) / (peak * total.window / 1e9) if mfu is not None else None
-    fall = waterfall.combine([s.waterfall for s in kept]) if all(s.waterfall for s in kept) else None
+    live = [s for s in kept if s.gpu.window > 0]  # a step whose window is empty adds no time, and has no waterfall
+    fall = waterfall.combine([s.waterfall for s in live]) if live and all(s.waterfall for s in live) else None
+    unplaced = [s for s in kept if s.gpu.window <= 0 and s.flops]
+    if fall is not None and unplaced and mfu is not None:  # their FLOPs are in the rank's MFU, in no step's bars
+        fall = waterfall.ending_at(fall, mfu)
+        warnings.append(f"{meta.path}: {len(unplaced)} step(s) ({', '.join(s.name for s in unplaced[:3])}) have an empty GPU window "
+                        f"(the next step's first kernel starts no later than theirs would) while their ops count {sum(s.flops for s in unplaced):.3g} "
+                        "FLOPs: those FLOPs are in the rank's MFU but in no step's bars (a negative part of the convention bar)")
     time_fall = waterfall.combine([s.time_waterfall for s in kept])
     facts = _facts(df, counted, gpu_rows, kept, spec, steps, attr) if has_gpu else {}
     from tracelens.analysis.rank import kernels as kt
