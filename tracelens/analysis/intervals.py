@@ -17,23 +17,64 @@ Intervals = list[tuple[int, int]]
 
 def union_of(df: pl.DataFrame, start: str = "ts_ns", dur: str = "dur_ns") -> Intervals:
     """The union of the events' [start, start + dur) intervals (zero-length ones vanish)."""
-    if df.height == 0:
-        return []
-    s = (
-        df.select(pl.col(start).alias("s"), (pl.col(start) + pl.col(dur)).alias("e"))
-        .filter(pl.col("e") > pl.col("s"))
-        .sort("s", "e")
-    )
-    if s.height == 0:
-        return []
-    merged = (
-        s.with_columns(pl.col("e").cum_max().shift(1).alias("reach"))
-        .with_columns((pl.col("reach").is_null() | (pl.col("s") > pl.col("reach"))).cum_sum().alias("g"))
-        .group_by("g")
-        .agg(pl.col("s").min(), pl.col("e").max())
-        .sort("s")
-    )
+    merged = union_frame(df, start, dur)
     return list(zip(merged.get_column("s").to_list(), merged.get_column("e").to_list()))
+
+
+def union_frame(df: pl.DataFrame, start: str = "ts_ns", dur: str = "dur_ns") -> pl.DataFrame:
+    """``union_of`` as a frame: columns ``s``, ``e`` (Int64), sorted, disjoint, non-touching."""
+    if df.height == 0:
+        return pl.DataFrame(schema={"s": pl.Int64, "e": pl.Int64})
+    s = df.select(pl.col(start).alias("s"), (pl.col(start) + pl.col(dur)).alias("e"))
+    return union_by(s, [])
+
+
+def union_by(df: pl.DataFrame, by: list[str]) -> pl.DataFrame:
+    """The union of the [s, e) intervals of ``df`` within each group of the ``by`` columns (none:
+    one group), as rows (by..., s, e): each group's set sorted, disjoint and non-touching,
+    zero-length intervals gone.  A group key may hold nulls (they group together)."""
+    s = df.select(*by, "s", "e").filter(pl.col("e") > pl.col("s")).sort(*by, "s", "e", nulls_last=True)
+    if s.height == 0:
+        return s
+    reach = pl.col("e").cum_max().shift(1)  # how far the intervals before this one reach
+    if by:
+        s = s.with_columns(_group_id(by).alias("_k"))
+        reach = reach.over("_k")
+    return (
+        s.with_columns((reach.is_null() | (pl.col("s") > reach)).cum_sum().alias("_g"))
+        .group_by("_g", maintain_order=True)
+        .agg(*(pl.col(c).first() for c in by), pl.col("s").min(), pl.col("e").max())
+        .drop("_g")
+    )
+
+
+def _group_id(by: list[str]) -> pl.Expr:
+    """A running id of the groups of ``by`` in a frame sorted by them (nulls equal to nulls)."""
+    changed = pl.lit(False)
+    for c in by:
+        changed = changed | pl.col(c).ne_missing(pl.col(c).shift(1))
+    return changed.cum_sum()
+
+
+def overlap_lengths(spans: pl.DataFrame, within: pl.DataFrame) -> pl.Series:
+    """For each row [s, e) of ``spans`` (any order, may overlap each other), the length of it that
+    lies in the interval set ``within`` (columns s, e: sorted, disjoint; ``union_frame``), Int64.
+    Whole columns at once: with L(x) the length of ``within`` below x (the lengths of the
+    intervals before x, from a running sum, less what of the last one lies past x), it is
+    L(e) - L(s)."""
+    if within.height == 0 or spans.height == 0:
+        return pl.Series("overlap", [0] * spans.height, pl.Int64)
+    ws, we = within.get_column("s"), within.get_column("e")
+    cum = (we - ws).cum_sum()
+
+    def below(x: pl.Series) -> pl.Series:
+        i = ws.search_sorted(x, side="right").cast(pl.Int64) - 1  # the last interval starting at or before x
+        j = i.clip(0)
+        full = cum.gather(j)
+        past = (we.gather(j) - x).clip(0)
+        return pl.select(pl.when(i >= 0).then(full - past).otherwise(0)).to_series()
+
+    return (below(spans.get_column("e")) - below(spans.get_column("s"))).alias("overlap")
 
 
 def _merge_sorted(pairs) -> Intervals:

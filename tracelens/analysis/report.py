@@ -20,13 +20,22 @@ class Analysis:
     inputs: tuple[dict[str, Any], ...]
     ranks: tuple[RankResult, ...]
     warnings: tuple[str, ...] = field(default_factory=tuple)
-    collectives: tuple = ()  # tracelens.analysis.job.comm.Collective, one per (group, seq)
-    stragglers: tuple = ()  # tracelens.analysis.job.comm.Straggler
-    straggler_check: Any = None  # tracelens.analysis.job.comm.StragglerCheck: could the test see anything, and if not why
+    # tracelens.analysis.job.collectives.collective_table: one row per rank x collective (None: none)
+    collectives: pl.DataFrame | None = None
+    stragglers: tuple = ()  # tracelens.analysis.job.stragglers.Straggler
+    straggler_check: Any = None  # tracelens.analysis.job.stragglers.StragglerCheck: could the test see anything, and if not why
     comm_notes: dict[str, Any] = field(default_factory=dict)  # why groups or collective types are unknown
     clock_method: str = "none"
     timeline: dict[str, Any] | None = None  # tracelens.analysis.timeline.step_strips: one step per rank, binned
     separate_runs: bool = False  # the files look like separate runs, not one job (tracelens.store.job; a warning says why)
+
+    def table(self) -> pl.DataFrame:
+        """The collective table (empty when there is none)."""
+        if self.collectives is not None:
+            return self.collectives
+        from tracelens.analysis.job.collectives import TABLE_SCHEMA
+
+        return pl.DataFrame(schema=TABLE_SCHEMA)
 
     @property
     def waterfall_kind(self) -> str:
@@ -101,10 +110,12 @@ class Analysis:
     def to_dict(self) -> dict[str, Any]:
         from tracelens import __version__
         from tracelens.analysis.job import comm
+        from tracelens.analysis.job import stragglers as strag
 
         times = sorted(self.step_times())
         job_gpu = sum((r.gpu for r in self.ranks if r.gpu is not None), ZERO)
-        check = comm.check_dict(self.straggler_check or comm.straggler_check(list(self.collectives), len(self.ranks)))
+        table = self.table()
+        check = strag.check_dict(self.straggler_check or strag.straggler_check(table, len(self.ranks)))
         return {
             "schema_version": SCHEMA_VERSION,
             "tool": {"name": "tracelens", "version": __version__},
@@ -134,59 +145,17 @@ class Analysis:
                 "straggler_check": check,
             },
             "ranks": [_rank_dict(r) for r in self.ranks],
-            "communication": {**_comm_dict(self.collectives), **(self.comm_notes or comm.report_notes(self.collectives, ()))},
+            "communication": {**_comm_dict(table), **(self.comm_notes or comm.report_notes(table, ()))},
             "suggestions": [sg.to_dict() for sg in suggest(self)],
             "timeline": self.timeline,
         }
 
 
-def _comm_dict(table: tuple, top: int = 20) -> dict[str, Any]:
+def _comm_dict(table: pl.DataFrame, top: int = 20) -> dict[str, Any]:
     """Per (group, collective) totals, and the slowest collective instances."""
-    groups: dict[tuple, dict[str, Any]] = {}
-    for c in table:
-        g = groups.setdefault(
-            (c.group, c.collective),
-            {"group": c.group, "group_desc": c.group_desc, "collective": c.collective, "count": 0, "bytes": 0,
-             "time_ns": 0, "exposed_ns": 0, "wait_ns": 0, "wait_known": True, "busbw": [], "bytes_known": False},
-        )
-        g["count"] += 1
-        g["bytes"] += c.bytes or 0
-        g["bytes_known"] |= c.bytes is not None
-        for r in c.ranks:
-            g["time_ns"] += r.dur_ns
-            g["exposed_ns"] += r.exposed_ns
-            if r.wait_ns is None:
-                g["wait_known"] = False
-            else:
-                g["wait_ns"] += r.wait_ns
-            if r.busbw_gbps is not None:
-                g["busbw"].append(r.busbw_gbps)
-    summary = []
-    for g in groups.values():
-        bw = sorted(g.pop("busbw"))
-        g["busbw_gbps_median"] = bw[len(bw) // 2] if bw else None
-        if not g.pop("wait_known"):
-            g["wait_ns"] = None
-        if not g.pop("bytes_known"):  # no collective of the group said its size: unknown, not 0
-            g["bytes"] = None
-        summary.append(g)
-    summary.sort(key=lambda g: -g["time_ns"])
-    slowest = sorted(table, key=lambda c: (-max((r.dur_ns for r in c.ranks), default=0), c.group or "", c.seq))[:top]
-    return {
-        "by_group": summary,
-        "slowest": [
-            {
-                "group": c.group, "seq": c.seq, "collective": c.collective, "bytes": c.bytes, "group_size": c.group_size,
-                "complete": c.complete, "consistent": c.consistent, "slowest_rank": c.slowest_rank,
-                "ranks": [
-                    {"rank": r.rank, "start_ns": r.start_ns, "dur_ns": r.dur_ns, "exposed_ns": r.exposed_ns,
-                     "wait_ns": r.wait_ns, "busbw_gbps": r.busbw_gbps}
-                    for r in c.ranks
-                ],
-            }
-            for c in slowest
-        ],
-    }
+    from tracelens.analysis.job import collectives as coll
+
+    return {"by_group": coll.by_group(table), "slowest": coll.slowest(table, top)}
 
 
 def _gpu_dict(g: GpuTime | None) -> dict[str, int] | None:

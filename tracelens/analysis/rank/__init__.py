@@ -178,7 +178,7 @@ def _analyze_rank(df: pl.DataFrame, fi: int, meta, options: Options) -> RankResu
             windows.append((s, max(e, s)))
     has_gpu = gpu_rows.height > 0
     comp = gpu_rows.filter(~pl.col("kclass").is_in(list(NON_COMPUTE_KCLASSES)))
-    C = iv.union_of(comp)  # the compute time, for each collective's overlap (comm.collective_table)
+    C = iv.union_frame(comp)  # the compute time, for each collective's exposed time (rank.collectives)
     counts = dict(gpu_rows.group_by("_step").len().iter_rows()) if has_gpu else {}
     if main_tid is None:  # no steps: the thread that launched most GPU work
         top = gpu_rows.filter(pl.col("launch_known")).group_by("launch_tid").len().sort("len", descending=True)
