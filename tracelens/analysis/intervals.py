@@ -36,12 +36,22 @@ def union_by(df: pl.DataFrame, by: list[str]) -> pl.DataFrame:
     s = df.select(*by, "s", "e").filter(pl.col("e") > pl.col("s")).sort(*by, "s", "e", nulls_last=True)
     if s.height == 0:
         return s
-    reach = pl.col("e").cum_max().shift(1)  # how far the intervals before this one reach
+    start, end = pl.col("s"), pl.col("e")
     if by:
         s = s.with_columns(_group_id(by).alias("_k"))
-        reach = reach.over("_k")
+        lo, hi, groups = s.select(start.min(), end.max(), pl.col("_k").max()).row(0)
+        if (hi - lo + 1) * (groups + 1) < 2**62:
+            # each group's times moved past the previous group's (a running max over the whole
+            # column then never reaches from one group into the next: cheaper than one per group)
+            shift = pl.col("_k").cast(pl.Int64) * pl.lit(hi - lo + 1, pl.Int64) - pl.lit(lo, pl.Int64)
+            start, end = start + shift, end + shift
+            reach = end.cum_max().shift(1)
+        else:
+            reach = end.cum_max().shift(1).over("_k")
+    else:
+        reach = end.cum_max().shift(1)  # how far the intervals before this one reach
     return (
-        s.with_columns((reach.is_null() | (pl.col("s") > reach)).cum_sum().alias("_g"))
+        s.with_columns((reach.is_null() | (start > reach)).cum_sum().alias("_g"))
         .group_by("_g", maintain_order=True)
         .agg(*(pl.col(c).first() for c in by), pl.col("s").min(), pl.col("e").max())
         .drop("_g")
