@@ -25,66 +25,47 @@ def union_frame(df: pl.DataFrame, start: str = "ts_ns", dur: str = "dur_ns") -> 
     """``union_of`` as a frame: columns ``s``, ``e`` (Int64), sorted, disjoint, non-touching."""
     if df.height == 0:
         return pl.DataFrame(schema={"s": pl.Int64, "e": pl.Int64})
-    s = df.select(pl.col(start).alias("s"), (pl.col(start) + pl.col(dur)).alias("e"))
-    return union_by(s, [])
-
-
-def union_by(df: pl.DataFrame, by: list[str]) -> pl.DataFrame:
-    """The union of the [s, e) intervals of ``df`` within each group of the ``by`` columns (none:
-    one group), as rows (by..., s, e): each group's set sorted, disjoint and non-touching,
-    zero-length intervals gone.  A group key may hold nulls (they group together)."""
-    s = df.select(*by, "s", "e").filter(pl.col("e") > pl.col("s")).sort(*by, "s", "e", nulls_last=True)
+    s = (
+        df.select(pl.col(start).alias("s"), (pl.col(start) + pl.col(dur)).alias("e"))
+        .filter(pl.col("e") > pl.col("s"))
+        .sort("s", "e")
+    )
     if s.height == 0:
         return s
-    start, end = pl.col("s"), pl.col("e")
-    if by:
-        s = s.with_columns(_group_id(by).alias("_k"))
-        lo, hi, groups = s.select(start.min(), end.max(), pl.col("_k").max()).row(0)
-        if (hi - lo + 1) * (groups + 1) < 2**62:
-            # each group's times moved past the previous group's (a running max over the whole
-            # column then never reaches from one group into the next: cheaper than one per group)
-            shift = pl.col("_k").cast(pl.Int64) * pl.lit(hi - lo + 1, pl.Int64) - pl.lit(lo, pl.Int64)
-            start, end = start + shift, end + shift
-            reach = end.cum_max().shift(1)
-        else:
-            reach = end.cum_max().shift(1).over("_k")
-    else:
-        reach = end.cum_max().shift(1)  # how far the intervals before this one reach
     return (
-        s.with_columns((reach.is_null() | (start > reach)).cum_sum().alias("_g"))
-        .group_by("_g", maintain_order=True)
-        .agg(*(pl.col(c).first() for c in by), pl.col("s").min(), pl.col("e").max())
-        .drop("_g")
+        s.with_columns(pl.col("e").cum_max().shift(1).alias("reach"))
+        .with_columns((pl.col("reach").is_null() | (pl.col("s") > pl.col("reach"))).cum_sum().alias("g"))
+        .group_by("g")
+        .agg(pl.col("s").min(), pl.col("e").max())
+        .sort("s")
+        .drop("g")
     )
 
 
-def _group_id(by: list[str]) -> pl.Expr:
-    """A running id of the groups of ``by`` in a frame sorted by them (nulls equal to nulls)."""
-    changed = pl.lit(False)
-    for c in by:
-        changed = changed | pl.col(c).ne_missing(pl.col(c).shift(1))
-    return changed.cum_sum()
-
-
-def overlap_lengths(spans: pl.DataFrame, within: pl.DataFrame) -> pl.Series:
-    """For each row [s, e) of ``spans`` (any order, may overlap each other), the length of it that
-    lies in the interval set ``within`` (columns s, e: sorted, disjoint; ``union_frame``), Int64.
-    Whole columns at once: with L(x) the length of ``within`` below x (the lengths of the
-    intervals before x, from a running sum, less what of the last one lies past x), it is
-    L(e) - L(s)."""
-    if within.height == 0 or spans.height == 0:
-        return pl.Series("overlap", [0] * spans.height, pl.Int64)
-    ws, we = within.get_column("s"), within.get_column("e")
-    cum = (we - ws).cum_sum()
-
-    def below(x: pl.Series) -> pl.Series:
-        i = ws.search_sorted(x, side="right").cast(pl.Int64) - 1  # the last interval starting at or before x
-        j = i.clip(0)
-        full = cum.gather(j)
-        past = (we.gather(j) - x).clip(0)
-        return pl.select(pl.when(i >= 0).then(full - past).otherwise(0)).to_series()
-
-    return (below(spans.get_column("e")) - below(spans.get_column("s"))).alias("overlap")
+def outside_by(df: pl.LazyFrame, by: list[str], within: pl.DataFrame) -> pl.LazyFrame:
+    """Per group of the ``by`` columns of ``df`` (intervals [s, e), any order, overlapping or not),
+    the length of their union that lies outside the interval set ``within`` (columns s, e: sorted,
+    disjoint; ``union_frame``): rows (by..., outside).  A sweep over all groups at once, no loop per
+    group: each interval is +1 at its start and -1 at its end; sorted by group and time, the
+    running sum is the group's own count (every group's deltas sum to zero) and the group's union
+    is where it is positive, from one edge to the next.  Of each such stretch [t, u), the part in
+    ``within`` is L(u) - L(t), with L(x) the length of ``within`` below x: the running length of its
+    intervals up to the last one starting at or before x, less what of that one lies past x.
+    Null keys group together."""
+    w = within.lazy().select(pl.col("s").alias("_ws"), pl.col("e").alias("_we"), (pl.col("e") - pl.col("s")).cum_sum().alias("_cum"))
+    iv_ = df.select(*by, "s", "e").filter(pl.col("e") > pl.col("s"))
+    edges = pl.concat([iv_.select(*by, pl.col("s").alias("t"), pl.lit(1, pl.Int64).alias("d")),
+                       iv_.select(*by, pl.col("e").alias("t"), pl.lit(-1, pl.Int64).alias("d"))])
+    below = pl.when(pl.col("_ws").is_not_null()).then(pl.col("_cum") - (pl.col("_we") - pl.col("t")).clip(0)).otherwise(0)
+    return (
+        edges.sort("t").join_asof(w, left_on="t", right_on="_ws", strategy="backward")
+        .select(*by, "t", "d", below.alias("L"))
+        .sort(*by, "t", "d", descending=[False] * len(by) + [False, True], nulls_last=True)
+        .with_columns(pl.col("d").cum_sum().alias("n"), pl.col("t").shift(-1).alias("u"), pl.col("L").shift(-1).alias("Lu"))
+        .filter(pl.col("n") > 0)  # inside the group's union until the next edge (never past the group's last)
+        .group_by(by)
+        .agg(((pl.col("u") - pl.col("t")) - (pl.col("Lu") - pl.col("L"))).sum().alias("outside"))
+    )
 
 
 def _merge_sorted(pairs) -> Intervals:

@@ -80,49 +80,51 @@ def collective_table(rows: pl.DataFrame, align: ClockAlignment, derived: frozens
         return pl.DataFrame(schema=TABLE_SCHEMA)
     offsets = pl.DataFrame({"file": list(align.offsets), "_off": list(align.offsets.values())},
                            schema={"file": pl.Int32, "_off": pl.Int64})
+    # the bus factor of each (collective, group size) there is: a few Python calls, not one per row
+    # (a collective's group size is the largest of its rows', so it is among these)
+    kinds = rows.select("collective", pl.col("group_size").replace(0, None)).unique().rows()
+    factors = pl.DataFrame({"collective": [c for c, _ in kinds], "_gsize": [g for _, g in kinds],
+                            "_factor": [bus_factor(c or None, g) for c, g in kinds]},
+                           schema={"collective": pl.String, "_gsize": pl.Int32, "_factor": pl.Float64})
     changed = pl.lit(False)
     for c in COLLECTIVE_KEY:
         changed = changed | pl.col(c).ne_missing(pl.col(c).shift(1))
     t = (
-        rows.sort(ORDER, nulls_last=True, maintain_order=True)
+        rows.lazy()
+        .sort(ORDER, nulls_last=True, maintain_order=True)
         .with_columns((changed.cum_sum() - 1).cast(pl.Int64).alias("cid"))
-        .join(offsets, on="file", how="left", maintain_order="left")
+        .join(offsets.lazy(), on="file", how="left", maintain_order="left")
         .with_columns(pl.col("_off").fill_null(0))
         .with_columns((pl.col("start_ns") + pl.col("_off")).alias("aligned_start_ns"),
                       (pl.col("end_ns") + pl.col("_off")).alias("aligned_end_ns"),
                       (pl.col("end_ns") - pl.col("start_ns")).alias("dur_ns"))
     )
-    over = "cid"
-    n = pl.len().over(over)
-    gsize = pl.col("group_size").fill_null(0).max().over(over)
-    nbytes = pl.col("bytes").fill_null(0).max().over(over)
-    t = t.with_columns(
-        n.alias("n_ranks"),
-        pl.when(gsize != 0).then(gsize).alias("_gsize"),
+    # each collective's own facts, from one aggregation joined back onto its rows
+    gsize = pl.col("group_size").fill_null(0).max()
+    nbytes = pl.col("bytes").fill_null(0).max()
+    per = t.group_by("cid").agg(
+        pl.len().alias("n_ranks"),
+        pl.when(gsize != 0).then(gsize).cast(pl.Int32).alias("_gsize"),
         pl.when(nbytes != 0).then(nbytes).alias("_bytes"),
-        pl.col("aligned_start_ns").max().over(over).alias("_last"),
-        pl.col("file").is_in(sorted(derived)).any().over(over).alias("derived"),
-        pl.col("rank").get(pl.col("dur_ns").arg_max()).over(over).alias("slowest_rank"),
+        pl.col("aligned_start_ns").max().alias("_last"),
+        pl.col("aligned_end_ns").min().alias("_first_end"),
+        pl.col("dur_ns").min().alias("_shortest"),
+        pl.col("on_host").any().alias("_on_host"),
+        pl.col("file").is_in(sorted(derived)).any().alias("derived"),
+        pl.col("file").is_in(sorted(align.unordered)).any().alias("_unordered"),
+        pl.col("rank").get(pl.col("dur_ns").arg_max()).alias("slowest_rank"),
     )
-    need = pl.when(pl.col("collective").is_in(list(ROOTED)) | pl.col("on_host").any().over(over)).then(0.0).otherwise(MIN_OVERLAP)
-    believed = (
-        ~pl.col("derived")
-        | (((pl.col("aligned_end_ns").min().over(over) - pl.col("_last")) >= need * pl.col("dur_ns").min().over(over))
-           & ~pl.col("file").is_in(sorted(align.unordered)).any().over(over))
-    )
+    need = pl.when(pl.col("collective").is_in(list(ROOTED)) | pl.col("_on_host")).then(0.0).otherwise(MIN_OVERLAP)
+    believed = ~pl.col("derived") | (((pl.col("_first_end") - pl.col("_last")) >= need * pl.col("_shortest")) & ~pl.col("_unordered"))
     complete = (pl.col("n_ranks") > 1) & (
         (pl.col("_gsize").is_not_null() & (pl.col("n_ranks") >= pl.col("_gsize")))
         | (pl.lit(world is not None) & (pl.col("n_ranks") >= pl.lit(world or 0))))
-    t = t.with_columns(complete.alias("complete"), pl.when(pl.col("n_ranks") > 1).then(believed).alias("consistent"))
+    t = (t.join(per, on="cid", how="left", maintain_order="left")
+         .with_columns(complete.alias("complete"), pl.when(pl.col("n_ranks") > 1).then(believed).alias("consistent")))
     measured = pl.col("complete") & pl.col("consistent").fill_null(True)
     wait = pl.when(measured).then(pl.min_horizontal(pl.max_horizontal(pl.col("_last") - pl.col("aligned_start_ns"), 0), pl.col("dur_ns")))
-    t = t.with_columns(wait.alias("wait_ns"))
-    # the bus factor of each (collective, group size) there is: a few Python calls, not one per row
-    kinds = t.select(pl.col("collective"), pl.col("_gsize")).unique()
-    factors = pl.DataFrame({"collective": kinds.get_column("collective"), "_gsize": kinds.get_column("_gsize"),
-                            "_factor": [bus_factor(c or None, g) for c, g in kinds.iter_rows()]},
-                           schema={"collective": pl.String, "_gsize": pl.Int32, "_factor": pl.Float64})
-    t = t.join(factors, on=["collective", "_gsize"], how="left", nulls_equal=True, maintain_order="left")
+    t = t.with_columns(wait.alias("wait_ns")).join(factors.lazy(), on=["collective", "_gsize"], how="left", nulls_equal=True,
+                                                  maintain_order="left")
     transfer = pl.col("dur_ns") - pl.col("wait_ns").fill_null(0)
     bw = (pl.when(pl.col("_bytes").is_not_null() & pl.col("_factor").is_not_null() & (transfer > 0))
           .then(pl.col("_bytes").cast(pl.Float64) * pl.col("_factor") / transfer.cast(pl.Float64)))
@@ -135,7 +137,7 @@ def collective_table(rows: pl.DataFrame, align: ClockAlignment, derived: frozens
         "complete", "consistent", "derived", "n_ranks", "slowest_rank",
         "file", "rank", "start_ns", "dur_ns", "aligned_start_ns", "aligned_end_ns", "exposed_ns", "wait_ns",
         bw.alias("busbw_gbps"), "on_host",
-    ).cast(TABLE_SCHEMA)  # type: ignore[arg-type]
+    ).cast(TABLE_SCHEMA).collect(engine="in-memory")  # type: ignore[arg-type]
 
 
 def per_collective(table: pl.DataFrame) -> pl.DataFrame:

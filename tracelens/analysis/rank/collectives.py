@@ -22,24 +22,24 @@ def collective_rows(events: pl.DataFrame, compute: pl.DataFrame, file: int, rank
     cannot be placed and is left out."""
     gpu = (pl.col("kclass") == "comm") & pl.col("seq").is_not_null()
     host = pl.col("kind").is_in(["collective", "p2p"]) & pl.col("seq").is_not_null()
-    lazy = events.lazy().filter(pl.col("dur_ns").is_not_null())
-    # lazily, so that only the selected columns are filtered (a DataFrame filter copies every one)
-    has_gpu = lazy.filter(gpu).select(pl.len()).collect().item() > 0
-    parts = lazy.filter(gpu if has_gpu else host).select(
-        pl.col("group").cast(pl.String).fill_null(""),
-        pl.col("group_desc").cast(pl.String),
-        "seq",
-        pl.col("collective").cast(pl.String).fill_null(""),
-        pl.col("ts_ns").alias("s"),
-        (pl.col("ts_ns") + pl.col("dur_ns")).alias("e"),
-        "bytes",
-        "group_size",
-        pl.col("kind").is_in(["collective", "p2p"]).alias("on_host"),
-    ).collect(engine="in-memory")
-    if parts.height == 0:
-        return pl.DataFrame(schema=COLLECTIVE_SCHEMA)
+    parts = (
+        events.lazy()
+        .filter(pl.col("dur_ns").is_not_null() & (gpu | host))
+        .filter(pl.when(gpu.any()).then(gpu).otherwise(host))  # a rank with GPU communication kernels: those
+        .select(
+            pl.col("group").cast(pl.String).fill_null(""),
+            pl.col("group_desc").cast(pl.String),
+            "seq",
+            pl.col("collective").cast(pl.String).fill_null(""),
+            pl.col("ts_ns").alias("s"),
+            (pl.col("ts_ns") + pl.col("dur_ns")).alias("e"),
+            "bytes",
+            "group_size",
+            pl.col("kind").is_in(["collective", "p2p"]).alias("on_host"),
+        )
+    )
     # several kernels of one collective (coalesced, multi-stream): one row, its span from the
-    # first start to the last end; its exposed time from the union of the kernels
+    # first start to the last end, its exposed time from the union of the kernels
     rows = parts.group_by(KEY).agg(
         pl.col("s").min().alias("start_ns"),
         pl.col("e").max().alias("end_ns"),
@@ -48,14 +48,13 @@ def collective_rows(events: pl.DataFrame, compute: pl.DataFrame, file: int, rank
         pl.col("on_host").any(),
         pl.len().cast(pl.Int32).alias("n_parts"),
     )
-    merged = iv.union_by(parts, KEY)
-    merged = merged.with_columns((pl.col("e") - pl.col("s") - iv.overlap_lengths(merged, compute)).alias("exposed_ns"))
-    exposed = merged.group_by(KEY).agg(pl.col("exposed_ns").sum())
-    return (
+    exposed = iv.outside_by(parts, KEY, compute).rename({"outside": "exposed_ns"})
+    return (  # one query (the parts are computed once: a common subplan)
         rows.join(exposed, on=KEY, how="left", nulls_equal=True)
         .with_columns(pl.col("exposed_ns").fill_null(0), pl.lit(file, pl.Int32).alias("file"), pl.lit(rank, pl.Int32).alias("rank"))
         .select([pl.col(c).cast(t) for c, t in COLLECTIVE_SCHEMA.items()])
         .sort(*KEY, "start_ns", "end_ns", nulls_last=True)
+        .collect(engine="in-memory")
     )
 
 
