@@ -36,7 +36,8 @@ def analyze(trace: Trace, options: Options | None = None) -> Analysis:
         result, compute = _analyze_rank(mine, fi, meta, options)
         ranks.append(result)
         rows.append(collective_rows(mine, compute, fi, meta.rank))
-        starts.append(step_starts(mine, fi))
+        if len(trace.metas) > 1:  # (the clocks of one rank need no aligning)
+            starts.append(step_starts(mine, fi))
     rows = pl.concat(rows) if rows else pl.DataFrame(schema=COLLECTIVE_SCHEMA)
     # files whose collectives were numbered by per-rank order, not by the trace's sequence numbers
     derived = frozenset(i for i, m in enumerate(trace.metas) if m.attributes.get("seq_source", "trace") != "trace")

@@ -37,10 +37,13 @@ def collective_rows(events: pl.DataFrame, compute: pl.DataFrame, file: int, rank
             "group_size",
             pl.col("kind").is_in(["collective", "p2p"]).alias("on_host"),
         )
+        .collect(engine="in-memory")
     )
+    if parts.height == 0:  # (most single-GPU traces)
+        return pl.DataFrame(schema=COLLECTIVE_SCHEMA)
     # several kernels of one collective (coalesced, multi-stream): one row, its span from the
     # first start to the last end, its exposed time from the union of the kernels
-    rows = parts.group_by(KEY).agg(
+    rows = parts.lazy().group_by(KEY).agg(
         pl.col("s").min().alias("start_ns"),
         pl.col("e").max().alias("end_ns"),
         pl.col("bytes").max(),
@@ -48,8 +51,8 @@ def collective_rows(events: pl.DataFrame, compute: pl.DataFrame, file: int, rank
         pl.col("on_host").any(),
         pl.len().cast(pl.Int32).alias("n_parts"),
     )
-    exposed = iv.outside_by(parts, KEY, compute).rename({"outside": "exposed_ns"})
-    return (  # one query (the parts are computed once: a common subplan)
+    exposed = iv.outside_by(parts.lazy(), KEY, compute).rename({"outside": "exposed_ns"})
+    return (
         rows.join(exposed, on=KEY, how="left", nulls_equal=True)
         .with_columns(pl.col("exposed_ns").fill_null(0), pl.lit(file, pl.Int32).alias("file"), pl.lit(rank, pl.Int32).alias("rank"))
         .select([pl.col(c).cast(t) for c, t in COLLECTIVE_SCHEMA.items()])
