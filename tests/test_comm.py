@@ -9,9 +9,14 @@ import polars as pl
 
 from tests.conftest import real_traces
 from tracelens.analysis import analyze
-from tracelens.analysis.job.comm import _binom_sf
+from tracelens.analysis.job.stragglers import _binom_sf
 from tracelens.model.collectives import bus_factor
 from tracelens.store.job import load
+
+
+def collectives(a) -> list[pl.DataFrame]:
+    """The analysis's collective table cut into its collectives (one frame of rank rows each), in table order."""
+    return a.collectives.partition_by("cid", maintain_order=True)
 
 
 def job(tmp_path, n_ranks, arrival, n_coll=30, skew_us=None):
@@ -43,13 +48,12 @@ def test_a_late_rank_is_named(tmp_path):
     (s,) = a.stragglers
     assert s.rank == 2 and s.last_in == 30 and s.of == 30
     assert s.excess_ns == 30 * 200_000  # 200 µs per collective beyond the next-latest arrival
-    c = a.collectives[0]
-    assert c.complete and c.collective == "allreduce" and c.bytes == 4 << 20
-    waits = {r.rank: r.wait_ns for r in c.ranks}
+    c = collectives(a)[0]
+    assert c["complete"].all() and c["collective"][0] == "allreduce" and c["bytes"][0] == 4 << 20
+    waits = dict(c.select("rank", "wait_ns").iter_rows())
     assert waits == {0: 200_000, 1: 200_000, 2: 0, 3: 200_000}
     # busbw = bytes x 2(n-1)/n / transfer time; transfer = 200 µs on every rank
-    r0 = c.ranks[0]
-    assert r0.busbw_gbps == (4 << 20) * bus_factor("allreduce", 4) / 200_000
+    assert c["busbw_gbps"][0] == (4 << 20) * bus_factor("allreduce", 4) / 200_000
 
 
 def test_alike_ranks_name_nobody(tmp_path):
@@ -64,7 +68,7 @@ def test_clock_skew_is_measured_not_applied(tmp_path):
     # rank 1's clock runs 5 ms ahead: collective ends line up after -5 ms
     a = job(tmp_path, 2, lambda r, i: 100, skew_us=[0, 5000])
     assert [r.clock_offset_ns for r in a.ranks] == [0, -5_000_000]
-    assert all(r.wait_ns == 0 for c in a.collectives for r in c.ranks)
+    assert (a.collectives["wait_ns"] == 0).all()
     assert a.ranks[1].window_start_ns > a.ranks[0].window_start_ns  # times stay on each rank's clock
 
 
@@ -80,8 +84,8 @@ def test_two_sampled_ranks_of_a_real_job():
     assert [r["rank"] for r in d["ranks"]] == [0, 1]
     assert d["job"]["clock_alignment"] == "collective ends"
     # 2 of 128 ranks: collectives match across the two, but nobody can say who waited
-    both = [c for c in a.collectives if len(c.ranks) == 2]
-    assert both and all(not c.complete and all(r.wait_ns is None for r in c.ranks) for c in both)
+    both = [c for c in collectives(a) if c.height == 2]
+    assert both and all(not c["complete"].any() and c["wait_ns"].is_null().all() for c in both)
     kinds = {g["collective"] for g in d["communication"]["by_group"]}
     assert {"alltoall", "allreduce"} <= kinds
     assert d["job"]["stragglers"] is None  # nobody named, nobody cleared: no wait was measured
@@ -94,11 +98,11 @@ def test_recorded_ddp_ranks(ddp_traces):
     ar = groups[("0", "allreduce")]
     assert ar["count"] == 3 and ar["group_desc"] == "default_pg"
     assert ar["bytes"] == 3 * 9610 * 4 and ar["wait_ns"] is not None
-    for c in a.collectives:
-        assert c.complete and len(c.ranks) == 2
-        assert min(r.wait_ns for r in c.ranks) == 0  # the last to arrive waits for nobody
-        for r in c.ranks:
-            assert 0 <= r.wait_ns <= r.dur_ns
+    for c in collectives(a):
+        assert c["complete"].all() and c.height == 2
+        assert c["wait_ns"].min() == 0  # the last to arrive waits for nobody
+        for r in c.iter_rows(named=True):
+            assert 0 <= r["wait_ns"] <= r["dur_ns"]
     # every step of both ranks is CPU-only: no GPU time, a warning says so
     assert all(r["gpu_time_ns"] is None for r in d["ranks"])
     assert any("no GPU activity" in w for w in d["warnings"])
@@ -194,23 +198,24 @@ def test_derived_matches_that_do_not_overlap_are_refused():
     # clocks: the ranks share a clock (within that), so the stated offset must be small
     assert abs(off[1] - off[0]) < 400_000
     raw = {r: {(k["ts_ns"], k["dur_ns"]) for k in _raw_comm_kernels(folder / f"sampled_rank-{r}.json.gz")} for r in (0, 1)}
-    both = [c for c in a.collectives if len(c.ranks) == 2]
+    both = [c for c in collectives(a) if c.height == 2]
     refused = accepted = 0
     for c in both:
-        spans = [(r.start_ns + off[r.rank], r.start_ns + r.dur_ns + off[r.rank]) for r in c.ranks]
-        for r in c.ranks:
-            assert (r.start_ns, r.dur_ns) in raw[r.rank]  # the kernel times are the raw file's
+        ranks = c.to_dicts()
+        spans = [(r["start_ns"] + off[r["rank"]], r["start_ns"] + r["dur_ns"] + off[r["rank"]]) for r in ranks]
+        for r in ranks:
+            assert (r["start_ns"], r["dur_ns"]) in raw[r["rank"]]  # the kernel times are the raw file's
         overlap = min(e for _, e in spans) - max(s for s, _ in spans)
         shortest = min(e - s for s, e in spans)
-        assert c.consistent == (overlap >= shortest / 2)
+        assert ranks[0]["consistent"] == (overlap >= shortest / 2)
         end_gap = abs(spans[0][1] - spans[1][1])
-        if c.consistent:
+        if ranks[0]["consistent"]:
             accepted += 1
             assert end_gap < 1_000_000  # a real collective ends on every rank at about once
         else:
             refused += 1
             assert end_gap > 10_000_000  # 15-300 ms apart: different collectives
-        assert all(r.wait_ns is None for r in c.ranks)  # 2 of 128 ranks: nobody knows who waited
+        assert c["wait_ns"].is_null().all()  # 2 of 128 ranks: nobody knows who waited
     assert accepted == 4 and refused >= 4
     m = d["communication"]["matching"]
     assert m["seq_source"] == "derived" and m["matched"] == len(both) and m["refused"] == refused
@@ -272,9 +277,9 @@ def test_derived_order_that_holds_gives_measured_waits(tmp_path):
     a = _noseq_job(tmp_path, [base, late])
     d = a.to_dict()
     assert d["communication"]["matching"] == {"seq_source": "derived", "matched": 24, "refused": 0, "complete": 24}
-    for c in a.collectives:
-        assert c.complete and c.consistent
-        assert {r.rank: r.wait_ns for r in c.ranks} == {0: 150_000, 1: 0}
+    for c in collectives(a):
+        assert c["complete"].all() and c["consistent"].all()
+        assert dict(c.select("rank", "wait_ns").iter_rows()) == {0: 150_000, 1: 0}
     (s,) = a.stragglers
     assert s.rank == 1 and s.last_in == 24 and s.of == 24 and s.excess_ns == 24 * 150_000
     assert d["job"]["straggler_check"]["known"] is True and d["job"]["straggler_check"]["collectives"] == 24
@@ -302,14 +307,14 @@ def test_a_shifted_derived_order_is_refused_not_believed(tmp_path):
     base = _irregular(24, seed=7)
     a = _noseq_job(tmp_path, [base, base[1:]], group_size=True)
     d = a.to_dict()
-    both = [c for c in a.collectives if len(c.ranks) == 2]
+    both = [c for c in collectives(a) if c.height == 2]
     assert len(both) == 23
-    assert sum(not c.consistent for c in both) >= 20
+    assert sum(not c["consistent"][0] for c in both) >= 20
     for c in both:
-        if not c.consistent:
-            assert all(r.wait_ns is None for r in c.ranks)
+        if not c["consistent"][0]:
+            assert c["wait_ns"].is_null().all()
     m = d["communication"]["matching"]
-    assert m["refused"] == sum(not c.consistent for c in both)
+    assert m["refused"] == sum(not c["consistent"][0] for c in both)
     assert any("do not overlap" in w for w in d["warnings"])
     assert d["job"]["stragglers"] is None
     sc = d["job"]["straggler_check"]

@@ -10,7 +10,7 @@ import pytest
 
 from tests.conftest import SAMPLE_TRACES
 from tracelens.analysis import analyze
-from tracelens.analysis.job import comm, rollup
+from tracelens.analysis.job import collectives, comm, rollup, stragglers
 from tracelens.store.job import load
 
 
@@ -30,8 +30,10 @@ def test_to_dict_computes_nothing(analysis, monkeypatch):
         raise AssertionError("to_dict computed a job value")
 
     for mod, names in ((rollup, ("finish_job", "job_kernels", "job_waterfall", "job_mfu", "flops_quality", "step_times",
-                                 "comm_summary", "waterfall_kind", "suggest")),
-                       (comm, ("straggler_check", "check_dict", "report_notes", "stragglers"))):
+                                 "waterfall_kind", "suggest")),
+                       (collectives, ("by_group", "slowest", "collective_table")),
+                       (comm, ("report_notes", "matching_warnings")),
+                       (stragglers, ("straggler_check", "check_dict", "stragglers"))):
         for name in names:
             monkeypatch.setattr(mod, name, refuse)
     monkeypatch.setattr("tracelens.analysis.suggest.suggest", refuse)

@@ -9,7 +9,6 @@ from dataclasses import replace
 
 import polars as pl
 
-from tracelens.analysis import intervals as iv
 from tracelens.analysis.job.rollup import finish_job
 from tracelens.analysis.options import Options, parse_steps  # noqa: F401 (re-exported)
 from tracelens.analysis.rank import _analyze_rank
@@ -22,25 +21,32 @@ from tracelens.store.job import Trace
 
 def analyze(trace: Trace, options: Options | None = None) -> Analysis:
 
-    from tracelens.analysis.job import comm
+    from tracelens.analysis.job import clocks, comm
+    from tracelens.analysis.job import collectives as coll
+    from tracelens.analysis.job import stragglers as strag
+    from tracelens.analysis.rank.collectives import STEP_STARTS_SCHEMA, collective_rows, step_starts
+    from tracelens.model.schema import COLLECTIVE_SCHEMA
 
     options = options or Options()
     ev = trace.events
     ranks = []
-    computes: dict[int, iv.Intervals] = {}
+    rows, starts = [], []  # what the job reduce reads of each rank: its collective rows and step starts
     warnings: list[str] = []
     for fi, meta in enumerate(trace.metas):
         mine = ev if len(trace.metas) == 1 else ev.filter(pl.col("file") == fi)  # (a filter copies every column)
-        result, computes[fi] = _analyze_rank(mine, fi, meta, options)
+        result, compute = _analyze_rank(mine, fi, meta, options)
         ranks.append(result)
-    spans = comm.comm_kernels(ev)
+        rows.append(collective_rows(mine, compute, fi, meta.rank))
+        if len(trace.metas) > 1:  # (the clocks of one rank need no aligning)
+            starts.append(step_starts(mine, fi))
+    rows = pl.concat(rows) if rows else pl.DataFrame(schema=COLLECTIVE_SCHEMA)
     # files whose collectives were numbered by per-rank order, not by the trace's sequence numbers
     derived = frozenset(i for i, m in enumerate(trace.metas) if m.attributes.get("seq_source", "trace") != "trace")
     if trace.separate_runs:  # separate runs share no clock: nothing to align (the load warning says why)
         zero = dict.fromkeys(range(len(trace.metas)), 0)
-        align = comm.ClockAlignment(zero, "none", dict(zero))
+        align = clocks.ClockAlignment(zero, "none", dict(zero))
     else:
-        align = comm.align_clocks(ev, spans, len(trace.metas), derived)
+        align = clocks.align_clocks(rows, pl.concat(starts) if starts else pl.DataFrame(schema=STEP_STARTS_SCHEMA), len(trace.metas), derived)
     if len(trace.metas) > 1:
         if align.method == "none" and not trace.separate_runs:
             warnings.append("ranks' clocks could not be aligned (no shared collectives or steps): cross-rank times are as recorded")
@@ -54,11 +60,11 @@ def analyze(trace: Trace, options: Options | None = None) -> Analysis:
     file_rank = {i: m.rank for i, m in enumerate(trace.metas)}
     world = comm.world_size(trace.metas)
     whole = world if world and sorted(r for r in file_rank.values() if isinstance(r, int)) == list(range(world)) else None
-    table = comm.collective_table(spans, align, computes, file_rank, derived, whole)  # whole: every rank of the job is here
+    table = coll.collective_table(rows, align, derived, whole)  # whole: every rank of the job is here
     warnings += comm.matching_warnings(table, align, trace.metas)
     total = sum(r.gpu.window for r in ranks if r.gpu is not None)
-    slow = comm.stragglers(table, len(trace.metas), total_ns=total // max(len(ranks), 1), align=align)
-    check = comm.straggler_check(table, len(trace.metas), world)
+    slow = strag.stragglers(table, len(trace.metas), total_ns=total // max(len(ranks), 1))
+    check = strag.straggler_check(table, len(trace.metas), world)
     inputs = tuple(
         {"path": m.path, "format": m.format, "rank": m.rank, "size_bytes": m.size_bytes} for m in trace.metas
     )
@@ -66,7 +72,7 @@ def analyze(trace: Trace, options: Options | None = None) -> Analysis:
         inputs=inputs,
         ranks=tuple(ranks),
         warnings=tuple(trace.all_warnings + warnings),  # the files' own too (a truncated file, skipped events, odd metadata)
-        collectives=tuple(table),
+        collectives=table,
         stragglers=tuple(slow),
         straggler_check=check,
         comm_notes=comm.report_notes(table, trace.metas),

@@ -64,10 +64,41 @@ def covered(queries: F, at: str, runs: F, alias: str, by: Sequence[str] = (), st
 
 def union_of(df: pl.DataFrame, start: str = "ts_ns", dur: str = "dur_ns") -> Intervals:
     """The union of the events' [start, start + dur) intervals (zero-length ones vanish)."""
+    merged = union_frame(df, start, dur)
+    return list(zip(merged.get_column("s").to_list(), merged.get_column("e").to_list()))
+
+
+def union_frame(df: pl.DataFrame, start: str = "ts_ns", dur: str = "dur_ns") -> pl.DataFrame:
+    """``union_of`` as a frame: columns ``s``, ``e`` (Int64), sorted, disjoint, non-touching."""
     if df.height == 0:
-        return []
-    m = merged(df.select(pl.col(start).alias("s"), (pl.col(start) + pl.col(dur)).alias("e")))
-    return list(zip(m.get_column("s").to_list(), m.get_column("e").to_list()))
+        return pl.DataFrame(schema={"s": pl.Int64, "e": pl.Int64})
+    return merged(df.select(pl.col(start).alias("s"), (pl.col(start) + pl.col(dur)).alias("e")))
+
+
+def outside_by(df: pl.LazyFrame, by: list[str], within: pl.DataFrame) -> pl.LazyFrame:
+    """Per group of the ``by`` columns of ``df`` (intervals [s, e), any order, overlapping or not),
+    the length of their union that lies outside the interval set ``within`` (columns s, e: sorted,
+    disjoint; ``union_frame``): rows (by..., outside).  A sweep over all groups at once, no loop per
+    group: each interval is +1 at its start and -1 at its end; sorted by group and time, the
+    running sum is the group's own count (every group's deltas sum to zero) and the group's union
+    is where it is positive, from one edge to the next.  Of each such stretch [t, u), the part in
+    ``within`` is L(u) - L(t), with L(x) the length of ``within`` below x: the running length of its
+    intervals up to the last one starting at or before x, less what of that one lies past x.
+    Null keys group together."""
+    w = within.lazy().select(pl.col("s").alias("_ws"), pl.col("e").alias("_we"), (pl.col("e") - pl.col("s")).cum_sum().alias("_cum"))
+    iv_ = df.select(*by, "s", "e").filter(pl.col("e") > pl.col("s"))
+    edges = pl.concat([iv_.select(*by, pl.col("s").alias("t"), pl.lit(1, pl.Int64).alias("d")),
+                       iv_.select(*by, pl.col("e").alias("t"), pl.lit(-1, pl.Int64).alias("d"))])
+    below = pl.when(pl.col("_ws").is_not_null()).then(pl.col("_cum") - (pl.col("_we") - pl.col("t")).clip(0)).otherwise(0)
+    return (
+        edges.sort("t").join_asof(w, left_on="t", right_on="_ws", strategy="backward")
+        .select(*by, "t", "d", below.alias("L"))
+        .sort(*by, "t", "d", descending=[False] * len(by) + [False, True], nulls_last=True)
+        .with_columns(pl.col("d").cum_sum().alias("n"), pl.col("t").shift(-1).alias("u"), pl.col("L").shift(-1).alias("Lu"))
+        .filter(pl.col("n") > 0)  # inside the group's union until the next edge (never past the group's last)
+        .group_by(by)
+        .agg(((pl.col("u") - pl.col("t")) - (pl.col("Lu") - pl.col("L"))).sum().alias("outside"))
+    )
 
 
 def _merge_sorted(pairs) -> Intervals:

@@ -37,14 +37,25 @@ class Analysis:
     inputs: tuple[dict[str, Any], ...]
     ranks: tuple[RankResult, ...]
     warnings: tuple[str, ...] = field(default_factory=tuple)
-    collectives: tuple = ()  # tracelens.analysis.job.comm.Collective, one per (group, seq)
-    stragglers: tuple = ()  # tracelens.analysis.job.comm.Straggler
-    straggler_check: Any = None  # tracelens.analysis.job.comm.StragglerCheck: could the test see anything, and if not why
+    # tracelens.analysis.job.collectives.collective_table: one row per rank x collective (None: none)
+    collectives: Any = None  # a polars DataFrame (TABLE_SCHEMA), or None
+    stragglers: tuple = ()  # tracelens.analysis.job.stragglers.Straggler
+    straggler_check: Any = None  # tracelens.analysis.job.stragglers.StragglerCheck: could the test see anything, and if not why
     comm_notes: dict[str, Any] = field(default_factory=dict)  # why groups or collective types are unknown
     clock_method: str = "none"
     timeline: dict[str, Any] | None = None  # tracelens.analysis.timeline.step_strips: one step per rank, binned
     separate_runs: bool = False  # the files look like separate runs, not one job (tracelens.store.job; a warning says why)
     job: JobResult | None = None  # the derived job values (tracelens.analysis.job.rollup.finish_job)
+
+    def table(self):
+        """The collective table (empty when there is none)."""
+        if self.collectives is not None:
+            return self.collectives
+        import polars as pl
+
+        from tracelens.analysis.job.collectives import TABLE_SCHEMA
+
+        return pl.DataFrame(schema=TABLE_SCHEMA)
 
     def to_dict(self) -> dict[str, Any]:
         """The report dict (DESIGN.md 5), assembled from the results; a new dict each call (the

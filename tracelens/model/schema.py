@@ -32,6 +32,32 @@ group_size   Int32    ranks in the process group
 seq          Int64    sequence number of the collective within its group (matches ranks)
 dtype        Categorical  element type of a collective (``Float``, ``BFloat16`` ...)
 args         String   the event's raw ``args`` object as JSON, for drill-down and shapes
+
+Collective rows
+---------------
+``COLLECTIVE_SCHEMA``: the only per-event data that crosses ranks (DESIGN.md 8).  One row per
+rank x collective instance, i.e. per (file, group, group_desc, seq, collective): every
+communication kernel of that collective on that rank (coalesced, several streams) folded into
+one span.  Each rank derives its own rows (``tracelens.analysis.rank.collectives``), exposed
+time included, since that needs the rank's compute kernels; the job reduce
+(``tracelens.analysis.job``) matches them across ranks by (group, seq, collective) and reads
+nothing else of the events.
+
+file         Int32    input file index (two files may claim one rank)
+rank         Int32    the file's global rank (``TraceMeta.rank``; null when unknown)
+group        String   process group name; "" when unknown (so that keys with it still join)
+group_desc   String   process group description (``default_pg`` ...); null when unknown
+seq          Int64    sequence number within the group (the trace's, or derived from the
+                      rank's order: ``TraceMeta.attributes["seq_source"]``); never null
+collective   String   normalised collective (allreduce ...); "" when unknown
+start_ns     Int64    first start of its kernels, on the rank's own clock
+end_ns       Int64    last end of its kernels, on the rank's own clock
+bytes        Int64    bytes it moves (the largest over its kernels); null when unknown
+group_size   Int32    ranks in the group (the largest stated over its kernels); null when unknown
+on_host      Boolean  its spans are host-side records (a rank without GPU communication
+                      kernels, e.g. CPU-only gloo), not GPU kernels
+exposed_ns   Int64    time of its kernels (their union) not under the rank's compute union
+n_parts      Int32    kernels (or host records) folded into the row
 """
 
 from __future__ import annotations
@@ -114,6 +140,27 @@ DEVICE_KINDS = ("kernel", "memcpy", "memset")
 # Where an event ends: ``ts_ns + dur_ns`` (null where ``dur_ns`` is: an instant-like row).  The
 # one spelling of it, so that every analysis means the same end.
 END: pl.Expr = pl.col("ts_ns") + pl.col("dur_ns")
+
+# The collective rows (COLLECTIVE_SCHEMA, columns in the module docstring): one row per rank x
+# (group, group_desc, seq, collective), derived by each rank, exposed time included; the job
+# reduce reads only these of the events.
+COLLECTIVE_SCHEMA: dict[str, pl.DataType] = {
+    "file": pl.Int32(),
+    "rank": pl.Int32(),
+    "group": pl.String(),
+    "group_desc": pl.String(),
+    "seq": pl.Int64(),
+    "collective": pl.String(),
+    "start_ns": pl.Int64(),
+    "end_ns": pl.Int64(),
+    "bytes": pl.Int64(),
+    "group_size": pl.Int32(),
+    "on_host": pl.Boolean(),
+    "exposed_ns": pl.Int64(),
+    "n_parts": pl.Int32(),
+}
+# the key of one collective instance across ranks, and the order of the rows (total with file)
+COLLECTIVE_KEY = ("group", "seq", "collective", "group_desc")
 
 
 class SchemaError(ValueError):

@@ -14,7 +14,9 @@ from typing import Any
 import polars as pl
 
 from tracelens.analysis import waterfall
+from tracelens.analysis.job import collectives as coll
 from tracelens.analysis.job import comm
+from tracelens.analysis.job import stragglers as strag
 from tracelens.analysis.report import Analysis, JobResult, gpu_dict
 from tracelens.analysis.suggest import suggest
 from tracelens.model.summary import ZERO, RankResult, kept_steps
@@ -25,7 +27,8 @@ def finish_job(a: Analysis) -> Analysis:
     ranks = list(a.ranks)
     times = sorted(step_times(ranks))
     kind = waterfall_kind(ranks)
-    check = comm.check_dict(a.straggler_check or comm.straggler_check(list(a.collectives), len(ranks)))
+    table = a.table()
+    check = strag.check_dict(a.straggler_check or strag.straggler_check(table, len(ranks)))
     return replace(a, job=JobResult(
         mfu=job_mfu(ranks),
         step_time_ns={
@@ -45,7 +48,8 @@ def finish_job(a: Analysis) -> Analysis:
             for st in a.stragglers
         ] if a.stragglers or len(ranks) < 2 or check["known"] else None,
         straggler_check=check,
-        communication={**comm_summary(a.collectives), **(a.comm_notes or comm.report_notes(a.collectives, ()))},
+        communication={"by_group": coll.by_group(table), "slowest": coll.slowest(table, 20),
+                       **(a.comm_notes or comm.report_notes(table, ()))},
         suggestions=[sg.to_dict() for sg in suggest(a)],
     ))
 
@@ -124,52 +128,3 @@ def flops_quality(ranks: list[RankResult]) -> dict[str, Any]:
 def step_times(ranks: list[RankResult]) -> list[int]:
     """The step times the job's stats count: every rank's steps but the warm-up (a lone step counts)."""
     return [s.dur_ns for r in ranks for s in kept_steps(r.steps)]
-
-
-def comm_summary(table: tuple, top: int = 20) -> dict[str, Any]:
-    """Per (group, collective) totals, and the slowest collective instances."""
-    groups: dict[tuple, dict[str, Any]] = {}
-    for c in table:
-        g = groups.setdefault(
-            (c.group, c.collective),
-            {"group": c.group, "group_desc": c.group_desc, "collective": c.collective, "count": 0, "bytes": 0,
-             "time_ns": 0, "exposed_ns": 0, "wait_ns": 0, "wait_known": True, "busbw": [], "bytes_known": False},
-        )
-        g["count"] += 1
-        g["bytes"] += c.bytes or 0
-        g["bytes_known"] |= c.bytes is not None
-        for r in c.ranks:
-            g["time_ns"] += r.dur_ns
-            g["exposed_ns"] += r.exposed_ns
-            if r.wait_ns is None:
-                g["wait_known"] = False
-            else:
-                g["wait_ns"] += r.wait_ns
-            if r.busbw_gbps is not None:
-                g["busbw"].append(r.busbw_gbps)
-    summary = []
-    for g in groups.values():
-        bw = sorted(g.pop("busbw"))
-        g["busbw_gbps_median"] = bw[len(bw) // 2] if bw else None
-        if not g.pop("wait_known"):
-            g["wait_ns"] = None
-        if not g.pop("bytes_known"):  # no collective of the group said its size: unknown, not 0
-            g["bytes"] = None
-        summary.append(g)
-    summary.sort(key=lambda g: -g["time_ns"])
-    slowest = sorted(table, key=lambda c: (-max((r.dur_ns for r in c.ranks), default=0), c.group or "", c.seq))[:top]
-    return {
-        "by_group": summary,
-        "slowest": [
-            {
-                "group": c.group, "seq": c.seq, "collective": c.collective, "bytes": c.bytes, "group_size": c.group_size,
-                "complete": c.complete, "consistent": c.consistent, "slowest_rank": c.slowest_rank,
-                "ranks": [
-                    {"rank": r.rank, "start_ns": r.start_ns, "dur_ns": r.dur_ns, "exposed_ns": r.exposed_ns,
-                     "wait_ns": r.wait_ns, "busbw_gbps": r.busbw_gbps}
-                    for r in c.ranks
-                ],
-            }
-            for c in slowest
-        ],
-    }

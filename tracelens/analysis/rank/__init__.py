@@ -196,7 +196,7 @@ def _analyze_rank(df: pl.DataFrame, fi: int, meta, options: Options) -> RankResu
             windows.append((s, max(e, s)))
     has_gpu = gpu_rows.height > 0
     comp = gpu_rows.filter(~pl.col("kclass").is_in(list(NON_COMPUTE_KCLASSES)))
-    C = iv.union_of(comp)  # the compute time, for each collective's overlap (comm.collective_table)
+    C = iv.union_frame(comp)  # the compute time, for each collective's exposed time (rank.collectives)
     if spans_were_empty:
         counts = {0: gpu_rows.height} if has_gpu else {}
     if main_tid is None:  # no steps: the thread that launched most GPU work

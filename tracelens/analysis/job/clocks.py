@@ -1,0 +1,154 @@
+"""The ranks' clocks: an offset per file that puts its times on the reference file's clock.
+
+Ranks' clocks differ (other hosts, other clock bases), so each file gets an offset that makes the
+*ends* of shared collectives coincide (a collective ends on all ranks at once); the offsets are
+reported, never written into the events.  The alignment reads only the collective rows
+(``COLLECTIVE_SCHEMA``) and each rank's step starts (``rank.collectives.step_starts``)."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+import polars as pl
+
+from tracelens.analysis.job.collectives import MIN_OVERLAP, ROOTED
+
+
+@dataclass(frozen=True)
+class ClockAlignment:
+    offsets: dict[int, int]  # file -> ns to add to that file's times to put it on the reference clock
+    method: str  # "collective ends" | "step starts" | "none"
+    spread_ns: dict[int, int]  # file -> median absolute deviation of the estimate (skew, jitter)
+    # file -> (collectives that agree on the offset, collectives shared with the reference); with
+    # derived sequence numbers only the largest group of matches that agree sets the offset
+    support: dict[int, tuple[int, int]] = field(default_factory=dict)
+    # files whose derived sequence numbers do not pair the same collectives with the reference's
+    # (their matches agree on no clock offset): every such match is refused
+    unordered: frozenset[int] = frozenset()
+
+
+def align_clocks(rows: pl.DataFrame, steps: pl.DataFrame, n_files: int, derived: frozenset[int] = frozenset()) -> ClockAlignment:
+    """Offsets that make shared collectives (``rows``: the collective rows of every file) end
+    together, else same-named steps (``steps``: file, name, start_ns) start together; file 0 is
+    the reference.  Where either file's sequence numbers are derived (``derived``: from per-rank
+    order, which can pair different collectives), only the matches that agree set the offset
+    (``_derived_offset``); when none agree beyond chance the file is ``unordered`` (its derived
+    matches are all refused) and its offset comes from the steps.  One join of the reference's
+    collectives with every other file's, one aggregation over the files."""
+    if n_files <= 1:
+        return ClockAlignment({0: 0}, "none", {0: 0})
+    key = ["group", "seq", "collective"]
+    ends = rows.group_by(["file"] + key).agg(pl.col("end_ns").max().alias("end"),
+                                             (pl.col("end_ns").max() - pl.col("start_ns").min()).alias("span"), pl.col("on_host").any())
+    found: dict[int, tuple[int, int, tuple[int, int]]] = {}  # file -> (offset, spread, support)
+    unordered: set[int] = set()
+    ref_file = 0
+    if not ends.filter(pl.col("file") == 0).height:
+        ref_file = ends.get_column("file").min() if ends.height else None
+    if ref_file is not None:
+        ref = ends.filter(pl.col("file") == ref_file).drop("file")
+        pairs = ref.join(ends.filter((pl.col("file") >= 1) & (pl.col("file") < n_files)).rename({"file": "f"}), on=key, suffix="_o")
+        is_derived = pl.col("f").is_in(sorted(derived)) | pl.lit(ref_file in derived)
+        d = pl.col("end") - pl.col("end_o")
+        med = d.median().cast(pl.Int64)  # (int() of the median: towards zero)
+        plain = (pairs.filter(~is_derived).group_by("f")
+                 .agg(med.alias("off"), (d - med).abs().median().cast(pl.Int64).alias("spread"), pl.len().alias("n")))
+        for f, off, spread, n in plain.iter_rows():  # one row per file
+            found[f] = (off, spread, (n, n))
+        for (f,), pair in pairs.filter(is_derived).partition_by("f", as_dict=True).items():  # each derived file on its own
+            got = _derived_offset(pair)
+            if got is None:  # the per-rank order pairs different collectives: no offset from them
+                found[f] = (None, None, (0, pair.height))
+                unordered.add(f)
+            else:
+                found[f] = (got[0], got[1], (got[2], pair.height))
+    offsets, spread, support = {0: 0}, {0: 0}, {}
+    for f in sorted(found):  # in file order, as the warnings name them
+        off, sp, sup = found[f]
+        support[f] = sup
+        if off is not None:
+            offsets[f], spread[f] = off, sp
+    by_coll = set(offsets) - {0}
+    by_step: set[int] = set()
+    if len(offsets) < n_files:  # fall back to step starts for files without shared collectives
+        r0 = steps.filter(pl.col("file") == 0).select("name", "start_ns")
+        others = steps.filter((pl.col("file") >= 1) & (pl.col("file") < n_files) & ~pl.col("file").is_in(sorted(offsets)))
+        d = pl.col("start_ns") - pl.col("start_ns_o")
+        by_name = (r0.join(others.rename({"file": "f"}), on="name", suffix="_o").group_by("f")
+                   .agg(d.median().cast(pl.Int64).alias("off"), (d - d.median()).abs().median().cast(pl.Int64).alias("spread"))
+                   .sort("f"))
+        for f, off, sp in by_name.iter_rows():  # one row per file
+            offsets[f], spread[f] = off, sp
+            by_step.add(f)
+        for f in range(n_files):
+            offsets.setdefault(f, 0)
+            spread.setdefault(f, 0)
+    # how the other files were put on the reference's clock (a file neither way keeps its own)
+    method = ("none" if not (by_coll or by_step) else "step starts" if not by_coll
+              else "collective ends" if not by_step else "collective ends, step starts")
+    return ClockAlignment(offsets, method, spread, support, frozenset(unordered))
+
+
+def _derived_offset(pair: pl.DataFrame) -> tuple[int, int, int] | None:
+    """(offset, spread, matches consistent at it) for a file whose collectives were paired with
+    the reference's by derived sequence numbers (``pair``: end and span of each, the other file's
+    with suffix _o), or None when the pairs agree on no offset beyond what chance gives.
+
+    Two estimates, each believed when most matches agree on it or more agree than chance would
+    put together (a scan statistic, p < 0.005): the ends (a collective ends on every rank at about
+    once, so true pairs' end differences cluster tightly, GPU kernels within a fraction of their
+    length: the largest cluster within 5% or 50% of the median collective's length), and the
+    overlaps (host spans such as gloo's, whose ends are noisy: the offset at which most matches
+    overlap by ``MIN_OVERLAP`` of the shorter).  Of the two, the one with more matches consistent
+    at it wins; the ends on a tie."""
+    m = pair.height
+    need = (pl.when(pl.col("collective").is_in(list(ROOTED)) | pl.col("on_host") | pl.col("on_host_o")).then(0.0).otherwise(MIN_OVERLAP)
+            * pl.min_horizontal("span", "span_o"))
+    lo = pl.col("end") - pl.col("span") - pl.col("end_o") + need
+    hi = pl.col("end") - pl.col("end_o") + pl.col("span_o") - need
+    # the offsets o (added to the other file) at which each match overlaps enough: with A the
+    # reference's span, B the other's and v the overlap it needs, o in [a1 - b2 + v, a2 - b1 - v]
+    iv_ = pair.select(lo.alias("lo"), hi.alias("hi"))
+
+    def consistent_at(o: float) -> int:
+        return iv_.select(((pl.col("lo") <= o) & (o <= pl.col("hi"))).sum()).item()
+
+    cands = []
+    d = pair.select((pl.col("end") - pl.col("end_o")).alias("d")).get_column("d").sort()
+    typical = pair.select(pl.min_horizontal("span", "span_o").median()).item()
+    extent = int(d.max() - d.min())
+    for share in (0.05, MIN_OVERLAP):
+        width = max(int(typical * share), 1)
+        count = d.search_sorted(d + width, side="right").cast(pl.Int64) - pl.int_range(m, eager=True)
+        best = int(count.max())
+        if 2 * best > m or (best > 1 and _by_chance(best, m, width, extent) < 0.005):
+            c = d.slice(int(count.arg_max()), best)
+            med = int(c.median())
+            cands.append((consistent_at(med), 1, med, int((c - med).abs().median())))
+            break
+    sweep = (
+        pl.concat([iv_.select(pl.col("lo").alias("x"), pl.lit(1).alias("e")), iv_.select(pl.col("hi").alias("x"), pl.lit(-1).alias("e"))])
+        .sort("x", "e", descending=[False, True])  # an interval that starts where another ends still meets it
+        .with_columns(pl.col("e").cum_sum().alias("n"), pl.col("x").shift(-1).alias("next"))
+    )
+    top = sweep.sort("n", descending=True, maintain_order=True).row(0, named=True)
+    k = int(top["n"])
+    length = iv_.select((pl.col("hi") - pl.col("lo")).mean()).item()
+    span = iv_.select(pl.col("hi").max() - pl.col("lo").min()).item()
+    if 2 * k > m or (k > 1 and _by_chance(k, m, max(int(length), 1), int(span)) < 0.005):
+        cands.append((k, 0, int((top["x"] + top["next"]) / 2), int((top["next"] - top["x"]) / 2)))
+    if not cands:
+        return None
+    n, _, off, spread = max(cands)
+    return off, spread, n
+
+
+def _by_chance(k: int, m: int, width: int, extent: int) -> float:
+    """How likely ``k`` of ``m`` values spread over ``extent`` fall within some window of ``width``
+    by chance (a scan statistic, bounded by the union over extent/width windows of a Poisson tail)."""
+    if extent <= width:
+        return 1.0 if k < m else 0.0
+    lam = m * width / extent
+    tail = 1.0 - sum(math.exp(-lam) * lam**i / math.factorial(i) for i in range(k))
+    return min(1.0, max(tail, 0.0) * extent / width)
