@@ -200,7 +200,29 @@ def _analyze_rank(df: pl.DataFrame, fi: int, meta, options: Options) -> RankResu
                        left_on="launch_ns", right_on="_rs", by="launch_tid", strategy="backward", check_sortedness=False)
             .filter(pl.col("_rs").is_not_null() & (pl.col("launch_ns") < pl.col("end")))
         )
-    cuts, gaps = segments.cut_frames(gpu_rows, launched, windows)
+    # MFU: model FLOPs (from shapes, or the user's per-step number) over peak x window
+    spec, why = gpus.identify(meta.device_properties, meta.device_name) if has_gpu else (None, None)
+    gpu_source = "trace" if spec else None
+    if options.gpu or options.peak_tflops:
+        given = dict(options.given)
+        spec, why2 = gpus.override(spec, options.gpu, options.peak_tflops, given.get("gpu", "--gpu"))
+        why = why2 or (None if spec else why)
+        gpu_source = (given.get("peak_tflops") if options.peak_tflops else given.get("gpu")) or "options"
+        gpu_source = gpu_source if spec else None
+    from tracelens.analysis.rank import flops as fl
+
+    counted = fl.count(df, names)  # once per rank: FLOPs, MFU, facts and the matmul table all read it
+    linked, known = None, None  # kernels tied to their counted ops; the matmul kernels among them (positions in gpu_rows)
+    if has_gpu:
+        from tracelens.analysis.rank import kernels as kt
+
+        counted = kt.tf32_ops(df, counted, gpu_rows, names)
+        kernels = gpu_rows.filter(pl.col("kind") == "kernel")
+        linked = kt.kernel_ops(df, counted, kernels, spec)
+        known = _known_matmul(gpu_rows, kernels, linked)
+    # one sweep: the partition, the gaps, and the matmul time whose FLOPs are known (segments.cut's known_matmul)
+    cuts, gaps = segments.cut_frames(gpu_rows, launched, windows, known)
+    known_mm = [c.known_matmul for c in cuts] if known is not None else None  # per window
     attr.run(gaps)
     parts = []
     for i, k in enumerate(cuts):
@@ -230,27 +252,6 @@ def _analyze_rank(df: pl.DataFrame, fi: int, meta, options: Options) -> RankResu
                 untraced_tail_ns=tails[i],
             )
         )
-    # MFU: model FLOPs (from shapes, or the user's per-step number) over peak x window
-    spec, why = gpus.identify(meta.device_properties, meta.device_name) if has_gpu else (None, None)
-    gpu_source = "trace" if spec else None
-    if options.gpu or options.peak_tflops:
-        given = dict(options.given)
-        spec, why2 = gpus.override(spec, options.gpu, options.peak_tflops, given.get("gpu", "--gpu"))
-        why = why2 or (None if spec else why)
-        gpu_source = (given.get("peak_tflops") if options.peak_tflops else given.get("gpu")) or "options"
-        gpu_source = gpu_source if spec else None
-    from tracelens.analysis.rank import flops as fl
-
-    counted = fl.count(df, names)  # once per rank: FLOPs, MFU, facts and the matmul table all read it
-    linked, known_mm = None, None  # kernels tied to their counted ops; per window, the matmul time whose FLOPs are known
-    if has_gpu:
-        from tracelens.analysis.rank import kernels as kt
-
-        counted = kt.tf32_ops(df, counted, gpu_rows, names)
-        kernels = gpu_rows.filter(pl.col("kind") == "kernel")
-        linked = kt.kernel_ops(df, counted, kernels, spec)
-        if bool(kernels.select(pl.col("launch_known").any()).item()):  # kernels can be tied to the ops that launched them
-            known_mm = _known_matmul(kernels, linked, launched, windows)
     step_flops, step_ideal, recompute_flops, source, fwarn = _step_flops(df, counted, spans, options, spec, recomp,
                                                                          linked if known_mm is not None else None, names)
     if fwarn:
@@ -521,16 +522,15 @@ def _waterfalls(steps: list[Step], cuts: list[segments.StepCut], ideal: dict[int
     return out
 
 
-def _known_matmul(kernels: pl.DataFrame, linked: pl.DataFrame, launched: pl.DataFrame | None,
-                  windows: list[tuple[int, int]]) -> list[int] | None:
-    """Per window, the matmul-class kernel time (recompute excluded, as segments.cut's ``matmul``)
-    of the kernels launched inside ops with counted FLOPs: the same sweep over those kernels alone."""
-    mine = linked.filter(pl.col("_mm")).get_column("_k")
-    rows = (  # only the columns segments.cut reads
-        kernels.lazy().with_row_index("_k").filter(pl.col("_k").is_in(mine.implode()))
-        .select("ts_ns", "dur_ns", "kclass", "group", "group_desc", "collective").collect(engine="in-memory")
-    )
-    return [c.matmul for c in segments.cut(rows, launched, windows)]
+def _known_matmul(gpu_rows: pl.DataFrame, kernels: pl.DataFrame, linked: pl.DataFrame) -> pl.Series | None:
+    """The positions in ``gpu_rows`` of the matmul-class kernels launched inside ops with counted
+    FLOPs (``segments.cut``'s ``known``: their time outside recomputed work, per window, is the
+    matmul time whose FLOPs are known), or None when no kernel can be tied to the op that
+    launched it (``kernels``: the kernel rows of ``gpu_rows``, in order)."""
+    if not bool(kernels.select(pl.col("launch_known").any()).item()):
+        return None
+    positions = gpu_rows.select(pl.arg_where(pl.col("kind") == "kernel").cast(pl.UInt32)).to_series()  # kernel _k's row
+    return positions.gather(linked.filter(pl.col("_mm")).get_column("_k"))
 
 
 def _given_mfu_error(mfu: float | None, options: Options, source: str | None, gpu_source: str | None, meta, peak: float | None,

@@ -11,6 +11,8 @@ step is then a sum of segment lengths under a condition:
   idle segments;
 - the waterfall's interval bars (MFU.md 9.7): recompute = R and C, matmul = MM without that,
   non-matmul = C without MM or R;
+- the matmul time of a chosen subset of the activities (the kernels whose FLOPs are known),
+  recompute excluded as for the matmul bar: ``known_matmul`` = K without R;
 - the exclusive splits of exposed communication by group and of non-matmul time by class:
   the time between two consecutive ends of the split's activities is shared equally by the
   activities running in it, in integers (the remainder to the label with most activities,
@@ -44,6 +46,7 @@ class StepCut:
     exposed_memcpy: int = 0
     recompute: int = 0
     matmul: int = 0
+    known_matmul: int = 0  # the ``known`` activities' time outside recomputed work (0 without ``known``)
     gaps: list[tuple[int, int]] = field(default_factory=list)  # idle, sorted, maximal
     comm_by_group: dict[str, int] = field(default_factory=dict)  # exposed communication, split
     non_matmul: dict[str, int] = field(default_factory=dict)  # non-matmul compute, split by class
@@ -67,19 +70,21 @@ def comm_label() -> pl.Expr:
 _NO_GAPS = {"step": pl.Int64, "a": pl.Int64, "b": pl.Int64}
 
 
-def cut(gpu_rows: pl.DataFrame, recomputed: pl.DataFrame | None, windows: list[tuple[int, int]]) -> list[StepCut]:
+def cut(gpu_rows: pl.DataFrame, recomputed: pl.DataFrame | None, windows: list[tuple[int, int]],
+        known: pl.Series | None = None) -> list[StepCut]:
     """The sums of each window ``[start, end)`` of ``windows`` (in order), with each one's idle
     gaps listed.  ``gpu_rows``: the rank's GPU activities (ts_ns, dur_ns, kclass, group,
     group_desc, collective); ``recomputed``: (ts_ns, dur_ns) of the GPU work of recomputed
-    forward ops, or None."""
-    out, gaps = cut_frames(gpu_rows, recomputed, windows)
+    forward ops, or None; ``known``: positions in ``gpu_rows`` of the activities whose time
+    outside recomputed work is summed as ``known_matmul`` (the matmul kernels with known FLOPs)."""
+    out, gaps = cut_frames(gpu_rows, recomputed, windows, known)
     for step, a, b in gaps.iter_rows():
         out[step].gaps.append((a, b))
     return out
 
 
 def cut_frames(gpu_rows: pl.DataFrame, recomputed: pl.DataFrame | None,
-               windows: list[tuple[int, int]]) -> tuple[list[StepCut], pl.DataFrame]:
+               windows: list[tuple[int, int]], known: pl.Series | None = None) -> tuple[list[StepCut], pl.DataFrame]:
     """``cut``'s sums (their ``gaps`` left empty) and the idle gaps as one frame: (step, a, b),
     sorted by step and start."""
     out = [StepCut(window=max(we - ws, 0)) for ws, we in windows]
@@ -99,6 +104,8 @@ def cut_frames(gpu_rows: pl.DataFrame, recomputed: pl.DataFrame | None,
         pl.lit(0, pl.Int32).alias("r"),
         pl.when(is_c & ~is_mm).then(kc).alias("nm"),
         pl.when(kc == "comm").then(comm_label()).alias("cg"),
+        (pl.int_range(pl.len(), dtype=pl.UInt32).is_in(known.cast(pl.UInt32).implode()) if known is not None
+         else pl.lit(False)).cast(pl.Int32).alias("k"),
     )
     if recomputed is not None and recomputed.height:
         rows = pl.concat(
@@ -111,6 +118,7 @@ def cut_frames(gpu_rows: pl.DataFrame, recomputed: pl.DataFrame | None,
                     pl.lit(1, pl.Int32).alias("r"),
                     pl.lit(None, pl.String).alias("nm"),
                     pl.lit(None, pl.String).alias("cg"),
+                    pl.lit(0, pl.Int32).alias("k"),
                 ),
             ]
         )
@@ -118,7 +126,7 @@ def cut_frames(gpu_rows: pl.DataFrame, recomputed: pl.DataFrame | None,
     labels = {
         p: sorted(x for x in rows.get_column(p).unique().to_list() if x is not None) for p, _ in _SPLITS
     }
-    counts = ("c", "m", "y", "mm", "r")
+    counts = ("c", "m", "y", "mm", "r", "k")
     sign = pl.col("sign")
     deltas = [(pl.col(k) * sign).alias(k) for k in counts] + [
         pl.when(pl.col(p) == lb).then(sign).otherwise(0).alias(f"{p}:{j}")
@@ -158,7 +166,7 @@ def cut_frames(gpu_rows: pl.DataFrame, recomputed: pl.DataFrame | None,
         # windows may overlap (a step whose first kernel comes after the next step's): a segment
         # then counts in each window that holds it, as the per-window arithmetic would count it
         seg = seg.join_where(win, pl.col("t") >= pl.col("ws"), pl.col("t") < pl.col("we")).sort("step", "t")
-    C, M, Y, MM, R = (pl.col(k) > 0 for k in counts)
+    C, M, Y, MM, R, K = (pl.col(k) > 0 for k in counts)
     r = R & C
     L = pl.col("len")
     seg = seg.with_columns(
@@ -174,6 +182,7 @@ def cut_frames(gpu_rows: pl.DataFrame, recomputed: pl.DataFrame | None,
         pl.when(Y & ~C & ~M).then(L).otherwise(0).sum().alias("exposed_memcpy"),
         pl.when(r).then(L).otherwise(0).sum().alias("recompute"),
         pl.when(MM & ~r).then(L).otherwise(0).sum().alias("matmul"),
+        pl.when(K & ~R).then(L).otherwise(0).sum().alias("known_matmul"),
     )
     for row in sums.iter_rows(named=True):
         o = out[row.pop("step")]
