@@ -153,7 +153,14 @@ def _analyze_rank(df: pl.DataFrame, fi: int, meta, options: Options) -> RankResu
         # ranges, which the user's code closes, nor for CPU-only traces, which have no GPU window)
         cut = bool(spans.get_column("last")[-1]) and not options.step_range and gpu_rows.height > 0
         tail_end = spans.get_column("end")[-1]
-        if cut and n > 1 and (n - 1) not in first_k and (_traced_host_end(df, tail_end) or 0) <= starts[-1]:
+        traced_host: list[int | None] = []  # _traced_host_end(df, tail_end), computed once when needed
+
+        def host_end() -> int | None:
+            if not traced_host:
+                traced_host.append(_traced_host_end(df, tail_end))
+            return traced_host[0]
+
+        if cut and n > 1 and (n - 1) not in first_k and (host_end() or 0) <= starts[-1]:
             # a last step with nothing traced in it at all (opened just before the stop) is no step:
             # it is dropped and its span joins the untraced tail of the step before it
             warnings.append(f"{meta.path}: the last step ({spans.get_column('name')[-1]}, "
@@ -169,7 +176,7 @@ def _analyze_rank(df: pl.DataFrame, fi: int, meta, options: Options) -> RankResu
                 e = max(cpu_end, last_k.get(i, cpu_end))
                 if cut:
                     gpu_end = gpu_rows.select(END.max()).item()
-                    traced = max(x for x in (gpu_end, _traced_host_end(df, tail_end)) if x is not None)
+                    traced = max(x for x in (gpu_end, host_end()) if x is not None)
                     if traced < cpu_end:
                         e = max(traced, s)
                     tails[i] = max(tail_end - e, 0)
@@ -345,13 +352,14 @@ def _traced_host_end(df: pl.DataFrame, before: int) -> int | None:
     the ProfilerStep spans, on a thread that runs framework code (ops, annotations, steps,
     DataLoader spans, Python functions); a thread that only calls the runtime (a watchdog polling
     cudaEventQuery) does no host work of the job's."""
-    host = df.lazy().select("pid", "tid", "kind", "ts_ns", "dur_ns").filter(pl.col("tid").is_not_null())
     framework = pl.col("kind").is_in(["cpu_op", "annotation", "python", "dataloader", "step"])
-    work = host.filter(framework).select("pid", "tid").unique()
-    return (
-        host.filter((pl.col("kind") != "step") & (pl.col("ts_ns") < before))
-        .join(work, on=["pid", "tid"], how="semi")
-        .select(pl.min_horizontal(END, pl.lit(before)).max())
+    work = (pl.col("kind") != "step") & (pl.col("ts_ns") < before)
+    return (  # per thread: does it run framework code, and where its host work before ``before`` ends
+        df.lazy().filter(pl.col("tid").is_not_null())
+        .group_by("pid", "tid")
+        .agg(framework.any().alias("_fw"), pl.min_horizontal(END, pl.lit(before)).filter(work).max().alias("_end"))
+        .filter(pl.col("_fw"))
+        .select(pl.col("_end").max())
         .collect(engine="in-memory")
         .item()
     )

@@ -48,7 +48,8 @@ def find(df: pl.DataFrame, names: Names | None = None) -> pl.DataFrame:
         .filter((pl.col("kind") == "cpu_op") & pl.col("tid").is_not_null())
         .select("_row", "pid", "tid", "ts_ns", END.alias("end"), is_eval.alias("_eval"), pl.col("name").is_in(list(FORWARD)).alias("_fwd"))
         # only backward-pass frames and forward ops take part in the nesting test, on threads that have a backward pass
-        .filter((pl.col("_eval") | pl.col("_fwd")) & pl.col("_eval").any().over("pid", "tid"))
+        .filter(pl.col("_eval") | pl.col("_fwd"))
+        .filter(pl.col("_eval").any().over("pid", "tid"))
         .sort("pid", "tid", "ts_ns", pl.col("end"), descending=[False, False, False, True])
         .with_columns((pl.col("_fwd") & _covered(pl.col("_eval"))).alias("_cand"))  # forward, under an evaluate_function
         .filter(pl.col("_cand") & ~_covered(pl.col("_cand")))  # and no such op encloses it
