@@ -94,7 +94,7 @@ def cut_frames(gpu_rows: pl.DataFrame, recomputed: pl.DataFrame | None,
     kc = pl.col("kclass").cast(pl.String)
     is_c = ~kc.is_in(list(NON_COMPUTE_KCLASSES))
     is_mm = kc.is_in(list(MATMUL_CLASSES))
-    rows = gpu_rows.select(
+    rows = gpu_rows.lazy().select(
         pl.col("ts_ns").alias("s"),
         END.alias("e"),
         is_c.cast(pl.Int32).alias("c"),
@@ -111,7 +111,7 @@ def cut_frames(gpu_rows: pl.DataFrame, recomputed: pl.DataFrame | None,
         rows = pl.concat(
             [
                 rows,
-                recomputed.select(
+                recomputed.lazy().select(
                     pl.col("ts_ns").alias("s"),
                     END.alias("e"),
                     *(pl.lit(0, pl.Int32).alias(k) for k in ("c", "m", "y", "mm")),
@@ -122,27 +122,27 @@ def cut_frames(gpu_rows: pl.DataFrame, recomputed: pl.DataFrame | None,
                 ),
             ]
         )
-    rows = rows.filter(pl.col("e") > pl.col("s"))
-    labels = {
-        p: sorted(x for x in rows.get_column(p).unique().to_list() if x is not None) for p, _ in _SPLITS
-    }
+    rows = rows.filter(pl.col("e") > pl.col("s")).collect(engine="in-memory")
+    found = rows.select(*(pl.col(p).drop_nulls().unique().implode() for p, _ in _SPLITS)).row(0)
+    labels = {p: sorted(v) for (p, _), v in zip(_SPLITS, found)}
     counts = ("c", "m", "y", "mm", "r", "k")
     sign = pl.col("sign")
     deltas = [(pl.col(k) * sign).alias(k) for k in counts] + [
         pl.when(pl.col(p) == lb).then(sign).otherwise(0).alias(f"{p}:{j}")
         for p, _ in _SPLITS for j, lb in enumerate(labels[p])
     ]
+    # from here on one lazy query: the cuts, the running counts, the segments of each window
     ends = [
-        rows.select(pl.col("s").alias("t"), pl.lit(1, pl.Int32).alias("sign"), *counts, "nm", "cg"),
-        rows.select(pl.col("e").alias("t"), pl.lit(-1, pl.Int32).alias("sign"), *counts, "nm", "cg"),
+        rows.lazy().select(pl.col("s").alias("t"), pl.lit(1, pl.Int32).alias("sign"), *counts, "nm", "cg"),
+        rows.lazy().select(pl.col("e").alias("t"), pl.lit(-1, pl.Int32).alias("sign"), *counts, "nm", "cg"),
     ]
-    edges = pl.DataFrame({"t": [t for _, ws, we in live for t in (ws, we)]}, schema={"t": pl.Int64})
+    edges = pl.LazyFrame({"t": [t for _, ws, we in live for t in (ws, we)]}, schema={"t": pl.Int64})
     pts = pl.concat(
         [f.select("t", *deltas, *(pl.col(p).is_not_null().alias(pt) for p, pt in _SPLITS)) for f in ends]
         + [edges],
         how="diagonal",
     )
-    cols = [c for c in pts.columns if c != "t"]
+    cols = [*counts, *(f"{p}:{j}" for p, _ in _SPLITS for j in range(len(labels[p]))), *(pt for _, pt in _SPLITS)]
     seg = (
         pts.group_by("t")
         .agg(*(pl.col(c).sum() if not c.startswith("_") else pl.col(c).any() for c in cols))
@@ -151,7 +151,7 @@ def cut_frames(gpu_rows: pl.DataFrame, recomputed: pl.DataFrame | None,
         .with_columns((pl.col("t").shift(-1) - pl.col("t")).alias("len"))
         .drop_nulls("len")
     )
-    win = pl.DataFrame(
+    win = pl.LazyFrame(
         {"step": [i for i, _, _ in live], "ws": [ws for _, ws, _ in live], "we": [we for _, _, we in live]},
         schema={"step": pl.Int64, "ws": pl.Int64, "we": pl.Int64},
     )
@@ -173,7 +173,7 @@ def cut_frames(gpu_rows: pl.DataFrame, recomputed: pl.DataFrame | None,
         (~C & ~M & ~Y).alias("_idle"),
         pl.when(M & ~C).then(L).otherwise(0).alias("_x"),
         pl.when(C & ~MM & ~r).then(L).otherwise(0).alias("_nm_in"),
-    )
+    ).collect(engine="in-memory").lazy()
     sums = seg.group_by("step").agg(
         pl.when(C).then(L).otherwise(0).sum().alias("compute"),
         pl.when(M).then(L).otherwise(0).sum().alias("comm"),
@@ -184,10 +184,6 @@ def cut_frames(gpu_rows: pl.DataFrame, recomputed: pl.DataFrame | None,
         pl.when(MM & ~r).then(L).otherwise(0).sum().alias("matmul"),
         pl.when(K & ~R).then(L).otherwise(0).sum().alias("known_matmul"),
     )
-    for row in sums.iter_rows(named=True):
-        o = out[row.pop("step")]
-        for k, v in row.items():
-            setattr(o, k, int(v))
     gaps = (
         seg.select("step", "t", "len", "_idle")
         .with_columns((pl.col("_idle") != pl.col("_idle").shift(1).over("step")).fill_null(True).cum_sum().alias("_run"))
@@ -197,17 +193,26 @@ def cut_frames(gpu_rows: pl.DataFrame, recomputed: pl.DataFrame | None,
         .sort("step", "a")
         .select(pl.col("step").cast(pl.Int64), "a", "b")
     )
-    for (p, pt), inside, attr in ((_SPLITS[0], "_nm_in", "non_matmul"), (_SPLITS[1], "_x", "comm_by_group")):
-        if labels[p]:
-            for step, shares in _shares(seg, p, pt, inside, labels[p]).items():
-                setattr(out[step], attr, shares)
+    splits = [(p, pt, inside, attr) for (p, pt), inside, attr in ((_SPLITS[0], "_nm_in", "non_matmul"), (_SPLITS[1], "_x", "comm_by_group"))
+              if labels[p]]
+    share_queries = [q for p, pt, inside, _ in splits for q in _share_queries(seg, p, pt, inside, len(labels[p]))]
+    sums, gaps, *shared = pl.collect_all([sums, gaps, *share_queries], engine="in-memory")  # one batch
+    for row in sums.iter_rows(named=True):
+        o = out[row.pop("step")]
+        for k, v in row.items():
+            setattr(o, k, int(v))
+    for j, (p, _, _, attr) in enumerate(splits):
+        for step, shares in _shares(shared[2 * j], shared[2 * j + 1], labels[p]).items():
+            setattr(out[step], attr, shares)
     return out, gaps
 
 
-def _shares(seg: pl.DataFrame, p: str, pt: str, inside: str, labels: list[str]) -> dict[int, dict[str, int]]:
+def _share_queries(seg: pl.LazyFrame, p: str, pt: str, inside: str, n_labels: int) -> tuple[pl.LazyFrame, pl.LazyFrame]:
     """Per step, the ``inside`` time split among the labels of split ``p``: segments are
-    grouped between consecutive cuts of the split (its label counts are constant there)."""
-    cnt = [f"{p}:{j}" for j in range(len(labels))]
+    grouped between consecutive cuts of the split (its label counts are constant there).  Two
+    queries: each step's integer shares per label, and the remainders (step, _rest, counts) of
+    the groups whose length does not divide evenly (``_shares`` puts them together)."""
+    cnt = [f"{p}:{j}" for j in range(n_labels)]
     groups = (
         seg.select("step", pt, inside, *cnt)
         .with_columns(pl.col(pt).cum_sum().over("step").alias("_g"))
@@ -221,12 +226,18 @@ def _shares(seg: pl.DataFrame, p: str, pt: str, inside: str, labels: list[str]) 
     groups = groups.select("step", "_len", "_n", *cnt, *(s.alias(f"_s{j}") for j, s in enumerate(share)))
     groups = groups.with_columns((pl.col("_len") - pl.sum_horizontal(*(f"_s{j}" for j in range(len(cnt))))).alias("_rest"))
     per = groups.group_by("step").agg(*(pl.col(f"_s{j}").sum() for j in range(len(cnt))))
+    return per, groups.filter(pl.col("_rest") > 0).select("step", "_rest", *cnt)
+
+
+def _shares(per: pl.DataFrame, rest: pl.DataFrame, labels: list[str]) -> dict[int, dict[str, int]]:
+    """``_share_queries``' two results as {step: {label: ns}}: the remainders go to the label
+    with most activities in their group, then the greatest label."""
     out: dict[int, dict[str, int]] = {}
     for row in per.iter_rows():
         out[row[0]] = {lb: int(v) for lb, v in zip(labels, row[1:])}
     # the remainders (a segment shared by several activities whose length does not divide evenly)
-    for row in groups.filter(pl.col("_rest") > 0).select("step", "_rest", *cnt).iter_rows():
-        step, rest, cs = row[0], row[1], row[2:]
+    for row in rest.iter_rows():
+        step, r, cs = row[0], row[1], row[2:]
         top = max((c, lb) for c, lb in zip(cs, labels) if c > 0)[1]
-        out[step][top] += rest
+        out[step][top] += r
     return {s: {k: v for k, v in d.items() if v} for s, d in out.items()}
