@@ -1,12 +1,14 @@
 """The per-rank analysis next to the parse: how long ``_analyze_rank`` (and the whole ``analyze``)
 takes on a trace, as a share of its cold parse, and where that time goes.
 
-    python benchmarks/rank.py [TRACE ...] [--repeat 7] [--stages] [--profile N] [--json OUT]
+    python benchmarks/rank.py [TRACE ...] [--repeat 7] [--cpu] [--stages] [--profile N] [--json OUT]
 
 Per trace, in one process (polars warmed by the first round), ``--repeat`` rounds of: a cold
 load (``load([path], use_cache=False)``: read, gunzip, parse, no cache), ``_analyze_rank`` of
 its one file, and the whole ``analyze`` (the rank, the collectives, the timeline).  Medians are
-reported.  ``--stages``: the self time of each stage of ``_analyze_rank`` (the functions it
+reported.  ``--cpu``: process CPU time (all threads) instead of wall time, steadier on a
+loaded machine.  ``queries``: how many polars queries one ``_analyze_rank`` runs (lazy
+collects, eager operations that run through the engine, ``collect_all`` batches).  ``--stages``: the self time of each stage of ``_analyze_rank`` (the functions it
 calls, each timed without the stages it calls itself), median over the rounds.  ``--profile
 N``: cProfile of one ``_analyze_rank``, the N costliest functions by total time.  Without
 arguments: every real trace in tests/data/traces with more than 10 MB of JSON.
@@ -80,7 +82,40 @@ STAGES = [
 
 
 @contextmanager
-def stage_timer(acc: dict[str, float]):
+def query_counter(n: list[int]):
+    """Count the polars queries run inside (into ``n[0]``): every LazyFrame collect, the eager
+    operations that polars runs as a lazy query, and each ``collect_all`` once."""
+    import polars as pl
+    from polars.lazyframe.frame import LazyFrame
+
+    saved = {name: getattr(LazyFrame, name) for name in ("collect", "_collect_eager")}
+    saved_all = pl.collect_all
+    depth = [0]
+
+    def counted(fn):
+        def run(*a, **k):
+            if depth[0] == 0:
+                n[0] += 1
+            depth[0] += 1
+            try:
+                return fn(*a, **k)
+            finally:
+                depth[0] -= 1
+        return run
+
+    for name, fn in saved.items():
+        setattr(LazyFrame, name, counted(fn))
+    pl.collect_all = counted(saved_all)
+    try:
+        yield
+    finally:
+        for name, fn in saved.items():
+            setattr(LazyFrame, name, fn)
+        pl.collect_all = saved_all
+
+
+@contextmanager
+def stage_timer(acc: dict[str, float], clock=time.perf_counter):
     """Wrap the STAGES that exist; add each one's self time (s) to ``acc``."""
     import importlib
 
@@ -90,11 +125,11 @@ def stage_timer(acc: dict[str, float]):
     def wrap(label, fn):
         def timed(*a, **k):
             stack.append(0.0)
-            t0 = time.perf_counter()
+            t0 = clock()
             try:
                 return fn(*a, **k)
             finally:
-                dt = time.perf_counter() - t0
+                dt = clock() - t0
                 children = stack.pop()
                 acc[label] += dt - children
                 if stack:
@@ -120,6 +155,7 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("traces", nargs="*", type=Path)
     ap.add_argument("--repeat", type=int, default=7)
+    ap.add_argument("--cpu", action="store_true")
     ap.add_argument("--stages", action="store_true")
     ap.add_argument("--profile", type=int, default=0)
     ap.add_argument("--json", type=Path)
@@ -130,40 +166,47 @@ def main() -> int:
     from tracelens.store.job import load
 
     traces = [(p, json_mb(p)) for p in args.traces] if args.traces else default_traces()
+    clock = time.process_time if args.cpu else time.perf_counter
     rows = []
-    print("| trace | JSON MB | events | cold parse | `_analyze_rank` | share | `analyze` | share |\n|---|---|---|---|---|---|---|---|")
+    print(f"{'CPU' if args.cpu else 'wall'} time, medians of {args.repeat}")
+    print("| trace | JSON MB | events | cold parse | `_analyze_rank` | share | `analyze` | share | queries |\n"
+          "|---|---|---|---|---|---|---|---|---|")
     for path, mb in traces:
         parse, rank, whole = [], [], []
         stages: dict[str, list[float]] = defaultdict(list)
         for _ in range(args.repeat):
             gc.collect()
-            t0 = time.perf_counter()
+            t0 = clock()
             tr = load([path], use_cache=False, jobs=1)
-            parse.append(time.perf_counter() - t0)
+            parse.append(clock() - t0)
             opts = Options()
             acc: dict[str, float] = defaultdict(float)
-            t0 = time.perf_counter()
+            t0 = clock()
             if args.stages:
-                with stage_timer(acc):
-                    t1 = time.perf_counter()
+                with stage_timer(acc, clock):
+                    t1 = clock()
                     _analyze_rank(tr.events, 0, tr.metas[0], opts)
-                    total = time.perf_counter() - t1
+                    total = clock() - t1
                 acc["(rest of _analyze_rank)"] = total - sum(acc.values())
                 rank.append(total)
                 for k, v in acc.items():
                     stages[k].append(v)
             else:
                 _analyze_rank(tr.events, 0, tr.metas[0], opts)
-                rank.append(time.perf_counter() - t0)
-            t0 = time.perf_counter()
+                rank.append(clock() - t0)
+            t0 = clock()
             analyze(tr, opts)
-            whole.append(time.perf_counter() - t0)
+            whole.append(clock() - t0)
+        nq = [0]
+        with query_counter(nq):
+            _analyze_rank(tr.events, 0, tr.metas[0], Options())
         p, r, w = (statistics.median(x) for x in (parse, rank, whole))
         row = {"trace": path.name, "json_mb": round(mb, 1), "events": tr.events.height, "parse_s": p, "rank_s": r,
-               "analyze_s": w, "rank_share": r / p, "analyze_share": w / p, "runs": args.repeat}
+               "analyze_s": w, "rank_share": r / p, "analyze_share": w / p, "runs": args.repeat,
+               "queries": nq[0], "clock": "cpu" if args.cpu else "wall"}
         rows.append(row)
         print(f"| {path.name} | {mb:.1f} | {tr.events.height:,} | {p * 1e3:.0f} ms | {r * 1e3:.1f} ms | {100 * r / p:.0f}% "
-              f"| {w * 1e3:.1f} ms | {100 * w / p:.0f}% |", flush=True)
+              f"| {w * 1e3:.1f} ms | {100 * w / p:.0f}% | {nq[0]} |", flush=True)
         if args.stages:
             med = sorted(((statistics.median(v), k) for k, v in stages.items()), reverse=True)
             row["stages_ms"] = {k: round(v * 1e3, 2) for v, k in med}

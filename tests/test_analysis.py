@@ -454,12 +454,14 @@ def test_exclusive_split_sums_to_the_covered_time(raw, win, disjoint):
     ),
     st.lists(st.tuples(st.integers(0, 1000), st.integers(0, 300)), max_size=8),
     st.lists(st.tuples(st.integers(0, 1200), st.integers(0, 700)), min_size=1, max_size=4),
+    st.integers(0, 2**40 - 1),
 )
-def test_segments_match_the_interval_arithmetic(kernels, recomputed, windows):
+def test_segments_match_the_interval_arithmetic(kernels, recomputed, windows, known_bits):
     """segments.cut (every window at once, in polars) gives, window by window, exactly what the
     interval-list arithmetic gives on that window alone: the partition, the idle gaps, the
     recompute and matmul time and the exclusive splits of exposed communication and non-matmul
-    time.  Windows may overlap and be empty."""
+    time, and the time of a chosen subset of the activities (``known``: the matmul kernels whose
+    FLOPs are known) outside recomputed work.  Windows may overlap and be empty."""
     from tracelens.analysis import waterfall
     from tracelens.analysis.rank import segments
     from tracelens.model.schema import NON_COMPUTE_KCLASSES
@@ -472,7 +474,9 @@ def test_segments_match_the_interval_arithmetic(kernels, recomputed, windows):
     )
     rec = pl.DataFrame([{"ts_ns": s, "dur_ns": d} for s, d in recomputed], schema={"ts_ns": pl.Int64, "dur_ns": pl.Int64})
     wins = [(s, s + d) for s, d in windows]
-    cuts = segments.cut(f, rec, wins)
+    known = [i for i in range(f.height) if known_bits >> i & 1]  # any subset of the rows, by position
+    cuts = segments.cut(f, rec, wins, pl.Series(known, dtype=pl.UInt32))
+    K = iv.union_of(f[known]) if known else []
     compute = ~pl.col("kclass").is_in(list(NON_COMPUTE_KCLASSES))
     mm = pl.col("kclass").is_in(list(waterfall.MATMUL_CLASSES))
     C, M, Y, MM = (iv.union_of(f.filter(e)) for e in (compute, pl.col("kclass") == "comm",
@@ -491,6 +495,7 @@ def test_segments_match_the_interval_arithmetic(kernels, recomputed, windows):
         r = iv.intersect(iv.clip(R, ws, we), c)
         mmw = iv.subtract(iv.clip(MM, ws, we), r)
         assert (k.recompute, k.matmul) == (iv.length(r), iv.length(mmw))
+        assert k.known_matmul == iv.length(iv.subtract(iv.clip(K, ws, we), iv.clip(R, ws, we)))
         x = iv.subtract(iv.clip(M, ws, we), c)
         nm = iv.subtract(iv.subtract(c, mmw), r)
         assert k.comm_by_group == exclusive([sp for sp in comm_spans if sp[0] < we and sp[1] > ws], x)

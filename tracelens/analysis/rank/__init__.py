@@ -35,6 +35,8 @@ from tracelens.analysis import waterfall
 from tracelens.analysis.options import Options
 from tracelens.analysis.rank import segments
 from tracelens.analysis.rank.idle import _GRAPH_LAUNCH, _IdleAttribution
+from tracelens.analysis.rank.names import Names
+from tracelens.analysis.rank.names import of as of_names
 from tracelens.analysis.suggest import input_bound_class
 from tracelens.model import gpus
 from tracelens.model.schema import END, NON_COMPUTE_KCLASSES
@@ -73,6 +75,7 @@ def _step_spans(df: pl.DataFrame, options: Options) -> tuple[pl.DataFrame, int |
 
 def _analyze_rank(df: pl.DataFrame, fi: int, meta, options: Options) -> RankResult:
     warnings: list[str] = []
+    names = Names(df)  # the rank's distinct names: every name test runs on them
     gpu_rows = df.filter(pl.col("kind").is_in(["kernel", "memcpy", "memset"]))
     if meta.device_id is not None:
         other = gpu_rows.filter(pl.col("device") != meta.device_id).height
@@ -86,7 +89,7 @@ def _analyze_rank(df: pl.DataFrame, fi: int, meta, options: Options) -> RankResu
         .sort("ts_ns")
         .group_by("correlation")
         .agg(pl.col("ts_ns").first().alias("launch_ns"), pl.col("tid").first().alias("launch_tid"),
-             pl.col("name").first().cast(pl.String).str.contains(_GRAPH_LAUNCH).alias("launch_graph"))
+             names.like(_GRAPH_LAUNCH).first().alias("launch_graph"))
     )
     gpu_rows = gpu_rows.join(launches, on="correlation", how="left").with_columns(
         pl.col("launch_ns").is_not_null().alias("launch_known"),
@@ -151,7 +154,14 @@ def _analyze_rank(df: pl.DataFrame, fi: int, meta, options: Options) -> RankResu
         # ranges, which the user's code closes, nor for CPU-only traces, which have no GPU window)
         cut = bool(spans.get_column("last")[-1]) and not options.step_range and gpu_rows.height > 0
         tail_end = spans.get_column("end")[-1]
-        if cut and n > 1 and (n - 1) not in first_k and (_traced_host_end(df, tail_end) or 0) <= starts[-1]:
+        traced_host: list[int | None] = []  # _traced_host_end(df, tail_end), computed once when needed
+
+        def host_end() -> int | None:
+            if not traced_host:
+                traced_host.append(_traced_host_end(df, tail_end))
+            return traced_host[0]
+
+        if cut and n > 1 and (n - 1) not in first_k and (host_end() or 0) <= starts[-1]:
             # a last step with nothing traced in it at all (opened just before the stop) is no step:
             # it is dropped and its span joins the untraced tail of the step before it
             warnings.append(f"{meta.path}: the last step ({spans.get_column('name')[-1]}, "
@@ -184,7 +194,7 @@ def _analyze_rank(df: pl.DataFrame, fi: int, meta, options: Options) -> RankResu
                 e = max(cpu_end, last_k.get(i, cpu_end))
                 if cut:
                     gpu_end = gpu_rows.select(END.max()).item()
-                    traced = max(x for x in (gpu_end, _traced_host_end(df, tail_end)) if x is not None)
+                    traced = max(x for x in (gpu_end, host_end()) if x is not None)
                     if traced < cpu_end:
                         e = max(traced, s)
                     tails[i] = max(tail_end - e, 0)
@@ -202,10 +212,10 @@ def _analyze_rank(df: pl.DataFrame, fi: int, meta, options: Options) -> RankResu
     if main_tid is None:  # no steps: the thread that launched most GPU work
         top = gpu_rows.filter(pl.col("launch_known")).group_by("launch_tid").len().sort("len", descending=True)
         main_tid = top.get_column("launch_tid")[0] if top.height else None
-    attr = _IdleAttribution(df, gpu_rows, options, main_tid)
+    attr = _IdleAttribution(df, gpu_rows, options, main_tid, names)
     from tracelens.analysis.rank import recompute
 
-    recomp = recompute.find(df)
+    recomp = recompute.find(df, names)
     launched = None
     if recomp.height and has_gpu:  # GPU work launched from inside a recomputed forward op
         launched = (
@@ -215,7 +225,29 @@ def _analyze_rank(df: pl.DataFrame, fi: int, meta, options: Options) -> RankResu
                        left_on="launch_ns", right_on="_rs", by="launch_tid", strategy="backward", check_sortedness=False)
             .filter(pl.col("_rs").is_not_null() & (pl.col("launch_ns") < pl.col("end")))
         )
-    cuts, gaps = segments.cut_frames(gpu_rows, launched, windows)
+    # MFU: model FLOPs (from shapes, or the user's per-step number) over peak x window
+    spec, why = gpus.identify(meta.device_properties, meta.device_name) if has_gpu else (None, None)
+    gpu_source = "trace" if spec else None
+    if options.gpu or options.peak_tflops:
+        given = dict(options.given)
+        spec, why2 = gpus.override(spec, options.gpu, options.peak_tflops, given.get("gpu", "--gpu"))
+        why = why2 or (None if spec else why)
+        gpu_source = (given.get("peak_tflops") if options.peak_tflops else given.get("gpu")) or "options"
+        gpu_source = gpu_source if spec else None
+    from tracelens.analysis.rank import flops as fl
+
+    counted = fl.count(df, names)  # once per rank: FLOPs, MFU, facts and the matmul table all read it
+    linked, known = None, None  # kernels tied to their counted ops; the matmul kernels among them (positions in gpu_rows)
+    if has_gpu:
+        from tracelens.analysis.rank import kernels as kt
+
+        counted = kt.tf32_ops(df, counted, gpu_rows, names)
+        kernels = gpu_rows.filter(pl.col("kind") == "kernel")
+        linked = kt.kernel_ops(df, counted, kernels, spec)
+        known = _known_matmul(gpu_rows, kernels, linked)
+    # one sweep: the partition, the gaps, and the matmul time whose FLOPs are known (segments.cut's known_matmul)
+    cuts, gaps = segments.cut_frames(gpu_rows, launched, windows, known)
+    known_mm = [c.known_matmul for c in cuts] if known is not None else None  # per window
     attr.run(gaps)
     parts = []
     for i, k in enumerate(cuts):
@@ -245,29 +277,8 @@ def _analyze_rank(df: pl.DataFrame, fi: int, meta, options: Options) -> RankResu
                 untraced_tail_ns=tails[i],
             )
         )
-    # MFU: model FLOPs (from shapes, or the user's per-step number) over peak x window
-    spec, why = gpus.identify(meta.device_properties, meta.device_name) if has_gpu else (None, None)
-    gpu_source = "trace" if spec else None
-    if options.gpu or options.peak_tflops:
-        given = dict(options.given)
-        spec, why2 = gpus.override(spec, options.gpu, options.peak_tflops, given.get("gpu", "--gpu"))
-        why = why2 or (None if spec else why)
-        gpu_source = (given.get("peak_tflops") if options.peak_tflops else given.get("gpu")) or "options"
-        gpu_source = gpu_source if spec else None
-    from tracelens.analysis.rank import flops as fl
-
-    counted = fl.count(df)  # once per rank: FLOPs, MFU, facts and the matmul table all read it
-    linked, known_mm = None, None  # kernels tied to their counted ops; per window, the matmul time whose FLOPs are known
-    if has_gpu:
-        from tracelens.analysis.rank import kernels as kt
-
-        counted = kt.tf32_ops(df, counted, gpu_rows)
-        kernels = gpu_rows.filter(pl.col("kind") == "kernel")
-        linked = kt.kernel_ops(df, counted, kernels, spec)
-        if bool(kernels.select(pl.col("launch_known").any()).item()):  # kernels can be tied to the ops that launched them
-            known_mm = _known_matmul(kernels, linked, launched, windows)
     step_flops, step_ideal, recompute_flops, source, fwarn = _step_flops(df, counted, spans, options, spec, recomp,
-                                                                         linked if known_mm is not None else None)
+                                                                         linked if known_mm is not None else None, names)
     if fwarn:
         warnings.append(f"{meta.path}: {fwarn}")
     if has_gpu and spec is None and why:
@@ -307,7 +318,7 @@ def _analyze_rank(df: pl.DataFrame, fi: int, meta, options: Options) -> RankResu
                         f"(the next step's first kernel starts no later than theirs would) while their ops count {sum(s.flops for s in unplaced):.3g} "
                         "FLOPs: those FLOPs are in the rank's MFU but in no step's bars (a negative part of the convention bar)")
     time_fall = waterfall.combine([s.time_waterfall for s in kept])
-    facts = _facts(df, counted, gpu_rows, kept, spec, steps, attr) if has_gpu else {}
+    facts = _facts(df, counted, gpu_rows, kept, spec, steps, attr, names) if has_gpu else {}
     from tracelens.analysis.rank import kernels as kt
 
     kernel_table, matmuls, kernels_total = [], [], None
@@ -366,76 +377,90 @@ def _traced_host_end(df: pl.DataFrame, before: int) -> int | None:
     the ProfilerStep spans, on a thread that runs framework code (ops, annotations, steps,
     DataLoader spans, Python functions); a thread that only calls the runtime (a watchdog polling
     cudaEventQuery) does no host work of the job's."""
-    host = df.lazy().select("pid", "tid", "kind", "ts_ns", "dur_ns").filter(pl.col("tid").is_not_null())
     framework = pl.col("kind").is_in(["cpu_op", "annotation", "python", "dataloader", "step"])
-    work = host.filter(framework).select("pid", "tid").unique()
-    return (
-        host.filter((pl.col("kind") != "step") & (pl.col("ts_ns") < before))
-        .join(work, on=["pid", "tid"], how="semi")
-        .select(pl.min_horizontal(END, pl.lit(before)).max())
+    work = (pl.col("kind") != "step") & (pl.col("ts_ns") < before)
+    return (  # per thread: does it run framework code, and where its host work before ``before`` ends
+        df.lazy().filter(pl.col("tid").is_not_null())
+        .group_by("pid", "tid")
+        .agg(framework.any().alias("_fw"), pl.min_horizontal(END, pl.lit(before)).filter(work).max().alias("_end"))
+        .filter(pl.col("_fw"))
+        .select(pl.col("_end").max())
         .collect(engine="in-memory")
         .item()
     )
 
 
 def _facts(df: pl.DataFrame, counted: pl.DataFrame, gpu_rows: pl.DataFrame, kept: list[Step], spec,
-           steps: list[Step] | None = None, attr: _IdleAttribution | None = None) -> dict[str, Any]:
+           steps: list[Step] | None = None, attr: _IdleAttribution | None = None, names: Names | None = None) -> dict[str, Any]:
     """Measurements the suggestion rules need beyond the waterfall, over the steps kept."""
+    names = of_names(df, names)
     lo, hi = min(s.start_ns for s in kept), max(s.end_ns for s in kept)
-    g = gpu_rows.select(pl.exclude("args")).filter((pl.col("ts_ns") >= lo) & (pl.col("ts_ns") < hi))
-    k = g.filter(pl.col("kind") == "kernel")
-    names = pl.col("name").cast(pl.String)
+    inside = (pl.col("ts_ns") >= lo) & (pl.col("ts_ns") < hi)
+    kernel, memcpy, dur = inside & (pl.col("kind") == "kernel"), inside & (pl.col("kind") == "memcpy"), pl.col("dur_ns")
+    graph = kernel & pl.col("launch_graph") if "launch_graph" in gpu_rows.columns else pl.lit(False)
+    g = gpu_rows.select(  # the kept window's GPU rows, in one query
+        kernel.sum().alias("kernels"),
+        dur.filter(kernel).mean().alias("kernel_mean_ns"),
+        (kernel & (dur < 10_000)).sum().alias("kernels_under_10us"),
+        dur.filter(memcpy & names.like("(?i)pageable")).sum().alias("pageable_memcpy_ns"),
+        (memcpy & names.like("DtoH")).sum().alias("memcpy_dtoh_count"),
+        dur.filter(kernel & (pl.col("kclass") == "optimizer")).sum().alias("optimizer_kernel_ns"),
+        graph.sum().alias("graph_kernels"),
+        (kernel & names.like(_BACKWARD_KERNELS)).sum().alias("backward_kernels"),
+    ).row(0, named=True)
     counted = counted.drop_nulls("flops")
     by_dtype = dict(counted.group_by("dtype").agg(pl.col("flops").sum()).iter_rows()) if counted.height else {}
     total_flops = sum(by_dtype.values()) or 0.0
     steps = steps if steps is not None else kept
     kept_ids = {id(s) for s in kept}
     kept_idx = [i for i, s in enumerate(steps) if id(s) in kept_ids]
-    items = _item_calls(df, steps, kept_idx)
+    items = _item_calls(df, steps, kept_idx, names)
     sync_by: dict[str, int] = {}
     for i in kept_idx:
         for name, v in (attr.sync_by.get(i, {}) if attr else {}).items():
             sync_by[name] = sync_by.get(name, 0) + v
-    graph_launch = k.filter(pl.col("launch_graph")) if "launch_graph" in k.columns else k.clear()
+    host = _host_counts(df, names)
     return {
         "steps": len(kept),
-        "kernels": k.height,
-        "kernel_mean_ns": float(k.get_column("dur_ns").mean()) if k.height else None,
-        "kernels_under_10us": int((k.get_column("dur_ns") < 10_000).sum()) if k.height else 0,
-        "pageable_memcpy_ns": int(g.filter((pl.col("kind") == "memcpy") & names.str.contains("(?i)pageable")).get_column("dur_ns").sum()),
-        "memcpy_dtoh_count": int(g.filter((pl.col("kind") == "memcpy") & names.str.contains("DtoH")).height),
+        "kernels": int(g["kernels"]),
+        "kernel_mean_ns": float(g["kernel_mean_ns"]) if g["kernels"] else None,
+        "kernels_under_10us": int(g["kernels_under_10us"]),
+        "pageable_memcpy_ns": int(g["pageable_memcpy_ns"] or 0),
+        "memcpy_dtoh_count": int(g["memcpy_dtoh_count"]),
         "fp32_matmul_flops_share": (by_dtype.get("fp32", 0.0) / total_flops) if total_flops else None,
         "has_tensor_cores": bool(spec and max(spec.peak_tflops.get("bf16", 0), spec.peak_tflops.get("fp16", 0)) > 2 * spec.peak_tflops.get("fp32", 0)),
         # what the precision advice may offer: TF32 exists from Ampere / CDNA3 on, BF16 from Ampere / CDNA2
         "has_tf32": bool(spec and "tf32" in spec.peak_tflops),
         "has_bf16": bool(spec and "bf16" in spec.peak_tflops),
-        "optimizer_kernel_ns": int(k.filter(pl.col("kclass") == "optimizer").get_column("dur_ns").sum()),
-        "sync_calls": int(df.select(((pl.col("kind") == "sync") & pl.col("tid").is_not_null()).sum()).item()),
+        "optimizer_kernel_ns": int(g["optimizer_kernel_ns"] or 0),
+        "sync_calls": host["sync_calls"],
         # .item() calls in the kept steps, each once (aten::item, or a _local_scalar_dense outside one)
         "item_calls": sum(items.values()),
         "item_calls_by_step": items,
         # the blocking calls the sync-drain idle was spent in (or had just returned from), ns
         "sync_by_call_ns": dict(sorted(sync_by.items(), key=lambda kv: (-kv[1], kv[0]))),
         # kernels replayed from CUDA/HIP graphs, and the idle that ends at them
-        "graph_kernels": graph_launch.height,
+        "graph_kernels": int(g["graph_kernels"]),
         "graph_launch_latency_ns": sum(attr.graph_latency.get(i, 0) for i in kept_idx) if attr else 0,
         "graph_host_launch_ns": sum(attr.graph_host.get(i, 0) for i in kept_idx) if attr else 0,
-        **_workload(df, k),
+        **_workload(df, host, g["backward_kernels"], names),
     }
 
 
 _ITEM = ("aten::item", "aten::_local_scalar_dense")
 
 
-def _item_calls(df: pl.DataFrame, steps: list[Step], kept_idx: list[int]) -> dict[int, int]:
+def _item_calls(df: pl.DataFrame, steps: list[Step], kept_idx: list[int], names: Names | None = None) -> dict[int, int]:
     """.item() calls per kept step (index in ``steps``): each call once, so an aten::item and
     the _local_scalar_dense inside it count one, and a _local_scalar_dense on its own (tolist,
     bool(tensor)) one; a call belongs to the step whose CPU span holds its start."""
-    ops = df.lazy().filter((pl.col("kind") == "cpu_op") & pl.col("name").cast(pl.String).is_in(_ITEM)).select(
-        "tid", "ts_ns", END.alias("end"), (pl.col("name").cast(pl.String) == _ITEM[0]).alias("item")
-    ).collect(engine="in-memory")
     out = dict.fromkeys(kept_idx, 0)
-    if not ops.height or not kept_idx:
+    if not kept_idx or not of_names(df, names).distinct.is_in(list(_ITEM)).any():  # no such op in the trace
+        return out
+    ops = df.lazy().filter((pl.col("kind") == "cpu_op") & pl.col("name").is_in(list(_ITEM))).select(
+        "tid", "ts_ns", END.alias("end"), (pl.col("name") == _ITEM[0]).alias("item")
+    ).collect(engine="in-memory")
+    if not ops.height:
         return out
     items = ops.filter(pl.col("item")).select("tid", pl.col("ts_ns").alias("_is"), pl.col("end").alias("_ie")).sort("_is")
     inner = ops.filter(~pl.col("item")).sort("ts_ns")
@@ -465,19 +490,34 @@ _BACKWARD_OPS = r"(?i)backward|^autograd::engine|^Optimizer\.(step|zero_grad)#|^
 _BACKWARD_KERNELS = r"(?i)backward|_bwd|bwd_|wgrad|dgrad"
 
 
-def _workload(df: pl.DataFrame, kernels: pl.DataFrame) -> dict[str, Any]:
+_HOST_OPS = ["cpu_op", "annotation", "python", "step"]  # the host rows _workload looks at (on a thread)
+
+
+def _host_counts(df: pl.DataFrame, names: Names) -> dict[str, int]:
+    """The host counts the facts need, in one query: blocking synchronize calls on a thread,
+    and for ``_workload`` the CPU ops and the backward/optimizer ops among the host rows."""
+    on_thread = pl.col("tid").is_not_null()
+    host = pl.col("kind").is_in(_HOST_OPS) & on_thread
+    return df.select(
+        ((pl.col("kind") == "sync") & on_thread).sum().alias("sync_calls"),
+        (host & (pl.col("kind") == "cpu_op")).sum().alias("cpu_ops"),
+        (host & names.like(_BACKWARD_OPS)).sum().alias("backward_ops"),
+    ).row(0, named=True)
+
+
+def _workload(df: pl.DataFrame, host: dict[str, int], backward_kernels: int, names: Names) -> dict[str, Any]:
     """Training (backward or optimizer ops, or backward kernels), inference (CPU ops recorded
-    and none of them), or None (kernels only, none of them backward): which advice applies."""
-    names = pl.col("name").cast(pl.String)
-    host = df.select("kind", "tid", "name").filter(pl.col("kind").is_in(["cpu_op", "annotation", "python", "step"]) & pl.col("tid").is_not_null())
-    bw = host.filter(names.str.contains(_BACKWARD_OPS))
-    if bw.height:
-        top = bw.group_by(names.alias("n")).len().sort("len", "n", descending=[True, False]).row(0)
-        return {"workload": "training", "workload_evidence": f"{bw.height} backward/optimizer ops ({top[0]} x{top[1]})"}
-    kb = kernels.filter(names.str.contains(_BACKWARD_KERNELS)).height
+    and none of them), or None (kernels only, none of them backward): which advice applies.
+    ``host``: ``_host_counts``; ``backward_kernels``: the kept window's kernels named as backward."""
+    if host["backward_ops"]:
+        bw = pl.col("kind").is_in(_HOST_OPS) & pl.col("tid").is_not_null() & names.like(_BACKWARD_OPS)
+        top = (df.lazy().filter(bw).group_by(pl.col("name").cast(pl.String).alias("n")).len()
+               .sort("len", "n", descending=[True, False]).collect(engine="in-memory").row(0))
+        return {"workload": "training", "workload_evidence": f"{host['backward_ops']} backward/optimizer ops ({top[0]} x{top[1]})"}
+    kb = backward_kernels
     if kb:
         return {"workload": "training", "workload_evidence": f"{kb} backward kernels"}
-    ops = host.filter(pl.col("kind") == "cpu_op").height
+    ops = host["cpu_ops"]
     if ops:
         return {"workload": "inference", "workload_evidence": f"no backward or optimizer ops among {ops} CPU ops"}
     return {"workload": None, "workload_evidence": "no CPU ops recorded and no backward kernels: training or inference unknown"}
@@ -515,16 +555,15 @@ def _waterfalls(steps: list[Step], cuts: list[segments.StepCut], ideal: dict[int
     return out
 
 
-def _known_matmul(kernels: pl.DataFrame, linked: pl.DataFrame, launched: pl.DataFrame | None,
-                  windows: list[tuple[int, int]]) -> list[int] | None:
-    """Per window, the matmul-class kernel time (recompute excluded, as segments.cut's ``matmul``)
-    of the kernels launched inside ops with counted FLOPs: the same sweep over those kernels alone."""
-    mine = linked.filter(pl.col("_mm")).get_column("_k")
-    rows = (  # only the columns segments.cut reads
-        kernels.lazy().with_row_index("_k").filter(pl.col("_k").is_in(mine.implode()))
-        .select("ts_ns", "dur_ns", "kclass", "group", "group_desc", "collective").collect(engine="in-memory")
-    )
-    return [c.matmul for c in segments.cut(rows, launched, windows)]
+def _known_matmul(gpu_rows: pl.DataFrame, kernels: pl.DataFrame, linked: pl.DataFrame) -> pl.Series | None:
+    """The positions in ``gpu_rows`` of the matmul-class kernels launched inside ops with counted
+    FLOPs (``segments.cut``'s ``known``: their time outside recomputed work, per window, is the
+    matmul time whose FLOPs are known), or None when no kernel can be tied to the op that
+    launched it (``kernels``: the kernel rows of ``gpu_rows``, in order)."""
+    if not bool(kernels.select(pl.col("launch_known").any()).item()):
+        return None
+    positions = gpu_rows.select(pl.arg_where(pl.col("kind") == "kernel").cast(pl.UInt32)).to_series()  # kernel _k's row
+    return positions.gather(linked.filter(pl.col("_mm")).get_column("_k"))
 
 
 def _given_mfu_error(mfu: float | None, options: Options, source: str | None, gpu_source: str | None, meta, peak: float | None,
@@ -635,7 +674,7 @@ class _Ideal(NamedTuple):
 
 def _step_flops(
     df: pl.DataFrame, counted: pl.DataFrame, spans: pl.DataFrame, options: Options, spec: gpus.GpuSpec | None,
-    recomp: pl.DataFrame, linked: pl.DataFrame | None = None,
+    recomp: pl.DataFrame, linked: pl.DataFrame | None = None, names: Names | None = None,
 ) -> tuple[dict[int, float] | None, dict[int, _Ideal], dict[int, float], str | None, str | None]:
     """Model FLOPs per step index (the user's number, else the ops' recorded shapes; an op
     belongs to the step whose CPU span holds its start, on any thread), and the ns those FLOPs
@@ -645,6 +684,7 @@ def _step_flops(
 
     from tracelens.analysis.rank import flops as fl
 
+    names = of_names(df, names)
     n = spans.height
     ref = spec.peak(spec.reference_dtype) if spec else None
     user = options.model_flops_per_step
@@ -729,21 +769,23 @@ def _step_flops(
     unread = unknown - counted.filter(pl.col("flops").is_null() & pl.col("why").is_not_null()).height
     warns = [f"{unread} matmul/conv/attention ops have shapes tracelens cannot read: their FLOPs are left out"] if unread else []
     warns += noted
-    opaque = (
-        df.filter((pl.col("kind") == "cpu_op") & pl.col("name").cast(pl.String).str.contains(fl.MOE_NO_WEIGHTS)
-                  & ~pl.col("name").cast(pl.String).is_in(list(fl.COUNTED)))
-        .group_by(pl.col("name").cast(pl.String)).len().sort("len", descending=True)
+    moe = [nm for nm in names.matching(fl.MOE_NO_WEIGHTS).to_list() if nm not in fl.COUNTED]
+    opaque = (  # only when the trace has such names at all
+        df.lazy().filter((pl.col("kind") == "cpu_op") & pl.col("name").is_in(moe))
+        .group_by(pl.col("name").cast(pl.String)).len().sort("len", descending=True).collect(engine="in-memory")
+        if moe else None
     )
-    if opaque.height:
-        names = ", ".join(f"{nm} x{c}" for nm, c in opaque.head(3).iter_rows())
-        warns.append(f"fused MoE ops without their expert weights among the recorded inputs ({names}): their FLOPs are not "
+    if opaque is not None and opaque.height:
+        listed = ", ".join(f"{nm} x{c}" for nm, c in opaque.head(3).iter_rows())
+        warns.append(f"fused MoE ops without their expert weights among the recorded inputs ({listed}): their FLOPs are not "
                      "counted, so model FLOPs and MFU are lower bounds (give --model-flops-per-step)")
     idle_ops = model.filter(pl.col("_mmk").is_null() & (pl.col("flops") > 0)) if tied else model.clear()
     if idle_ops.height:  # FLOPs that fit in no kernel time: the MFU would count work the GPU did not do here
-        names = ", ".join(f"{nm} x{c}" for nm, c in idle_ops.join(df.select(pl.col("name").cast(pl.String)).with_row_index("_row"), on="_row")
-                          .group_by("name").len().sort("len", "name", descending=[True, False]).head(3).iter_rows())
+        op_names = df.get_column("name").gather(idle_ops.get_column("_row")).cast(pl.String)  # only these ops' names
+        listed = ", ".join(f"{nm} x{c}" for nm, c in idle_ops.select(op_names.alias("name"))
+                           .group_by("name").len().sort("len", "name", descending=[True, False]).head(3).iter_rows())
         share = idle_ops.get_column("flops").sum() / model.get_column("flops").sum()
-        warns.append(f"{idle_ops.height} ops with counted FLOPs ({100 * share:.1f}% of the model FLOPs: {names}) launched no matmul kernel "
+        warns.append(f"{idle_ops.height} ops with counted FLOPs ({100 * share:.1f}% of the model FLOPs: {listed}) launched no matmul kernel "
                      "that the trace holds (kernels not recorded: CUDA-graph capture or replay, the trace's edge; ops on CPU tensors; "
                      "or kernels not recognised as matmuls): their FLOPs fit in no kernel time, so the MFU may be overstated")
     warn = "; ".join(warns) or None

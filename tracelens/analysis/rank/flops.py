@@ -29,6 +29,9 @@ from typing import Any
 import orjson
 import polars as pl
 
+from tracelens.analysis.rank.names import Names
+from tracelens.analysis.rank.names import of as of_names
+
 GEMM = {"aten::mm", "aten::addmm", "aten::bmm", "aten::baddbmm", "aten::_scaled_mm", "aten::_grouped_mm"}
 # Forward convolutions: name -> positions of (stride, padding, dilation) among the op's arguments
 # (its Input Dims / Concrete Inputs), and whether it is transposed: True/False where the name
@@ -326,7 +329,7 @@ def op_dtype(args: dict) -> str | None:
     return None
 
 
-def count(events: pl.DataFrame) -> pl.DataFrame:
+def count(events: pl.DataFrame, names: Names | None = None) -> pl.DataFrame:
     """(row index, flops, dtype, shapes, gemm_bytes) of the outermost counted ops of every thread:
     ``shapes`` is the recorded ``Input Dims`` as text, ``gemm_bytes`` the bytes a GEMM must move
     at least (operands and result once; null for other ops or unreadable shapes)."""
@@ -337,15 +340,16 @@ def count(events: pl.DataFrame) -> pl.DataFrame:
     # an op that is skipped ends within it, and an op that is counted ends at or past it.
     end = pl.col("ts_ns") + pl.col("dur_ns")
     reach = end.cum_max().shift(1).over("file", "pid", "tid")
-    ops = (
-        events.with_row_index("_row")
-        .filter((pl.col("kind") == "cpu_op")
-                & (pl.col("name").cast(pl.String).is_in(list(COUNTED)) | pl.col("name").cast(pl.String).str.contains(SAGE_ATTN)))
+    names = of_names(events, names)
+    ops = (  # lazy: only these columns of the counted ops are filtered; the names tested once each (names.py)
+        events.lazy().with_row_index("_row")
+        .filter((pl.col("kind") == "cpu_op") & (pl.col("name").is_in(list(COUNTED)) | names.like(SAGE_ATTN)))
         .select("_row", "file", "pid", "tid", "ts_ns", "dur_ns", pl.col("name").cast(pl.String), "args")
         .sort("file", "pid", "tid", "ts_ns", pl.col("dur_ns"), "_row", descending=[False, False, False, False, True, False])
         .filter(reach.is_null() | (pl.col("ts_ns") >= reach) | (end > reach))
+        .collect(engine="in-memory")
     )
-    hints = _conv_hints(events, ops)
+    hints = _conv_hints(events, ops, names)
     if hints is not None:
         ops = ops.join(hints, on="_row", how="left")
     else:
@@ -409,7 +413,7 @@ def _inside(inner: pl.DataFrame, outer: pl.DataFrame) -> pl.DataFrame:
     )
 
 
-def _conv_hints(events: pl.DataFrame, ops: pl.DataFrame) -> pl.DataFrame | None:
+def _conv_hints(events: pl.DataFrame, ops: pl.DataFrame, names: Names | None = None) -> pl.DataFrame | None:
     """What the trace tells about the convolutions ``ops`` holds (count()'s outermost ops) that
     were recorded without Concrete Inputs, in columns joined on ``_row``:
 
@@ -431,8 +435,10 @@ def _conv_hints(events: pl.DataFrame, ops: pl.DataFrame) -> pl.DataFrame | None:
     if fwd.height == 0 and bwd.height == 0:
         return None
     end = (pl.col("ts_ns") + pl.col("dur_ns")).alias("_end")
-    host = (  # lazy: only these columns of the CPU ops are copied
-        events.lazy().filter(pl.col("kind") == "cpu_op").select("file", "pid", "tid", "ts_ns", end, name.cast(pl.String), "args").collect()
+    names = of_names(events, names)
+    host = (  # lazy: only these columns of the CPU ops are copied; the names stay Categorical (tested through ``names``)
+        events.lazy().filter(pl.col("kind") == "cpu_op").select("file", "pid", "tid", "ts_ns", end, "name", "args")
+        .collect(engine="in-memory")
     )
     parts = []
     if bwd.height:  # the gradients a 2021 backward op computed: its child ops
@@ -448,13 +454,13 @@ def _conv_hints(events: pl.DataFrame, ops: pl.DataFrame) -> pl.DataFrame | None:
         fx = fwd.select("_row", "file", "pid", "tid", "ts_ns", end, pl.col("args").str.extract_groups(_DIMS).alias("_d"),
                         pl.col("args").str.extract(_SEQ, 1).cast(pl.Int64, strict=False).alias("_seq"))
         fx = fx.with_columns(_shape(1).alias("_x"), _shape(2).alias("_w")).drop("_d").filter(pl.col("_x").list.len() >= 3)
-        tops = host.filter(name.str.contains(_TRANSPOSE_OP)).select("file", "pid", "tid", "ts_ns", "_end")
+        tops = host.filter(names.like(_TRANSPOSE_OP)).select("file", "pid", "tid", "ts_ns", "_end")
         trans = pl.concat([  # a transposed backend op under the convolution, or aten::conv_transpose2d over it
             _inside(tops, fx.select("file", "pid", "tid", "ts_ns", "_end", pl.col("_row").alias("_o"))).select("_o"),
             _inside(fx.select("file", "pid", "tid", "ts_ns", "_end", pl.col("_row").alias("_o")), tops).select("_o"),
         ])
         trans = trans.select(pl.col("_o").alias("_row")).unique()
-        pairs = _backward_of(host, ops, fx)  # (_row, _b: its backward op's row, _go: grad_output)
+        pairs = _backward_of(host, ops, fx, names)  # (_row, _b: its backward op's row, _go: grad_output)
         outs = (  # one output size per forward convolution, or none
             pairs.group_by("_row").agg(pl.col("_go").list.slice(2).unique().alias("_outs"))
             .filter(pl.col("_outs").list.len() == 1).select("_row", pl.col("_outs").list.first().alias("_out"))
@@ -480,7 +486,7 @@ def _conv_hints(events: pl.DataFrame, ops: pl.DataFrame) -> pl.DataFrame | None:
     return hints.select("_row", "_out", "_tr", "_mi", "_mw")
 
 
-def _backward_of(host: pl.DataFrame, ops: pl.DataFrame, fx: pl.DataFrame) -> pl.DataFrame:
+def _backward_of(host: pl.DataFrame, ops: pl.DataFrame, fx: pl.DataFrame, names: Names) -> pl.DataFrame:
     """(_row, _b, _go): forward convolutions (``fx``), the counted backward op of each (the
     forward op and the backward node around the backward op share a ``Sequence number``; the
     backward op names the same input and weight shapes) and its grad_output, the forward's
@@ -489,8 +495,9 @@ def _backward_of(host: pl.DataFrame, ops: pl.DataFrame, fx: pl.DataFrame) -> pl.
     if fx.get_column("_seq").null_count() == fx.height:
         return empty
     name = pl.col("name")
+    found = names.matching(_BWD_NODE)
     nodes = (
-        host.filter(name.str.contains(_BWD_NODE) & ~name.str.starts_with("aten::"))
+        host.filter(name.is_in(found.filter(~found.str.starts_with("aten::")).implode()))
         .select("file", "pid", "tid", "ts_ns", "_end", pl.col("args").str.extract(_SEQ, 1).cast(pl.Int64, strict=False).alias("_seq"))
         .drop_nulls("_seq")
     )

@@ -6,6 +6,8 @@ import polars as pl
 
 from tracelens.analysis import intervals as iv
 from tracelens.analysis.options import Options
+from tracelens.analysis.rank.names import Names
+from tracelens.analysis.rank.names import of as of_names
 from tracelens.model.schema import END
 from tracelens.model.summary import IDLE_KEYS, IdleSplit
 
@@ -45,11 +47,12 @@ _QUEUED_WAIT_NS = 50_000
 _DL_KEY = ["_any", "tid"]  # which DataLoader union: every thread's (_any) or one thread's
 
 
-def _blocking_spans(df: pl.DataFrame, gpu_rows: pl.DataFrame) -> pl.DataFrame:
+def _blocking_spans(df: pl.DataFrame, gpu_rows: pl.DataFrame, names: Names | None = None) -> pl.DataFrame:
     """(tid, s, e, name, leaf) of the host spans that block on the GPU: the blocking calls
     (``leaf``) and the sync ops, and the copy ops (aten::to, _to_copy, copy_) that hold a
     blocking call on their thread (a non_blocking=False copy), up to three levels out."""
-    pageable = gpu_rows.filter((pl.col("kind") == "memcpy") & pl.col("name").cast(pl.String).str.contains("(?i)pageable"))
+    names = of_names(df, names)
+    pageable = gpu_rows.filter((pl.col("kind") == "memcpy") & names.like("(?i)pageable"))
     pageable = pageable.get_column("correlation").drop_nulls()
     host = (  # the host kinds the spans below come from, without the other columns
         df.lazy().filter(pl.col("tid").is_not_null() & pl.col("kind").is_in(["runtime", "sync", "cpu_op"]))
@@ -58,9 +61,8 @@ def _blocking_spans(df: pl.DataFrame, gpu_rows: pl.DataFrame) -> pl.DataFrame:
         .collect(engine="in-memory")
     )
     # the regexes run over the distinct names, not over a String copy of every host row's name
-    distinct = host.get_column("name").unique().cast(pl.String).drop_nulls()
-    blocking_names = distinct.filter(distinct.str.contains(_BLOCKING)).implode()
-    async_copy_names = distinct.filter(distinct.str.contains(_ASYNC_COPY)).implode()
+    blocking_names = names.matching(_BLOCKING).implode()
+    async_copy_names = names.matching(_ASYNC_COPY).implode()
     name = pl.col("name")  # Categorical: is_in compares the categories, the String cast is of the few rows kept
     blocking = host.filter(
         (pl.col("kind") == "sync")
@@ -100,7 +102,8 @@ class _IdleAttribution:
     blocking calls the sync drain was spent in and how much launch latency / host launch idle
     ends at kernels replayed from CUDA graphs."""
 
-    def __init__(self, df: pl.DataFrame, gpu_rows: pl.DataFrame, options: Options, main_tid: int | None):
+    def __init__(self, df: pl.DataFrame, gpu_rows: pl.DataFrame, options: Options, main_tid: int | None,
+                 names: Names | None = None):
         self.main_tid = main_tid
         self.gpu_rows = gpu_rows
         self.sync_by: dict[int, dict[str, int]] = {}  # step -> blocking call -> sync idle (ns)
@@ -110,12 +113,12 @@ class _IdleAttribution:
         host = df.lazy().select("tid", "kind", "name", "ts_ns", "dur_ns").filter(pl.col("tid").is_not_null())
         data = host.filter(pl.col("kind") == "dataloader")
         if options.data_range:
-            data = pl.concat([data, host.filter(pl.col("name").cast(pl.String).str.contains(options.data_range))])
+            data = pl.concat([data, host.filter(of_names(df, names).like(options.data_range))])
         data = data.select("tid", pl.col("ts_ns").alias("s"), END.alias("e"))
         # the DataLoader spans of each thread (_any false) and of all threads at once (_any true, tid 0)
         per_thread = iv.merged(data.with_columns(pl.lit(False).alias("_any")), by=_DL_KEY)
         every = iv.merged(data.select(pl.lit(True).alias("_any"), pl.lit(0, pl.Int64).alias("tid"), "s", "e"), by=_DL_KEY)
-        blocking = _blocking_spans(df, gpu_rows)  # (tid, s, e, name, leaf), sorted
+        blocking = _blocking_spans(df, gpu_rows, names)  # (tid, s, e, name, leaf), sorted
         self.blocking = blocking.with_row_index("_i").with_columns(pl.col("_i").cast(pl.Int64))
         self.dl, self.block = pl.collect_all([
             iv.with_before(pl.concat([per_thread, every]), by=_DL_KEY),

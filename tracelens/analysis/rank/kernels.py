@@ -8,6 +8,8 @@ from typing import Any
 
 import polars as pl
 
+from tracelens.analysis.rank.names import Names
+from tracelens.analysis.rank.names import of as of_names
 from tracelens.model.gpus import GpuSpec
 from tracelens.model.schema import END
 
@@ -33,7 +35,7 @@ def by_name(kernels: pl.DataFrame, linked: pl.DataFrame, top: int = KERNELS_TOP)
                            pl.lit(None, pl.String).alias("_odtype"))
     known = pl.col("kflops").is_not_null()
     g = (
-        k.group_by(pl.col("name").cast(pl.String), pl.col("kclass").cast(pl.String))
+        k.lazy().group_by("name", "kclass")  # on the Categoricals; the few groups' names cast after
         .agg(
             pl.len().alias("count"),
             pl.col("dur_ns").sum().alias("total_ns"),
@@ -44,8 +46,10 @@ def by_name(kernels: pl.DataFrame, linked: pl.DataFrame, top: int = KERNELS_TOP)
             pl.col("dur_ns").filter(known).sum().alias("flops_ns"),
             pl.col("_odtype").drop_nulls().unique().sort().alias("dtypes"),  # the launching ops' dtypes
         )
+        .with_columns(pl.col("name").cast(pl.String), pl.col("kclass").cast(pl.String))
         .sort("total_ns", "name", descending=[True, False])
         .head(top)
+        .collect(engine="in-memory")
     )
     out = []
     for n, c, cnt, t, m, f, ideal, has, fns, dts in g.iter_rows():
@@ -86,7 +90,7 @@ def _launched_in(df: pl.DataFrame, ops: pl.DataFrame, kernels: pl.DataFrame, ker
     )
 
 
-def tf32_ops(df: pl.DataFrame, counted: pl.DataFrame, kernels: pl.DataFrame) -> pl.DataFrame:
+def tf32_ops(df: pl.DataFrame, counted: pl.DataFrame, kernels: pl.DataFrame, names: Names | None = None) -> pl.DataFrame:
     """``counted`` with dtype "tf32" for the FP32 ops whose kernels ran on TF32 tensor cores:
     cuDNN runs FP32 convolutions in TF32 by default (torch.backends.cudnn.allow_tf32), matmuls
     too with allow_tf32 / set_float32_matmul_precision("high").  Their FLOPs are then held to
@@ -95,8 +99,8 @@ def tf32_ops(df: pl.DataFrame, counted: pl.DataFrame, kernels: pl.DataFrame) -> 
     if fp32.height == 0 or "launch_ns" not in kernels.columns:
         return counted
     hits = (
-        _launched_in(df, fp32.select("_row"), kernels, [pl.col("name").cast(pl.String)])
-        .filter(pl.col("name").str.contains(TF32_KERNEL))
+        _launched_in(df, fp32.select("_row"), kernels, [of_names(df, names).like(TF32_KERNEL).alias("_tf32")])
+        .filter(pl.col("_tf32"))
         .get_column("_row").unique()
     )
     if hits.len() == 0:
@@ -145,7 +149,7 @@ def matmul_efficiency(
     if counted.height == 0:
         return []
     k = linked.group_by("_row").agg(pl.col("dur_ns").sum().alias("kernel_ns"))
-    ops = df.select(pl.col("name").cast(pl.String)).with_row_index("_row").join(counted, on="_row")
+    ops = counted.with_columns(df.get_column("name").gather(counted.get_column("_row")).cast(pl.String).alias("name"))
     joined = ops.join(k, on="_row", how="inner").filter(pl.col("kernel_ns") > 0)
     if joined.height == 0:
         return []

@@ -11,6 +11,8 @@ from __future__ import annotations
 import polars as pl
 
 from tracelens.analysis.rank.flops import SDPA_FWD
+from tracelens.analysis.rank.names import Names
+from tracelens.analysis.rank.names import of as of_names
 from tracelens.model.schema import END
 
 FORWARD = {
@@ -30,20 +32,24 @@ def _covered(flag: pl.Expr) -> pl.Expr:
     return reach.fill_null(pl.col("ts_ns")) > pl.col("ts_ns")
 
 
-def find(df: pl.DataFrame) -> pl.DataFrame:
+def find(df: pl.DataFrame, names: Names | None = None) -> pl.DataFrame:
     """Row index, thread, start and end of each outermost recomputed forward op.
 
     On a thread, ops nest: an op runs inside the ones that started before it and end after its
     start.  A forward op inside an evaluate_function is a recomputation; the outermost of them
     (the forward ops under an evaluate_function that no such op encloses) are the ones kept."""
-    name = pl.col("name").cast(pl.String)
-    is_eval = name.str.starts_with(_EVAL)
+    names = of_names(df, names)
+    evals = names.distinct.filter(names.distinct.str.starts_with(_EVAL))
+    if evals.len() == 0:  # no backward pass recorded: nothing recomputed
+        return pl.DataFrame(schema=_EMPTY)
+    is_eval = pl.col("name").is_in(evals.implode())
     ops = (  # lazy: only these columns are filtered (a DataFrame filter copies every column)
         df.lazy().with_row_index("_row")
         .filter((pl.col("kind") == "cpu_op") & pl.col("tid").is_not_null())
-        .select("_row", "pid", "tid", "ts_ns", END.alias("end"), is_eval.alias("_eval"), name.is_in(list(FORWARD)).alias("_fwd"))
+        .select("_row", "pid", "tid", "ts_ns", END.alias("end"), is_eval.alias("_eval"), pl.col("name").is_in(list(FORWARD)).alias("_fwd"))
         # only backward-pass frames and forward ops take part in the nesting test, on threads that have a backward pass
-        .filter((pl.col("_eval") | pl.col("_fwd")) & pl.col("_eval").any().over("pid", "tid"))
+        .filter(pl.col("_eval") | pl.col("_fwd"))
+        .filter(pl.col("_eval").any().over("pid", "tid"))
         .sort("pid", "tid", "ts_ns", pl.col("end"), descending=[False, False, False, True])
         .with_columns((pl.col("_fwd") & _covered(pl.col("_eval"))).alias("_cand"))  # forward, under an evaluate_function
         .filter(pl.col("_cand") & ~_covered(pl.col("_cand")))  # and no such op encloses it
