@@ -94,6 +94,41 @@ _GET_ARGS = attrgetter(
     "group_size", "seq", "in_nelems", "out_nelems", "dtype", "bytes",
 )
 _DEC_TS = msgspec.json.Decoder(list[_RawTs])
+
+
+_UNSET = msgspec.Raw(b"")  # a field the args object does not have (omitted when encoded)
+
+
+class _OpArgs(msgspec.Struct, gc=False, omit_defaults=True, rename={
+    "dims": "Input Dims",
+    "types": "Input type",
+    "concrete": "Concrete Inputs",
+    "seq_nr": "Sequence number",
+    "pg_id": "Process Group ID",
+    "pg_ranks": "Process Group Ranks",
+}):
+    """The args of a host op that an analysis reads, as the file has them (op shapes, input
+    types and concrete inputs for FLOPs; the autograd sequence number that links a forward op to
+    its backward; the process group of a collective record).  The args text the event table
+    keeps for a host op is this, encoded: every other key (call stacks, strides, ids already in
+    columns) is dropped."""
+
+    dims: msgspec.Raw = _UNSET
+    types: msgspec.Raw = _UNSET
+    concrete: msgspec.Raw = _UNSET
+    seq_nr: msgspec.Raw = _UNSET
+    pg_id: msgspec.Raw = _UNSET
+    pg_ranks: msgspec.Raw = _UNSET
+
+
+_DEC_OP_ARGS = msgspec.json.Decoder(list[_OpArgs])
+_DEC_ONE_OP_ARGS = msgspec.json.Decoder(_OpArgs)
+_ENCODE_OP_ARGS = msgspec.json.Encoder().encode
+_NO_OP_ARGS = _OpArgs()
+# categories of the host events whose args an analysis or the linking stage reads (lower case):
+# ops (shapes: FLOPs; c10d ops and collective records) and user annotations (backend annotations)
+_HOST_ARGS_CATS = frozenset({"cpu_op", "operator", "user_annotation"})
+_RECORD = "record_param_comms"  # a collective's host record keeps all its args (few per step; drill-down)
 # Above this many µs a float64 no longer holds every ns: such timestamps are read from the text.
 _EXACT_FLOAT_US = float(1 << 53) / 1000.0
 _MAX_US = 9_200_000_000_000_000  # int64 ns reach about 9.22e18
@@ -190,7 +225,7 @@ class _Builder:
         self.counts: Counter[str] = Counter()
         self.exact_ts = False
         self.pending: list[pl.DataFrame] = []
-        self.pending_args: list[bytes] = []  # per pending frame: its args texts joined by NUL
+        self.pending_args: list[bytes] = []  # per pending frame with host ops: their args texts joined by NUL
         self.pending_us: list[bool] = []  # per pending frame: its ts are µs (ns otherwise)
         self.pending_rows = 0
         self.events = 0
@@ -282,8 +317,12 @@ class _Builder:
             "dur": _float_col(dur),
             **_args_columns(rargs),
         }
-        if self.keep_args:  # the args text: joined here, split into a column on the second thread (_batch)
-            self.pending_args.append(b"\x00".join(rargs))  # no Raw kept: each would pin its whole chunk
+        if self.keep_args:  # the args texts of host ops: joined here, split into a column on the second thread (_batch)
+            host = _host_mask(cat)
+            cols["_hargs"] = pl.Series(host, dtype=pl.Boolean)
+            texts = _kept_args(name, rargs, host)
+            if texts:  # no Raw kept: each would pin its whole chunk
+                self.pending_args.append(b"\x00".join(texts))
         self.pending_us.append(ts_ns.name == "ts_us")
         self.pending.append(pl.DataFrame(cols))
         self.pending_rows += n
@@ -382,6 +421,44 @@ def _args_text(rargs: list) -> pl.Series:
     if out is None:  # a raw NUL inside a string (invalid JSON the decoder let through)
         out = pl.Series("args", [bytes(r).decode("utf-8", "replace") for r in rargs], dtype=pl.String)
     return out
+
+
+def _host_mask(cats: tuple) -> list[bool]:
+    """Which events keep an args text: those of the categories in ``_HOST_ARGS_CATS``."""
+    memo = {c: isinstance(c, str) and c.lower() in _HOST_ARGS_CATS for c in set(cats)}
+    return list(map(memo.__getitem__, cats))
+
+
+def _compact(text: bytes) -> bytes:
+    """JSON text without the whitespace between its tokens (strings and numbers as they are)."""
+    return msgspec.json.format(text, indent=-1)
+
+
+def _kept_args(names: tuple, rargs: tuple[msgspec.Raw, ...], host: list[bool]) -> list[bytes]:
+    """The args texts the event table keeps, one per host event (``host``): the ``_OpArgs``
+    fields of an op, all of a collective record, as compact JSON.  A few C calls over all of
+    them (one compaction, one decode, an encode per event through ``map``); an args value that is
+    not an object keeps none of its fields ("{}")."""
+    picked = list(compress(rargs, host))
+    if not picked:
+        return []
+    joined = b"[" + b",".join(picked) + b"]"
+    try:
+        ops = _DEC_OP_ARGS.decode(_compact(joined))
+    except (msgspec.ValidationError, msgspec.DecodeError):
+        ops = []
+        for r in picked:
+            try:
+                ops.append(_DEC_ONE_OP_ARGS.decode(_compact(r)))
+            except (msgspec.ValidationError, msgspec.DecodeError):
+                ops.append(_NO_OP_ARGS)
+    del joined
+    texts = list(map(_ENCODE_OP_ARGS, ops))
+    if _RECORD in names:
+        for i, n in enumerate(compress(names, host)):
+            if n == _RECORD:
+                texts[i] = _compact(bytes(picked[i]))
+    return texts
 
 
 def _decode_args(rargs: tuple[msgspec.Raw, ...]) -> list[_Args]:

@@ -81,7 +81,8 @@ def _batch(frames: list[pl.DataFrame], args: list[bytes], us: list[bool], keep_a
         raw.select(_COMBO).unique(),
         raw.select(pl.col("dtype").drop_nulls().unique()),
     ]
-    if keep_args:
+    if keep_args:  # the args texts of the host events (_hargs), joined by NUL per frame
+        m = df.get_column("_hargs").sum()
         parts = pl.Series("args", args, dtype=pl.Binary)
         queries.append(pl.LazyFrame([parts]).select(pl.col("args").cast(pl.String).str.split("\x00")).explode("args"))
     try:
@@ -94,11 +95,13 @@ def _batch(frames: list[pl.DataFrame], args: list[bytes], us: list[bool], keep_a
     c: Counter[str] = Counter(stats.row(0, named=True))
     if keep_args:
         col = text[0].get_column("args")
-        if col.len() != n or col.null_count():  # invalid UTF-8 (replaced), or a raw NUL in a string
-            col = _split_args(args, n)
+        if col.len() != m or col.null_count():  # invalid UTF-8 (replaced), or a raw NUL in a string
+            col = _split_args(args, m) if m else col
         if col is None:  # the decoder rejects raw control characters in strings: not seen, but never guessed
-            c["args_unsplit"] += n
+            c["args_unsplit"] += m
             col = _null_col(pl.String, n).alias("args")
+        elif m < n:  # null on the events whose args no analysis reads (kernels, runtime calls, ...)
+            col = _null_col(pl.String, n).alias("args").clone().scatter(df.get_column("_hargs").arg_true(), col)
     else:
         col = _null_col(pl.String, n).alias("args")
     if col.null_count() < n and col.str.len_bytes().max() > MAX_ARGS_BYTES:  # no analysis reads such args
