@@ -125,6 +125,7 @@ _DEC_OP_ARGS = msgspec.json.Decoder(list[_OpArgs])
 _DEC_ONE_OP_ARGS = msgspec.json.Decoder(_OpArgs)
 _ENCODE_OP_ARGS = msgspec.json.Encoder().encode
 _NO_OP_ARGS = _OpArgs()
+_DEC_RAWS = msgspec.json.Decoder(list[msgspec.Raw])
 # categories of the host events whose args an analysis or the linking stage reads (lower case):
 # ops (shapes: FLOPs; c10d ops and collective records) and user annotations (backend annotations)
 _HOST_ARGS_CATS = frozenset({"cpu_op", "operator", "user_annotation"})
@@ -434,30 +435,32 @@ def _compact(text: bytes) -> bytes:
     return msgspec.json.format(text, indent=-1)
 
 
-def _kept_args(names: tuple, rargs: tuple[msgspec.Raw, ...], host: list[bool]) -> list[bytes]:
+def _kept_args(names: tuple, rargs: tuple[msgspec.Raw, ...], host: list[bool]) -> list[msgspec.Raw | bytes]:
     """The args texts the event table keeps, one per host event (``host``): the ``_OpArgs``
     fields of an op, all of a collective record, as compact JSON.  A few C calls over all of
-    them (one compaction, one decode, an encode per event through ``map``); an args value that is
-    not an object keeps none of its fields ("{}")."""
+    them (decode, encode, compact, split); an args value that is not an object keeps none of its
+    fields ("{}")."""
     picked = list(compress(rargs, host))
     if not picked:
         return []
-    joined = b"[" + b",".join(picked) + b"]"
     try:
-        ops = _DEC_OP_ARGS.decode(_compact(joined))
+        ops = _DEC_OP_ARGS.decode(b"[" + b",".join(picked) + b"]")
     except (msgspec.ValidationError, msgspec.DecodeError):
         ops = []
         for r in picked:
             try:
-                ops.append(_DEC_ONE_OP_ARGS.decode(_compact(r)))
+                ops.append(_DEC_ONE_OP_ARGS.decode(r))
             except (msgspec.ValidationError, msgspec.DecodeError):
                 ops.append(_NO_OP_ARGS)
-    del joined
-    texts = list(map(_ENCODE_OP_ARGS, ops))
-    if _RECORD in names:
-        for i, n in enumerate(compress(names, host)):
-            if n == _RECORD:
-                texts[i] = _compact(bytes(picked[i]))
+    texts: list[msgspec.Raw | bytes] = _DEC_RAWS.decode(_compact(_ENCODE_OP_ARGS(ops)))
+    if _RECORD in names:  # found by list.index (in C): a few records among thousands of ops
+        host_names, i = list(compress(names, host)), -1
+        while True:
+            try:
+                i = host_names.index(_RECORD, i + 1)
+            except ValueError:
+                break
+            texts[i] = _compact(bytes(picked[i]))
     return texts
 
 
