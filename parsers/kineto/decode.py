@@ -32,6 +32,28 @@ BACKLOG = 1  # batches queued for the second thread before the decoding thread w
 Num = int | float | str | None
 
 
+_UNSET = msgspec.Raw(b"")  # a field the args object does not have (omitted when encoded)
+
+
+_OP_KEYS = {"dims": "Input Dims", "types": "Input type", "concrete": "Concrete Inputs", "seq_nr": "Sequence number",
+            "pg_id": "Process Group ID", "pg_ranks": "Process Group Ranks"}
+
+
+class _OpArgs(msgspec.Struct, gc=False, omit_defaults=True, rename=_OP_KEYS):
+    """The args of a host op that an analysis reads, as the file has them (op shapes, input
+    types and concrete inputs for FLOPs; the autograd sequence number that links a forward op to
+    its backward; the process group of a collective record).  The args text the event table
+    keeps for a host op is this, encoded: every other key (call stacks, strides, ids already in
+    columns) is dropped."""
+
+    dims: msgspec.Raw = _UNSET
+    types: msgspec.Raw = _UNSET
+    concrete: msgspec.Raw = _UNSET
+    seq_nr: msgspec.Raw = _UNSET
+    pg_id: msgspec.Raw = _UNSET
+    pg_ranks: msgspec.Raw = _UNSET
+
+
 class _Args(msgspec.Struct, gc=False, rename={
     "ext_id": "External id",
     "ext_id_old": "external id",
@@ -43,6 +65,7 @@ class _Args(msgspec.Struct, gc=False, rename={
     "in_nelems": "In msg nelems",
     "out_nelems": "Out msg nelems",
     "label": "name",
+    **_OP_KEYS,  # the kept args' fields (_OpArgs), decoded in the same pass
 }):
     ext_id: Num = None
     ext_id_old: Num = None
@@ -59,6 +82,12 @@ class _Args(msgspec.Struct, gc=False, rename={
     dtype: str | None = None
     bytes: Num = None
     label: str | int | None = None
+    dims: msgspec.Raw = _UNSET
+    types: msgspec.Raw = _UNSET
+    concrete: msgspec.Raw = _UNSET
+    seq_nr: msgspec.Raw = _UNSET
+    pg_id: msgspec.Raw = _UNSET
+    pg_ranks: msgspec.Raw = _UNSET
 
 
 class _Event(msgspec.Struct, gc=False):
@@ -96,35 +125,7 @@ _GET_ARGS = attrgetter(
 _DEC_TS = msgspec.json.Decoder(list[_RawTs])
 
 
-_UNSET = msgspec.Raw(b"")  # a field the args object does not have (omitted when encoded)
-
-
-class _OpArgs(msgspec.Struct, gc=False, omit_defaults=True, rename={
-    "dims": "Input Dims",
-    "types": "Input type",
-    "concrete": "Concrete Inputs",
-    "seq_nr": "Sequence number",
-    "pg_id": "Process Group ID",
-    "pg_ranks": "Process Group Ranks",
-}):
-    """The args of a host op that an analysis reads, as the file has them (op shapes, input
-    types and concrete inputs for FLOPs; the autograd sequence number that links a forward op to
-    its backward; the process group of a collective record).  The args text the event table
-    keeps for a host op is this, encoded: every other key (call stacks, strides, ids already in
-    columns) is dropped."""
-
-    dims: msgspec.Raw = _UNSET
-    types: msgspec.Raw = _UNSET
-    concrete: msgspec.Raw = _UNSET
-    seq_nr: msgspec.Raw = _UNSET
-    pg_id: msgspec.Raw = _UNSET
-    pg_ranks: msgspec.Raw = _UNSET
-
-
-_DEC_OP_ARGS = msgspec.json.Decoder(list[_OpArgs])
-_DEC_ONE_OP_ARGS = msgspec.json.Decoder(_OpArgs)
 _ENCODE_OP_ARGS = msgspec.json.Encoder().encode
-_NO_OP_ARGS = _OpArgs()
 _DEC_RAWS = msgspec.json.Decoder(list[msgspec.Raw])
 # categories of the host events whose args an analysis or the linking stage reads (lower case):
 # ops (shapes: FLOPs; c10d ops and collective records) and user annotations (backend annotations)
@@ -309,6 +310,7 @@ class _Builder:
         del evs
         cat, name, pid, tid, dur, rargs = zip(*map(_GET_EVENT, kept))
         del kept
+        decoded = _decode_args(rargs)
         cols = {
             "cat": _str_col(cat),
             "name": _str_col(name),
@@ -316,12 +318,12 @@ class _Builder:
             "_tid": _int_col(tid),
             "ts": ts_ns.alias("ts"),
             "dur": _float_col(dur),
-            **_args_columns(rargs),
+            **_args_columns(decoded),
         }
         if self.keep_args:  # the args texts of host ops: joined here, split into a column on the second thread (_batch)
             host = _host_mask(cat)
             cols["_hargs"] = pl.Series(host, dtype=pl.Boolean)
-            texts = _kept_args(name, rargs, host)
+            texts = _kept_args(name, rargs, decoded, host)
             if texts:  # no Raw kept: each would pin its whole chunk
                 self.pending_args.append(b"\x00".join(texts))
         self.pending_us.append(ts_ns.name == "ts_us")
@@ -373,11 +375,10 @@ _ARG_FIELDS = {
 }
 
 
-def _args_columns(rargs: tuple) -> dict[str, pl.Series]:
-    """The args fields the analysis uses, as columns (decoded in one call over all the objects;
-    an object that does not fit gives no fields)."""
-    values = zip(*map(_GET_ARGS, _decode_args(rargs)))
-    n = len(rargs)
+def _args_columns(decoded: list[_Args]) -> dict[str, pl.Series]:
+    """The args fields the analysis uses, as columns (``decoded`` by ``_decode_args``)."""
+    values = zip(*map(_GET_ARGS, decoded))
+    n = len(decoded)
     out = {}
     for (col, is_int), v in zip(_ARG_FIELDS.values(), values):
         if v.count(None) == n:  # a field no event of the chunk has (most of them, most of the time)
@@ -424,10 +425,17 @@ def _args_text(rargs: list) -> pl.Series:
     return out
 
 
+_HOST_CAT: dict[str | None, bool] = {}  # category -> in _HOST_ARGS_CATS (a few distinct ones per trace)
+
+
 def _host_mask(cats: tuple) -> list[bool]:
     """Which events keep an args text: those of the categories in ``_HOST_ARGS_CATS``."""
-    memo = {c: isinstance(c, str) and c.lower() in _HOST_ARGS_CATS for c in set(cats)}
-    return list(map(memo.__getitem__, cats))
+    try:
+        return list(map(_HOST_CAT.__getitem__, cats))
+    except KeyError:
+        memo = _HOST_CAT if len(_HOST_CAT) < 1024 else {}  # a hostile file's thousands of categories are not kept
+        memo.update({c: isinstance(c, str) and c.lower() in _HOST_ARGS_CATS for c in set(cats)})
+        return list(map(memo.__getitem__, cats))
 
 
 def _compact(text: bytes) -> bytes:
@@ -435,26 +443,20 @@ def _compact(text: bytes) -> bytes:
     return msgspec.json.format(text, indent=-1)
 
 
-def _kept_args(names: tuple, rargs: tuple[msgspec.Raw, ...], host: list[bool]) -> list[msgspec.Raw | bytes]:
+def _kept_args(names: tuple, rargs: tuple[msgspec.Raw, ...], decoded: list[_Args], host: list[bool]) -> list[msgspec.Raw | bytes]:
     """The args texts the event table keeps, one per host event (``host``): the ``_OpArgs``
-    fields of an op, all of a collective record, as compact JSON.  A few C calls over all of
-    them (decode, encode, compact, split); an args value that is not an object keeps none of its
-    fields ("{}")."""
-    picked = list(compress(rargs, host))
-    if not picked:
+    fields of an op (from its ``decoded`` args), all of a collective record, as JSON without
+    line breaks.
+    A few C calls over all of them (convert, encode, split; compacted when pretty-printed)."""
+    ops = msgspec.convert(list(compress(decoded, host)), list[_OpArgs], from_attributes=True)
+    if not ops:
         return []
-    try:
-        ops = _DEC_OP_ARGS.decode(b"[" + b",".join(picked) + b"]")
-    except (msgspec.ValidationError, msgspec.DecodeError):
-        ops = []
-        for r in picked:
-            try:
-                ops.append(_DEC_ONE_OP_ARGS.decode(r))
-            except (msgspec.ValidationError, msgspec.DecodeError):
-                ops.append(_NO_OP_ARGS)
-    texts: list[msgspec.Raw | bytes] = _DEC_RAWS.decode(_compact(_ENCODE_OP_ARGS(ops)))
+    text = _ENCODE_OP_ARGS(ops)
+    if b"\n" in text:  # pretty-printed args (a newline is never raw inside a JSON string): compacted
+        text = _compact(text)
+    texts: list[msgspec.Raw | bytes] = _DEC_RAWS.decode(text)
     if _RECORD in names:  # found by list.index (in C): a few records among thousands of ops
-        host_names, i = list(compress(names, host)), -1
+        picked, host_names, i = list(compress(rargs, host)), list(compress(names, host)), -1
         while True:
             try:
                 i = host_names.index(_RECORD, i + 1)
