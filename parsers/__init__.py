@@ -1,15 +1,25 @@
 """One module per input format.  Each parser is a pure function ``path -> (frame, TraceMeta)``.
 
-``sniff`` looks at a file's first bytes and says which parser applies.
+``sniff`` looks at a file's first bytes and says which format it is; ``parser_for`` gives the
+parser of a format (a module that fits ``Parser``), or says why that format is recognised but
+not analysed.  A new format is one module here and one entry in ``PARSERS``.
 """
 
 from __future__ import annotations
 
+import importlib
 import re
 import zlib
+from collections.abc import Callable
 from pathlib import Path
+from typing import TYPE_CHECKING, Protocol
 
 from tracelens.model.errors import ParseError, UnreadableError, UnsupportedFormat
+
+if TYPE_CHECKING:
+    import polars as pl
+
+    from tracelens.model.schema import TraceMeta
 
 GZIP_MAGIC = b"\x1f\x8b"
 SQLITE_MAGIC = b"SQLite format 3\x00"
@@ -105,3 +115,30 @@ def sniff(path: Path) -> str:
     if not stripped:
         raise ParseError(str(path), "file holds only whitespace")
     raise ParseError(str(path), "not a trace: neither JSON nor gzip-compressed JSON nor an Nsight SQLite export")
+
+
+class Parser(Protocol):
+    """What a parser module holds: its format ``NAME`` (what ``sniff`` says), ``PARSER_VERSION``
+    (part of the cache key: bump it when the table a parse gives changes) and ``parse``, which
+    reads one file into an ``EVENT_SCHEMA`` frame and its ``TraceMeta``, or raises ParseError."""
+
+    NAME: str
+    PARSER_VERSION: str
+
+    def parse(self, path: str | Path, *, keep_python: bool = False,
+              progress: Callable[[int], None] | None = None) -> tuple[pl.DataFrame, TraceMeta]: ...
+
+
+# format name -> the module (in this package) that parses it, imported when first asked for
+PARSERS: dict[str, str] = {"kineto": ".kineto"}
+
+
+def parser_for(fmt: str, path: Path | None = None) -> Parser:
+    """The parser of format ``fmt`` (a name ``sniff`` gives).  A format tracelens recognises but
+    does not analyse (an nsys SQLite export: ``tracelens info`` reads its GPUs) raises
+    UnsupportedFormat saying what to do instead; ``path`` names the file in that message."""
+    module = PARSERS.get(fmt)
+    if module is None:
+        what = unsupported(path or Path(""), SQLITE_MAGIC) if fmt == "nsys" else None
+        raise UnsupportedFormat(str(path or fmt), what or f"{fmt} files are not supported yet (PyTorch profiler JSON only)")
+    return importlib.import_module(module, __name__)

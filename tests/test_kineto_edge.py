@@ -200,8 +200,8 @@ def test_kernel_classes(name, cls):
 def test_args_with_invalid_utf8(tmp_path):
     # A string cut mid-character (bytes no JSON writer should emit, but traces carry them): the
     # events load, the bad byte reads as U+FFFD in the args text, the fields still read.
-    good = X("cpu_op", "aten::mm", 1.0, 1.0, **{"External id": 1, "note": "ok"})
-    bad = X("cpu_op", "aten::add", 3.0, 1.0, **{"External id": 2, "note": "BADBYTE"})
+    good = X("cpu_op", "aten::mm", 1.0, 1.0, **{"External id": 1, "Input type": ["ok"]})
+    bad = X("cpu_op", "aten::add", 3.0, 1.0, **{"External id": 2, "Input type": ["BADBYTE"]})
     raw = json.dumps({"traceEvents": [good, bad]}).encode().replace(b"BADBYTE", b"caf\xc3")
     p = tmp_path / "t.json"
     p.write_bytes(raw)
@@ -209,8 +209,37 @@ def test_args_with_invalid_utf8(tmp_path):
     df = df.sort("ts_ns")
     assert df.get_column("external_id").to_list() == [1, 2] and not meta.truncated
     args = df.get_column("args").to_list()
-    assert json.loads(args[0])["note"] == "ok"
-    assert json.loads(args[1])["note"] == "caf\ufffd"
+    assert json.loads(args[0])["Input type"] == ["ok"]
+    assert json.loads(args[1])["Input type"] == ["caf\ufffd"]
+
+
+def test_args_kept_are_those_an_analysis_reads(tmp_path):
+    # A host op keeps the args keys FLOPs and the collective linking read (shapes, types, concrete
+    # inputs, sequence number, process group), compact, in that order; a collective's record keeps
+    # all of its args; GPU rows and runtime calls keep none (their fields are columns already).
+    pretty = {"Call stack": "a.py(1): f;b.py(2): g", "Input Strides": [[4, 1], [4, 1]], "Sequence number": 12,
+              "Input Dims": [[2, 4], [4, 3]], "Concrete Inputs": ["", ""], "Input type": ["float", "float"], "Ev Idx": 3}
+    rec = {"Collective name": "allreduce", "Comms Id": 7, "Process Group Ranks": "[0, 1]", "In msg nelems": 8, "dtype": "Float"}
+    doc = {"traceEvents": [
+        X("cpu_op", "aten::mm", 1.0, 5.0, **{"External id": 1, **pretty}),
+        X("user_annotation", "nccl:all_reduce", 7.0, 1.0, **{"Input Dims": [[8]], "Input type": ["float"], "note": "x"}),
+        X("cpu_op", "record_param_comms", 6.0, 3.0, **rec),
+        X("cuda_runtime", "cudaLaunchKernel", 2.0, 1.0, correlation=9, **{"External id": 1}),
+        X("kernel", "gemm", 10.0, 1.0, pid=0, tid=7, device=0, stream=7, correlation=9, grid=[1, 1, 1]),
+        X("gpu_user_annotation", "g", 10.0, 1.0, pid=0, tid=7, device=0, stream=7, note="y"),
+        X("cpu_op", "aten::empty", 8.0, 1.0, **{"External id": 2, "Record function id": 0}),
+    ]}
+    # written pretty-printed, as some profilers do: the kept text has no whitespace between tokens
+    p = tmp_path / "t.json"
+    p.write_text(json.dumps(doc, indent=4))
+    df, _ = parse(p)
+    args = dict(df.select(pl.col("name").cast(pl.String), "args").iter_rows())
+    assert args["aten::mm"] == ('{"Input Dims":[[2,4],[4,3]],"Input type":["float","float"],'
+                                '"Concrete Inputs":["",""],"Sequence number":12}')
+    assert args["nccl:all_reduce"] == '{"Input Dims":[[8]],"Input type":["float"]}'
+    assert json.loads(args["record_param_comms"]) == rec  # every key, as recorded
+    assert args["aten::empty"] == "{}"
+    assert args["cudaLaunchKernel"] is None and args["gemm"] is None and args["g"] is None
 
 
 _ID = st.one_of(  # what msgspec hands over for an id field (it rejects booleans there)

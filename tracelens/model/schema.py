@@ -31,7 +31,10 @@ group_desc   Categorical  process group description (``default_pg``, user ``grou
 group_size   Int32    ranks in the process group
 seq          Int64    sequence number of the collective within its group (matches ranks)
 dtype        Categorical  element type of a collective (``Float``, ``BFloat16`` ...)
-args         String   the event's raw ``args`` object as JSON, for drill-down and shapes
+args         String   what an analysis reads of the event's ``args``, as JSON (no line breaks): on host ops and
+                      annotations the ``Input Dims``, ``Input type``, ``Concrete Inputs``, ``Sequence
+                      number`` and ``Process Group ID/Ranks`` keys they have; on a collective's record
+                      (``record_param_comms``) all of them; null on other rows (their fields are columns)
 
 Collective rows
 ---------------

@@ -50,16 +50,11 @@ def parse_file(path: str | Path, *, use_cache: bool = True, keep_python: bool = 
     the file (on disk) the parser is.  What the job's warnings should say about the cache is
     appended to ``notes`` as (kind, text): "cache" when the cache cannot be used (the parse
     goes on without it), "corrupt" when this file's entry failed its checks and was re-parsed."""
-    from tracelens.parsers import SQLITE_MAGIC, sniff
+    from tracelens.parsers import parser_for, sniff
 
     path = Path(path)
     fmt = sniff(path)
-    if fmt == "kineto":
-        from tracelens.parsers import kineto as parser
-    else:  # an nsys SQLite export: recognised (tracelens info reads its GPUs), not analysed
-        from tracelens.parsers import unsupported
-
-        raise UnsupportedFormat(str(path), unsupported(path, SQLITE_MAGIC) or f"{fmt} files are not supported yet (PyTorch profiler JSON only)")
+    parser = parser_for(fmt, path)  # an nsys SQLite export: recognised (tracelens info reads its GPUs), not analysed
     from tracelens.store import cache
 
     notes = [] if notes is None else notes

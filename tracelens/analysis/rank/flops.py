@@ -355,28 +355,58 @@ def count(events: pl.DataFrame, names: Names | None = None) -> pl.DataFrame:
     else:
         ops = ops.with_columns(pl.lit(None, pl.List(pl.Int64)).alias("_out"), pl.lit(None, pl.Boolean).alias("_tr"),
                                pl.lit(None, pl.Boolean).alias("_mi"), pl.lit(None, pl.Boolean).alias("_mw"))
-    rows, flops, dtypes, shapes, nbytes, whys = [], [], [], [], [], []
-    for row, name, args_s, out, tr, mi, mw in ops.select("_row", "name", "args", "_out", "_tr", "_mi", "_mw").iter_rows():
-        try:
-            args = orjson.loads(args_s) if args_s else {}
-        except orjson.JSONDecodeError:
-            args = {}
-        if not isinstance(args, dict):
-            args = {}
+    # FLOPs depend on the op's name, shapes, types, concrete inputs and hints only: worked out once
+    # per distinct combination (a model has a few hundred, whatever the trace's length), the
+    # autograd "Sequence number" that every op has a different one of left out of the key
+    keys = ["name", "_key", "_out", "_tr", "_mi", "_mw"]
+    distinct = (
+        ops.select("_row", "name", "args", "_out", "_tr", "_mi", "_mw")
+        .with_columns(pl.col("args").str.replace_all(_SEQ_KEY, "").alias("_key"))
+        .group_by(keys, maintain_order=True)
+        .agg(pl.col("args").first(), pl.col("_row"))
+    )
+    flops, dtypes, shapes, nbytes, whys = [], [], [], [], []
+    decoded = _decode_all(distinct.get_column("args"))
+    for (name, out, tr, mi, mw), args in zip(distinct.select("name", "_out", "_tr", "_mi", "_mw").iter_rows(), decoded):
         dtype = op_dtype(args)
         hint = {"out": out, "transposed": tr, "mask": None if mi is None else (mi, mw)} if (out or tr is not None or mi is not None) else None
         f, why = _op_flops(name, args, hint)
-        rows.append(row)
         flops.append(f)
         whys.append(why)
         dtypes.append(dtype)
         shapes.append(str(args.get("Input Dims", "")))
         nbytes.append(gemm_bytes(name, args.get("Input Dims"), dtype_bytes(dtype)))
-    return pl.DataFrame(
-        {"_row": rows, "flops": flops, "dtype": dtypes, "shapes": shapes, "gemm_bytes": nbytes, "why": whys},
-        schema={"_row": pl.UInt32, "flops": pl.Float64, "dtype": pl.String, "shapes": pl.String, "gemm_bytes": pl.Int64,
+    per = pl.DataFrame(
+        {"_rows": distinct.get_column("_row"), "flops": flops, "dtype": dtypes, "shapes": shapes, "gemm_bytes": nbytes, "why": whys},
+        schema={"_rows": pl.List(pl.UInt32), "flops": pl.Float64, "dtype": pl.String, "shapes": pl.String, "gemm_bytes": pl.Int64,
                 "why": pl.String},
     )
+    # back to one row per op, in the order of ``ops``
+    order = ops.select("_row").with_row_index("_pos")
+    return (
+        per.explode("_rows").rename({"_rows": "_row"})
+        .join(order, on="_row").sort("_pos")
+        .select("_row", "flops", "dtype", "shapes", "gemm_bytes", "why")
+    )
+
+
+_SEQ_KEY = r'"Sequence number"\s*:\s*-?\d+\s*,?'  # (a grouping key only: the args decoded are an op's own)
+
+
+def _decode_all(texts: pl.Series) -> list[dict]:
+    """Each args text as a dict ({} for null, invalid JSON or a value that is not an object),
+    decoded in one call over all of them (one by one only when one of them is not JSON)."""
+    parts = [t.encode() if t else b"{}" for t in texts.to_list()]
+    try:
+        values = orjson.loads(b"[" + b",".join(parts) + b"]")
+    except orjson.JSONDecodeError:
+        values = []
+        for t in parts:
+            try:
+                values.append(orjson.loads(t))
+            except orjson.JSONDecodeError:
+                values.append({})
+    return [v if isinstance(v, dict) else {} for v in values]
 
 
 def unknown_notes(counted: pl.DataFrame, lower_bound: bool = True) -> list[str]:
