@@ -122,3 +122,39 @@ class RankResult:
     lower_bound: bool = False  # the MFU leaves out matmul kernels whose FLOPs are unknown
     above_peak: bool = False  # some counted FLOPs exceed what their kernels could do at peak (warned)
     mfu_error: str | None = None  # the user's FLOPs or peak give an MFU above 100%: the MFU is null
+
+
+@dataclass(frozen=True)
+class RankSummary:
+    """What analysing one rank yields (the per-rank map's result, DESIGN.md 8): the RankResult
+    the report shows, and the small facts the job reduce needs, so that the reduce never reads
+    events.  Picklable (worker processes, Ray).
+
+    * ``compute``: the union of the rank's compute kernels, sorted (start, end) pairs (each
+      collective's exposed time).
+    * ``comm_spans``: the spans of the rank's collectives (``comm.comm_kernels`` of its own
+      events: its communication kernels, or its host-side records without any).
+    * ``step_starts``: (file, kind, name, ts_ns) of its ProfilerStep spans, for the clock
+      alignment's fallback to step starts.
+    * ``collective_rows``: this rank's rows of COLLECTIVE_SCHEMA (None until the per-rank
+      collective rows are built: see ``tracelens.analysis.rank_summary``).
+    * ``first_ns``/``last_ns``: the first event start and last event end; ``pids``: host pids.
+    * ``events``: how many events the rank has.
+
+    The report's timeline picture (one step per rank) is picked from the results' steps; the
+    reduce bins that one step of at most 64 ranks from a scan of its window.
+    """
+
+    result: RankResult
+    compute: tuple[tuple[int, int], ...]
+    comm_spans: Any  # polars.DataFrame
+    step_starts: Any  # polars.DataFrame
+    first_ns: int | None = None
+    last_ns: int | None = None
+    pids: tuple[int, ...] = ()
+    collective_rows: Any = None  # polars.DataFrame of COLLECTIVE_SCHEMA, once built
+    events: int = 0
+
+    @property
+    def file(self) -> int:
+        return self.result.file

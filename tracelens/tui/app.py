@@ -99,9 +99,9 @@ class TracelensApp(App):
             self.on_failed(Failed(self._startup_error))
         elif self.report is not None:
             if self._trace is not None:
-                from tracelens.analysis.timeline import Timeline
+                from tracelens.analysis.timeline import JobTimeline
 
-                self.timeline = Timeline(self._trace.events)
+                self.timeline = JobTimeline(self._trace)
             self._show(self.report)
         else:
             self.load_job()
@@ -121,7 +121,7 @@ class TracelensApp(App):
 
     def _load(self) -> tuple[dict[str, Any], Any]:
         from tracelens.analysis import Options, analyze
-        from tracelens.analysis.timeline import Timeline
+        from tracelens.analysis.timeline import JobTimeline
         from tracelens.store.job import load
 
         t0 = time.perf_counter()
@@ -147,10 +147,10 @@ class TracelensApp(App):
         self.post_message(Progress("reading…", None, None))
         trace = load(self.paths, use_cache=self.use_cache, jobs=self.jobs, progress=progress, bytes_progress=bytes_progress,
                      strict=self.strict)
-        self.post_message(Progress(f"analyzing {trace.events.height:,} events…", None, None))
+        self.post_message(Progress(f"analyzing {trace.n_events:,} events…", None, None))
         self._trace = trace  # kept for a re-analysis with other options (set GPU)
         report = analyze(trace, self.options or Options()).to_dict()
-        timeline = Timeline(trace.events)
+        timeline = JobTimeline(trace)
         return report, timeline
 
     def _can_reanalyse(self) -> bool:
