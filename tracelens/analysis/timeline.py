@@ -147,49 +147,53 @@ TRACK_COLUMNS = ("rank", "file", "kind", "device", "stream", "ts_ns", "dur_ns", 
 
 
 class JobTimeline:
-    """The timeline of a loaded job (``tracelens.store.job.Job``), read one rank at a time: the
-    tracks and the time span come from a scan of each file's GPU rows (five columns); a file's
-    events are read (its GPU rows only) when one of its tracks is drawn or searched, and the
-    last ``keep`` files read are kept, so the memory held is that of the ranks on screen.  Same
-    answers as ``Timeline`` over every file's events (track ids are global, in the same order)."""
+    """The timeline of a loaded job (``tracelens.store.job.Job``), read one rank at a time: a
+    file's GPU rows are read when one of its tracks is drawn or searched, and the last ``keep``
+    files read are kept (the first ``keep`` are read at once: they are drawn first), so the
+    memory held is that of the ranks on screen; the other files' tracks and time spans come from
+    a scan of seven columns of their GPU rows.  Same answers as ``Timeline`` over every file's
+    events (track ids are global, in the same order)."""
 
     def __init__(self, job, keep: int = 16):
         self.job = job
         self.keep = max(1, keep)
         self._parts: dict[int, Timeline] = {}  # file -> its timeline, least recently used first
         gpu = pl.col("kind").is_in(GPU_KINDS) & pl.col("device").is_not_null() & pl.col("stream").is_not_null()
+        heads = []  # (file, its tracks' keys, lo, hi, GPU rows)
+        for fi in range(len(job.handles)):
+            if fi < self.keep:  # the first files are read whole (their GPU rows): likely the first drawn
+                part = self._read(fi)
+                keys = [(t.rank, t.file, t.device, t.stream) for t in part.tracks]
+                n = part.events.filter(pl.col("kclass") != "busy").height if part.n_events else 0
+                heads.append((fi, keys, part.start, part.end, n))
+                self._parts[fi] = part
+                continue
+            q = job.events(file=fi, columns=["rank", "file", "kind", "device", "stream", "ts_ns", "dur_ns"]).filter(gpu)
+            streams, span = pl.collect_all([
+                q.select("rank", "file", "device", "stream").unique(),
+                q.select(pl.col("ts_ns").min().alias("lo"), (pl.col("ts_ns") + pl.col("dur_ns")).max().alias("hi"), pl.len()),
+            ])
+            unions = streams.select("rank", "file", "device").unique().with_columns(pl.lit(-1, pl.Int64).alias("stream"))
+            keys = list(pl.concat([unions, streams]).sort("rank", "file", "device", "stream").iter_rows()) if streams.height else []
+            heads.append((fi, keys, *span.row(0)))
+        # tracks in Timeline's order: by rank, then file (a file's tracks are contiguous)
         self.tracks: list[Track] = []
         self._first: dict[int, int] = {}  # file -> its first track id
-        spans = []
-        self.n_events = 0
-        heads = []
-        for fi in range(len(job.handles)):
-            q = job.events(file=fi, columns=["rank", "file", "kind", "device", "stream", "ts_ns", "dur_ns"]).filter(gpu)
-            keys = q.select("rank", "file", "device", "stream").unique().collect()
-            span = q.select(pl.col("ts_ns").min().alias("lo"), (pl.col("ts_ns") + pl.col("dur_ns")).max().alias("hi"), pl.len()).collect()
-            heads.append((fi, keys))
-            lo, hi, n = span.row(0)
-            if n:
-                spans.append((lo, hi))
-            self.n_events += n
-        # tracks in Timeline's order: by rank, then file (a file's tracks are contiguous)
-        order = sorted((fi for fi, _ in heads), key=lambda fi: (job.handles[fi].meta.rank, fi))
-        for fi in order:
-            keys = heads[fi][1]
-            unions = keys.select("rank", "file", "device").unique().with_columns(pl.lit(-1, pl.Int64).alias("stream"))
-            rows = pl.concat([unions, keys]).sort("rank", "file", "device", "stream").iter_rows() if keys.height else []
-            self._first[fi] = len(self.tracks)
-            for r, f, d, st in rows:
-                self.tracks.append(Track(len(self.tracks), int(r), int(f), int(d), int(st)))
-        # the span of the per-stream and union rows (they share their ends): the GPU rows'; a
-        # union row's ends are its events' (a zero-length event adds its start)
+        for fi, keys, *_ in sorted(heads, key=lambda h: (job.handles[h[0]].meta.rank, h[0])):
+            base = self._first[fi] = len(self.tracks)
+            self.tracks += [Track(base + i, int(r), int(f), int(d), int(st)) for i, (r, f, d, st) in enumerate(keys)]
+        spans = [(lo, hi) for _, _, lo, hi, n in heads if n]
         self.start = min((lo for lo, _ in spans), default=0)
         self.end = max((hi for _, hi in spans), default=0)
+        self.n_events = sum(h[4] for h in heads)  # GPU rows
+
+    def _read(self, fi: int) -> Timeline:
+        return Timeline(self.job.events(file=fi, columns=TRACK_COLUMNS).filter(pl.col("kind").is_in(GPU_KINDS)).collect())
 
     def _part(self, fi: int) -> Timeline:
         part = self._parts.pop(fi, None)
         if part is None:
-            part = Timeline(self.job.events(file=fi, columns=TRACK_COLUMNS).filter(pl.col("kind").is_in(GPU_KINDS)).collect())
+            part = self._read(fi)
             while len(self._parts) >= self.keep:
                 self._parts.pop(next(iter(self._parts)))
         self._parts[fi] = part

@@ -138,9 +138,6 @@ class Job:
         return self.handles[file].read(columns)
 
 
-Trace = Job  # the name before the Job held per-rank handles
-
-
 def _parser_for(path: Path):
     """(format, parser module) of a trace file; UnsupportedFormat when tracelens cannot analyse it."""
     from tracelens.parsers import SQLITE_MAGIC, sniff
