@@ -33,13 +33,32 @@ def rank_summary(events: pl.DataFrame, fi: int, meta, options: Options) -> RankS
     # matches collectives from each rank's comm kernel spans below
     rows = None
     spans = comm.comm_kernels(events)
+    near = _compute_near(compute, spans)
     steps = (
         events.lazy().filter(pl.col("kind") == "step")
         .select(pl.col("file"), pl.col("kind").cast(pl.String), pl.col("name").cast(pl.String), "ts_ns").collect()
     )
     lo, hi = events.select(pl.col("ts_ns").min().alias("lo"), (pl.col("ts_ns") + pl.col("dur_ns")).max().alias("hi")).row(0)
     pids = tuple(events.get_column("pid").drop_nulls().unique().sort().to_list())
-    return RankSummary(result, tuple(compute), spans, steps, lo, hi, pids, rows, events.height)
+    return RankSummary(result, near, spans, steps, lo, hi, pids, rows, events.height)
+
+
+def _compute_near(compute: iv.Intervals, spans: pl.DataFrame) -> tuple[tuple[int, int], ...]:
+    """The intervals of the compute union that overlap the rank's collective spans: all that
+    their exposed time (spans minus compute) needs, and far fewer than the whole union."""
+    comm_union = iv.union_of(spans)
+    if not compute or not comm_union:
+        return ()
+    c = pl.DataFrame(compute, schema={"s": pl.Int64, "e": pl.Int64}, orient="row")
+    m = pl.DataFrame(comm_union, schema={"ms": pl.Int64, "me": pl.Int64}, orient="row")
+    # the last collective span that starts before a compute interval ends overlaps it, or none
+    # does (the spans are disjoint and sorted: the earlier ones end earlier still)
+    hit = (
+        c.with_columns((pl.col("e") - 1).alias("_e"))
+        .join_asof(m, left_on="_e", right_on="ms", strategy="backward")
+        .filter(pl.col("me").is_not_null() & (pl.col("me") > pl.col("s")))
+    )
+    return tuple(hit.select("s", "e").iter_rows())
 
 
 def _summarize(args: tuple[RankHandle, Options]) -> RankSummary:

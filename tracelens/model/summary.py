@@ -130,8 +130,8 @@ class RankSummary:
     the report shows, and the small facts the job reduce needs, so that the reduce never reads
     events.  Picklable (worker processes, Ray).
 
-    * ``compute``: the union of the rank's compute kernels, sorted (start, end) pairs (each
-      collective's exposed time).
+    * ``compute``: the intervals of the union of the rank's compute kernels that overlap its
+      collectives, sorted (start, end) pairs: all that each collective's exposed time needs.
     * ``comm_spans``: the spans of the rank's collectives (``comm.comm_kernels`` of its own
       events: its communication kernels, or its host-side records without any).
     * ``step_starts``: (file, kind, name, ts_ns) of its ProfilerStep spans, for the clock
