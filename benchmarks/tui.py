@@ -2,8 +2,8 @@
 
     python benchmarks/tui.py [TRACE] [--ranks 16]
 
-The trace's events are repeated as ranks 0..N-1 (one file each), which gives a job of about
-N x its events.  Measured, in this process: building the timeline index, one screen of timeline
+The trace's events are repeated as ranks 0..N-1 (one handle each, all reading the trace's one
+cache entry), which gives a job of about N x its events.  Measured, in this process: building the timeline index, one screen of timeline
 cells (all streams of the visible ranks) zoomed out over the whole trace and zoomed into one
 step, and in a running app (Textual's headless Pilot, 200x50): time to the first screen with
 the report ready, and the time per key (pan, zoom, next step, scroll one track) on the timeline,
@@ -31,27 +31,26 @@ def main() -> int:
     ap.add_argument("--ranks", type=int, default=16)
     args = ap.parse_args()
 
-    import polars as pl
-
     from tracelens.analysis import analyze
-    from tracelens.analysis.timeline import Timeline
-    from tracelens.store.job import Trace, load
+    from tracelens.analysis.timeline import JobTimeline
+    from tracelens.store.job import Job, RankHandle, load
 
     one = load([args.trace])
-    frames, metas = [], []
-    for r in range(args.ranks):
-        frames.append(one.events.with_columns(pl.lit(r, pl.Int32).alias("rank"), pl.lit(r, pl.Int32).alias("file")))
-        m = one.metas[0]
-        metas.append(type(m)(**{**m.__dict__, "rank": r, "path": f"{m.path}#rank{r}", "warnings": []}))
-    trace = Trace(events=pl.concat(frames), metas=metas)
-    n = trace.events.height
-    print(f"job: {args.ranks} ranks x {one.events.height:,} events = {n:,} events")
+    h0 = one.handles[0]
+    handles = []
+    for r in range(args.ranks):  # every rank reads the one cached file (or the one frame in memory)
+        m = h0.meta
+        meta = type(m)(**{**m.__dict__, "rank": r, "path": f"{m.path}#rank{r}", "warnings": []})
+        handles.append(RankHandle(r, meta, parquet=h0.parquet, frame=h0.frame))
+    trace = Job(handles)
+    per = one.n_events
+    print(f"job: {args.ranks} ranks x {per:,} events = {args.ranks * per:,} events")
 
     t = time.perf_counter()
     report = analyze(trace).to_dict()
     print(f"analyze: {time.perf_counter() - t:.2f} s")
     t = time.perf_counter()
-    tl = Timeline(trace.events)
+    tl = JobTimeline(trace)
     print(f"timeline index: {time.perf_counter() - t:.3f} s, {tl.n_events:,} GPU rows, {len(tl.tracks)} tracks")
     vis = [tr.id for tr in tl.tracks[:46]]
     for label, (a, b) in (("whole trace", (tl.start, tl.end)),

@@ -93,15 +93,12 @@ def test_readme_example_runs(tmp_path):
 
 
 def test_job_events_is_a_lazy_frame_of_one_rank():
-    """``Job.events(rank=..., window=...)``: another change adds it to store.job (issue 15 Must 2/8);
-    until it is merged this test is skipped."""
+    """``Job.events(rank=..., window=...)``: a lazy scan of one rank's events, cut to a window."""
     import polars as pl
 
     import tracelens
 
     job = tracelens.open_job(real_traces() / "hta/trace_filter")
-    if not callable(getattr(job, "events", None)):
-        pytest.skip("Job.events(rank=, window=) is not in store.job yet (depends on the per-rank Job change)")
     whole = job.events(rank=1)
     assert isinstance(whole, pl.LazyFrame)
     df = whole.collect()

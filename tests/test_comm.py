@@ -176,7 +176,7 @@ def test_collective_facts_of_the_sampled_job_from_the_raw_json():
                 nbytes = max(_numel(d) * _SIZE[ty] for d, ty in zip(a["Input Dims"][:2], a["Input type"][:2]))
             want[(k["ts_ns"], k["dur_ns"])] = (coll, nbytes)
         assert sorted(c for c, _ in want.values()) == ["allgather"] * 2 + ["allreduce"] * 4 + ["alltoall"] * 4
-        got = t.events.filter((pl.col("file") == f) & (pl.col("kclass") == "comm")).select(
+        got = t.events().collect().filter((pl.col("file") == f) & (pl.col("kclass") == "comm")).select(
             "ts_ns", "dur_ns", pl.col("collective").cast(pl.String), "bytes")
         assert {(r[0], r[1]): (r[2], r[3]) for r in got.iter_rows()} == want
     d = analyze(t).to_dict()
@@ -345,7 +345,7 @@ def test_expert_parallel_kernels_get_a_collective_type(tmp_path):
     p = tmp_path / "ep.json"
     p.write_text(json.dumps({"traceEvents": ev}))
     tr = load([p], use_cache=False, jobs=1)
-    got = dict(tr.events.filter(pl.col("kind") == "kernel").select(pl.col("name").cast(pl.String), pl.col("collective").cast(pl.String),
+    got = dict(tr.events().collect().filter(pl.col("kind") == "kernel").select(pl.col("name").cast(pl.String), pl.col("collective").cast(pl.String),
                                                                     pl.col("kclass").cast(pl.String)).unique().select("name", pl.struct("collective", "kclass")).iter_rows())
     for n, coll in names.items():
         assert got[n] == {"collective": coll, "kclass": "comm"}, n
@@ -379,7 +379,7 @@ def test_group_named_from_pg_config_by_id_or_ranks(tmp_path):
     p = tmp_path / "rank-0.json"
     p.write_text(json.dumps({"distributedInfo": {"backend": "nccl", "rank": 0, "world_size": 4, "pg_config": pgs}, "traceEvents": ev}))
     t = load([p], use_cache=False, jobs=1)
-    got = t.events.filter(pl.col("kind") == "collective").sort("ts_ns").select(pl.col("group").cast(pl.String), "group_size")
+    got = t.events().collect().filter(pl.col("kind") == "collective").sort("ts_ns").select(pl.col("group").cast(pl.String), "group_size")
     assert got.get_column("group").to_list() == [g for _, g in recs]
     assert got.get_column("group_size").to_list() == [2, 4, None, None]
 
@@ -422,7 +422,7 @@ def test_a_kernel_after_a_record_is_not_taken_for_it(tmp_path):
     p = tmp_path / "rank-0.json"
     p.write_text(json.dumps({"traceEvents": ev}))
     t = load([p], use_cache=False, jobs=1)
-    k = t.events.filter(pl.col("kind") == "kernel").sort("ts_ns").select(pl.col("collective").cast(pl.String), "seq", "bytes")
+    k = t.events().collect().filter(pl.col("kind") == "kernel").sort("ts_ns").select(pl.col("collective").cast(pl.String), "seq", "bytes")
     assert k.row(0) == ("allreduce", 7, 1024)
     assert k.row(1)[0] == "dispatch" and k.row(1)[1] != 7 and k.row(1)[2] is None
     assert t.metas[0].attributes["seq_source"].startswith("mixed")

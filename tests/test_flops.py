@@ -36,7 +36,7 @@ def record_and_count(tmp_path, fn):
         fn()
     path = tmp_path / "trace.json"
     prof.export_chrome_trace(str(path))
-    ev = load([path], use_cache=False).events
+    ev = load([path], use_cache=False).events().collect()
     counted = count(ev)
     names = (
         ev.select("name").with_row_index("_row").join(counted, on="_row").select(pl.col("name").cast(pl.String), "flops")
@@ -197,7 +197,7 @@ def test_conv_net_without_concrete_inputs(tmp_path, grad):
     stripped.write_text(json.dumps(doc))
 
     def per_op(path):
-        ev = load([path], use_cache=False).events
+        ev = load([path], use_cache=False).events().collect()
         c = ev.select(pl.col("name").cast(pl.String), "ts_ns").with_row_index("_row").join(count(ev), on="_row")
         return c.filter(pl.col("name").str.contains("conv")).sort("ts_ns").select("name", "flops").rows()
 

@@ -89,7 +89,7 @@ def test_resnet50_2021_per_op_counts():
     """The stem's forward (7x7/2 to 112x112) and its backward (weight gradient only: no
     aten::cudnn_convolution_backward_input under it) and a 3x3 stride-2 conv's backward (both
     gradients), op by op."""
-    ev = load([real_traces() / "kineto-tbplugin/samples/resnet50_num_workers_4"], use_cache=False).events
+    ev = load([real_traces() / "kineto-tbplugin/samples/resnet50_num_workers_4"], use_cache=False).events().collect()
     got = ev.select(pl.col("name").cast(pl.String), "args").with_row_index("_row").join(count(ev), on="_row")
     stem = 2 * 32 * STEM_MACS
     fwd = got.filter((pl.col("name") == "aten::convolution") & pl.col("shapes").str.starts_with("[[32, 3, 224, 224]"))
@@ -115,7 +115,7 @@ def test_resnet50_2021_forward_only_output_sizes_from_the_consumers():
     backward op tells the output sizes, so each convolution's comes from the op consuming its
     output (batch-norm); all 318 forward convolutions must get exactly the FLOPs the backward
     ops' grad_output gave (5 convs per step at stride 2, the stem 7x7/2 among them)."""
-    ev = load([real_traces() / "kineto-tbplugin/samples/resnet50_num_workers_4"], use_cache=False).events
+    ev = load([real_traces() / "kineto-tbplugin/samples/resnet50_num_workers_4"], use_cache=False).events().collect()
 
     def convs(events):
         return (events.select(pl.col("name").cast(pl.String), "ts_ns", "tid").with_row_index("_row")
@@ -153,7 +153,7 @@ def _write(tmp_path, ev):
 
 
 def _flops_by_name(path):
-    ev = load([path], use_cache=False).events
+    ev = load([path], use_cache=False).events().collect()
     got = ev.select(pl.col("name").cast(pl.String), "ts_ns").with_row_index("_row").join(count(ev), on="_row").sort("ts_ns")
     return got.select("name", "flops", "why").rows()
 

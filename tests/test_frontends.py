@@ -278,7 +278,7 @@ def test_kernel_tables_hold_every_kernel_and_the_title_the_true_total():
     any kernel outside a rank's 30).  Now job.kernels holds every name with its exact totals, each
     rank's table says of how many names it keeps the longest 30, and the title gives the total."""
     trace = load([str(JOB)], use_cache=False)
-    k = trace.events.filter(pl.col("kind") == "kernel")
+    k = trace.events().collect().filter(pl.col("kind") == "kernel")
     per_rank = dict(k.group_by("file").agg(pl.col("name").n_unique()).iter_rows())
     d = analyze(trace).to_dict()
     jsonschema.Draft202012Validator(SCHEMA).validate(d)

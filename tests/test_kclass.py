@@ -76,7 +76,7 @@ def test_kernel_classes(name, cls):
     ("amd-tracelens/b200/eager_trace.json.gz", r"(?i)rotary", "elementwise"),
 ])
 def test_real_traces_kernel_classes(path, pattern, want):
-    ev = load([real_traces() / path], use_cache=False).events
+    ev = load([real_traces() / path], use_cache=False).events().collect()
     k = ev.filter((pl.col("kind") == "kernel") & pl.col("name").cast(pl.String).str.contains(pattern))
     assert k.height > 0
     assert set(k.get_column("kclass").cast(pl.String).unique()) == {want}

@@ -67,7 +67,7 @@ def test_rank_sources(tmp_path):
     got = {m.path.rsplit("/", 1)[1]: (m.rank, m.rank_source) for m in t.metas}
     # distributedInfo first, then the file name; the rest take the lowest free rank in file order
     assert got == {"a.json": (2, "distributedInfo"), "rank-1.json": (1, "filename"), "z.json": (0, "order")}
-    assert sorted(t.events.get_column("rank").unique().to_list()) == [0, 1, 2]
+    assert sorted(t.events().collect().get_column("rank").unique().to_list()) == [0, 1, 2]
     assert any("file order" in w for w in t.all_warnings)
 
 
@@ -75,8 +75,8 @@ def test_duplicate_ranks_are_kept(tmp_path):
     tiny(tmp_path / "x.json", rank=0, n=3)
     tiny(tmp_path / "y.json", rank=0, n=5)
     t = load([tmp_path], use_cache=False)
-    assert t.events.height == 8
-    assert dict(t.events.group_by("file").len().sort("file").iter_rows()) == {0: 3, 1: 5}
+    assert t.events().collect().height == 8
+    assert dict(t.events().collect().group_by("file").len().sort("file").iter_rows()) == {0: 3, 1: 5}
     assert any("rank 0 is claimed by 2 files" in w for w in t.warnings)
 
 
@@ -84,7 +84,7 @@ def test_parallel_equals_sequential():
     d = real_traces() / "hta/trace_filter"
     seq = load([d], use_cache=False, jobs=1)
     par = load([d], use_cache=False, jobs=2)
-    assert par.events.equals(seq.events)
+    assert par.events().collect().equals(seq.events().collect())
     assert [m.rank for m in par.metas] == [0, 1]
 
 
@@ -101,7 +101,7 @@ def test_cache_roundtrip_and_hits(tmp_path, monkeypatch, _isolated_cache):
 
     monkeypatch.setattr(kineto_parser, "parse", boom)
     second = load([f])
-    assert second.events.equals(first.events)
+    assert second.events().collect().equals(first.events().collect())
     assert second.metas[0].to_dict() == first.metas[0].to_dict()
     # the key is the content: the same bytes under another name hit too
     g = tmp_path / "copy.json.gz"
@@ -109,7 +109,7 @@ def test_cache_roundtrip_and_hits(tmp_path, monkeypatch, _isolated_cache):
     assert load([g]).metas[0].path == str(g)
     monkeypatch.undo()
     # --no-cache parses again
-    assert load([f], use_cache=False).events.equals(first.events)
+    assert load([f], use_cache=False).events().collect().equals(first.events().collect())
 
 
 def test_validate_rejects_broken_frames():

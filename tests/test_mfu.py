@@ -107,7 +107,7 @@ def test_v100_has_no_bf16_and_uses_fp16():
 def test_real_h100_gemms_are_physically_plausible():
     """Per aten::mm/addmm on the public H100 Qwen prefill trace: FLOPs over the op's kernel
     time never exceed the BF16 peak, and the large GEMMs land near the 60-69% MFU.md 2.5 reports."""
-    ev = load([real_traces() / "amd-tracelens/h100/Qwen_Qwen1.5-0.5B-Chat__1016005.json.gz"], use_cache=False).events
+    ev = load([real_traces() / "amd-tracelens/h100/Qwen_Qwen1.5-0.5B-Chat__1016005.json.gz"], use_cache=False).events().collect()
     counted = count(ev)
     ops = ev.select("name", "external_id").with_row_index("_row").join(counted, on="_row").drop_nulls("flops")
     kernels = (
@@ -194,7 +194,7 @@ def test_recompute_on_the_mi300x_checkpointed_resnet():
     from tracelens.analysis.rank import recompute
 
     path = real_traces() / "amd-tracelens/mi300/resnet_act_checkpoint.json.gz"
-    ev = load([path], use_cache=False).events
+    ev = load([path], use_cache=False).events().collect()
     rec = recompute.find(ev)
     names = ev.with_row_index("_row").join(rec.select("_row"), on="_row").get_column("name").cast(pl.String)
     assert names.to_list() == ["aten::convolution"] * 57  # 19 per step, 3 steps
@@ -229,7 +229,7 @@ def test_recompute_with_torch_checkpoint(tmp_path):
     from tracelens.analysis.rank import flops as fl
     from tracelens.analysis.rank import recompute
 
-    ev = load([tmp_path / "t.json"], use_cache=False).events
+    ev = load([tmp_path / "t.json"], use_cache=False).events().collect()
     rec = recompute.find(ev)
     assert rec.height >= 2  # the two Linear layers of the block, run again in backward
     counted = fl.count(ev).drop_nulls("flops")

@@ -88,8 +88,8 @@ def test_single_process_file_schedule_shapes_and_summary(tmp_path, capsys, monke
     (meta,) = trace.metas
     assert (meta.rank, meta.rank_source, meta.world_size) == (0, "filename", None)  # no distributedInfo without a group
     # steps 0-1 waited, step 2 warmed up (not recorded), steps 3-5 recorded, 6-7 after the cycle
-    assert _step_names(trace.events) == ["ProfilerStep#3", "ProfilerStep#4", "ProfilerStep#5"]
-    counted = _counted_flops(trace.events)
+    assert _step_names(trace.events().collect()) == ["ProfilerStep#3", "ProfilerStep#4", "ProfilerStep#5"]
+    counted = _counted_flops(trace.events().collect())
     assert set(counted.filter(pl.col("name") == "aten::addmm").get_column("flops").to_list()) == FWD_ADDMM
     assert counted.get_column("flops").sum() == 3 * STEP_FLOPS
 
@@ -113,7 +113,7 @@ def test_rank_from_env_and_repeated_cycles(tmp_path, capsys, monkeypatch):
     for k in (1, 2):
         trace = load([out / f"cycle-{k}"], use_cache=False)
         assert trace.ranks == [3] and trace.metas[0].rank_source == "filename"
-        cycles[k] = _step_names(trace.events)
+        cycles[k] = _step_names(trace.events().collect())
     assert cycles == {1: ["ProfilerStep#2", "ProfilerStep#3"], 2: ["ProfilerStep#6", "ProfilerStep#7"]}
     cap = capsys.readouterr()
     assert cap.err == ""
@@ -134,7 +134,7 @@ def test_analysis_failure_still_writes_the_trace(tmp_path, capsys, monkeypatch):
         torch.ones(1).add_(1)
     path = out / "rank-0.json.gz"
     assert _files(out) == ["rank-0.json.gz"]
-    assert _step_names(load([path], use_cache=False).events) == ["ProfilerStep#2", "ProfilerStep#3"]
+    assert _step_names(load([path], use_cache=False).events().collect()) == ["ProfilerStep#2", "ProfilerStep#3"]
     cap = capsys.readouterr()
     assert cap.out == ""
     (line,) = cap.err.splitlines()
@@ -160,7 +160,7 @@ def test_distributed_info_added_when_the_group_starts_after_recording(tmp_path, 
     trace = load([out], use_cache=False)
     (meta,) = trace.metas
     assert (meta.rank, meta.rank_source, meta.world_size, meta.backend) == (0, "distributedInfo", 1, "gloo")
-    assert _step_names(trace.events) == ["ProfilerStep#1", "ProfilerStep#2"]
+    assert _step_names(trace.events().collect()) == ["ProfilerStep#1", "ProfilerStep#2"]
     (line,) = capsys.readouterr().out.splitlines()
     assert CPU_LINE.fullmatch(line).groups() == ("0", "1", str(out / "rank-0.json.gz"))
 
@@ -176,7 +176,7 @@ def test_own_profiler_with_the_handler(tmp_path, capsys):
     ) as prof:
         _train(prof, 2)
     assert _files(out) == ["rank-5.json.gz"]
-    assert _step_names(load([out], use_cache=False).events) == ["ProfilerStep#1"]
+    assert _step_names(load([out], use_cache=False).events().collect()) == ["ProfilerStep#1"]
     assert capsys.readouterr() == ("", "")
 
 
@@ -268,7 +268,7 @@ def test_two_ranks_record_one_job(ddp_job):
     for rank in (0, 1):  # torch wrote it (the group was up as recording started); the handler added no second one
         assert gzip.decompress((out / f"rank-{rank}.json.gz").read_bytes()).count(b'"distributedInfo"') == 1
     for rank in (0, 1):
-        mine = trace.events.filter(pl.col("rank") == rank)
+        mine = trace.events().collect().filter(pl.col("rank") == rank)
         assert _step_names(mine) == ["ProfilerStep#2", "ProfilerStep#3", "ProfilerStep#4"]  # wait 1, warm-up 1, 3 active
         counted = _counted_flops(mine)
         assert set(counted.filter(pl.col("name") == "aten::addmm").get_column("flops").to_list()) == FWD_ADDMM

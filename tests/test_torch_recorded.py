@@ -15,12 +15,12 @@ pytestmark = pytest.mark.slow
 
 def test_both_ranks_load(ddp_traces):
     trace = load(ddp_traces, use_cache=False, jobs=2)
-    validate(trace.events)
+    validate(trace.events().collect())
     assert [(m.rank, m.rank_source, m.world_size, m.backend) for m in trace.metas] == [
         (0, "distributedInfo", 2, "gloo"),
         (1, "distributedInfo", 2, "gloo"),
     ]
-    ev = trace.events
+    ev = trace.events().collect()
     for rank in (0, 1):
         mine = ev.filter(pl.col("rank") == rank)
         steps = mine.filter(pl.col("kind") == "step").get_column("name").cast(pl.String).sort().to_list()
@@ -37,7 +37,7 @@ def test_both_ranks_load(ddp_traces):
 
 def test_shapes_recorded(ddp_traces):
     trace = load(ddp_traces[:1], use_cache=False)
-    addmm = trace.events.filter(pl.col("name") == "aten::addmm")
+    addmm = trace.events().collect().filter(pl.col("name") == "aten::addmm")
     assert addmm.height >= 3
     dims = [orjson.loads(a)["Input Dims"] for a in addmm.get_column("args").to_list()]
     # batch 32: the first layer is addmm(bias[128], x[32,64], W^T[64,128])
@@ -46,7 +46,7 @@ def test_shapes_recorded(ddp_traces):
 
 def test_collectives_match_across_ranks(ddp_traces):
     trace = load(ddp_traces, use_cache=False)
-    coll = trace.events.filter(pl.col("kind") == "collective").select("rank", "seq", "collective", "bytes")
+    coll = trace.events().collect().filter(pl.col("kind") == "collective").select("rank", "seq", "collective", "bytes")
     r0 = coll.filter(pl.col("rank") == 0).drop("rank").sort(pl.col("seq"), pl.col("collective").cast(pl.String))
     r1 = coll.filter(pl.col("rank") == 1).drop("rank").sort(pl.col("seq"), pl.col("collective").cast(pl.String))
     assert r0.height > 0 and r0.equals(r1)

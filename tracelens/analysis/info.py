@@ -8,37 +8,29 @@ import polars as pl
 
 from tracelens.model.schema import KINDS
 from tracelens.model.units import fmt_bytes, fmt_ns
-from tracelens.store.job import Trace
+from tracelens.store.job import Job
 
 
-def summarize(trace: Trace) -> dict[str, Any]:
-    """Per-file summary as plain data (the ``--json`` output)."""
-    ev = trace.events
-    counts = {
-        fi: dict(zip(sub.get_column("kind").cast(pl.String).to_list(), sub.get_column("len").to_list()))
-        for (fi,), sub in ev.group_by("kind", "file").len().partition_by("file", as_dict=True).items()
-    } if ev.height else {}
-    spans = {
-        row["file"]: row
-        for row in ev.group_by("file").agg(
-            pl.col("ts_ns").min().alias("start_ns"),
-            (pl.col("ts_ns") + pl.col("dur_ns").fill_null(0)).max().alias("end_ns"),
-        ).iter_rows(named=True)
-    } if ev.height else {}
-    steps_df = (
+def _file_facts(job: Job, fi: int) -> tuple[dict[str, int], dict[str, int] | None, list[int]]:
+    """(events by kind, span, ProfilerStep numbers) of one file, from a scan of the columns they need."""
+    ev = job.frame(fi, ["kind", "name", "ts_ns", "dur_ns"])
+    if not ev.height:
+        return {}, None, []
+    counts = dict(ev.group_by("kind").len().select(pl.col("kind").cast(pl.String), "len").iter_rows())
+    lo, hi = ev.select(pl.col("ts_ns").min().alias("lo"), (pl.col("ts_ns") + pl.col("dur_ns").fill_null(0)).max().alias("hi")).row(0)
+    steps = (
         ev.filter(pl.col("kind") == "step")
-        .select("file", pl.col("name").cast(pl.String).str.extract(r"#(\d+)$").cast(pl.Int64).alias("step"))
-        .drop_nulls()
-        .unique()
-        .sort("file", "step")
+        .select(pl.col("name").cast(pl.String).str.extract(r"#(\d+)$").cast(pl.Int64).alias("step"))
+        .drop_nulls().unique().sort("step").get_column("step").to_list()
     )
-    steps: dict[int, list[int]] = {}
-    for fi, st in steps_df.iter_rows():
-        steps.setdefault(fi, []).append(st)
+    return counts, {"start_ns": lo, "end_ns": hi}, steps
+
+
+def summarize(job: Job) -> dict[str, Any]:
+    """Per-file summary as plain data (the ``--json`` output), one file at a time."""
     files = []
-    for fi, m in enumerate(trace.metas):
-        c = counts.get(fi, {})
-        span = spans.get(fi)
+    for fi, m in enumerate(job.metas):
+        c, span, steps = _file_facts(job, fi)
         files.append(
             {
                 "path": m.path,
@@ -62,12 +54,12 @@ def summarize(trace: Trace) -> dict[str, Any]:
                 }
                 if span
                 else None,
-                "steps": steps.get(fi, []),
+                "steps": steps,
                 "truncated": m.truncated,
                 "warnings": list(m.warnings),
             }
         )
-    return {"files": files, "warnings": list(trace.warnings)}
+    return {"files": files, "warnings": list(job.warnings)}
 
 
 def _steps_text(steps: list[int]) -> str:

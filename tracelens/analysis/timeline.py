@@ -143,35 +143,146 @@ class Timeline:
         return q.row(0, named=True)
 
 
-def step_strips(events: pl.DataFrame, ranks, bins: int = 240, max_ranks: int = 64) -> dict[str, Any] | None:
-    """A compact picture of one step per rank for the reports: the kept step (same position on
-    every rank) whose slowest rank is slowest, binned into ``bins`` cells of two rows per rank,
-    compute (everything but communication) and communication.  Each cell: how busy the row was
-    (0..100, percent) and the index of the class that took most of it (-1: idle)."""
+TRACK_COLUMNS = ("rank", "file", "kind", "device", "stream", "ts_ns", "dur_ns", "kclass", "name")
+
+
+class JobTimeline:
+    """The timeline of a loaded job (``tracelens.store.job.Job``), read one rank at a time: a
+    file's GPU rows are read when one of its tracks is drawn or searched, and the last ``keep``
+    files read are kept (the first ``keep`` are read at once: they are drawn first), so the
+    memory held is that of the ranks on screen; the other files' tracks and time spans come from
+    a scan of seven columns of their GPU rows.  Same answers as ``Timeline`` over every file's
+    events (track ids are global, in the same order)."""
+
+    def __init__(self, job, keep: int = 16):
+        self.job = job
+        self.keep = max(1, keep)
+        self._parts: dict[int, Timeline] = {}  # file -> its timeline, least recently used first
+        gpu = pl.col("kind").is_in(GPU_KINDS) & pl.col("device").is_not_null() & pl.col("stream").is_not_null()
+        heads = []  # (file, its tracks' keys, lo, hi, GPU rows)
+        for fi in range(len(job.handles)):
+            if fi < self.keep:  # the first files are read whole (their GPU rows): likely the first drawn
+                part = self._read(fi)
+                keys = [(t.rank, t.file, t.device, t.stream) for t in part.tracks]
+                n = part.events.filter(pl.col("kclass") != "busy").height if part.n_events else 0
+                heads.append((fi, keys, part.start, part.end, n))
+                self._parts[fi] = part
+                continue
+            q = job.events(file=fi, columns=["rank", "file", "kind", "device", "stream", "ts_ns", "dur_ns"]).filter(gpu)
+            streams, span = pl.collect_all([
+                q.select("rank", "file", "device", "stream").unique(),
+                q.select(pl.col("ts_ns").min().alias("lo"), END.max().alias("hi"), pl.len()),
+            ])
+            unions = streams.select("rank", "file", "device").unique().with_columns(pl.lit(-1, pl.Int64).alias("stream"))
+            keys = list(pl.concat([unions, streams]).sort("rank", "file", "device", "stream").iter_rows()) if streams.height else []
+            heads.append((fi, keys, *span.row(0)))
+        # tracks in Timeline's order: by rank, then file (a file's tracks are contiguous)
+        self.tracks: list[Track] = []
+        self._first: dict[int, int] = {}  # file -> its first track id
+        for fi, keys, *_ in sorted(heads, key=lambda h: (job.handles[h[0]].meta.rank, h[0])):
+            base = self._first[fi] = len(self.tracks)
+            self.tracks += [Track(base + i, int(r), int(f), int(d), int(st)) for i, (r, f, d, st) in enumerate(keys)]
+        spans = [(lo, hi) for _, _, lo, hi, n in heads if n]
+        self.start = min((lo for lo, _ in spans), default=0)
+        self.end = max((hi for _, hi in spans), default=0)
+        self.n_events = sum(h[4] for h in heads)  # GPU rows
+
+    def _read(self, fi: int) -> Timeline:
+        return Timeline(self.job.events(file=fi, columns=TRACK_COLUMNS).filter(pl.col("kind").is_in(GPU_KINDS)).collect())
+
+    def _part(self, fi: int) -> Timeline:
+        part = self._parts.pop(fi, None)
+        if part is None:
+            part = self._read(fi)
+            while len(self._parts) >= self.keep:
+                self._parts.pop(next(iter(self._parts)))
+        self._parts[fi] = part
+        return part
+
+    def _local(self, track: int) -> tuple[Timeline, int]:
+        fi = self.tracks[track].file
+        return self._part(fi), track - self._first[fi]
+
+    def _global(self, fi: int, row: dict[str, Any] | None) -> dict[str, Any] | None:
+        if row is not None:
+            row = {**row, "track": row["track"] + self._first[fi]}
+        return row
+
+    def busy_ns(self, track: int, t0: int, t1: int) -> int:
+        part, local = self._local(track)
+        return part.busy_ns(local, t0, t1)
+
+    def event_at(self, track: int, t: int, slack: int = 0) -> dict[str, Any] | None:
+        part, local = self._local(track)
+        return self._global(self.tracks[track].file, part.event_at(local, t, slack))
+
+    def cells(self, tracks: list[int], t0: int, t1: int, width: int) -> dict[int, dict[int, Cell]]:
+        out: dict[int, dict[int, Cell]] = {}
+        by_file: dict[int, list[int]] = {}
+        for t in tracks:
+            by_file.setdefault(self.tracks[t].file, []).append(t)
+        for fi, ts in by_file.items():
+            base = self._first[fi]
+            got = self._part(fi).cells([t - base for t in ts], t0, t1, width)
+            out.update({t + base: cells for t, cells in got.items()})
+        return {t: out.get(t, {}) for t in tracks} if width > 0 and t1 > t0 and tracks else {}
+
+    def longest(self, name: str) -> dict[str, Any] | None:
+        """The longest instance of the kernel ``name`` over every file (the first file on a tie)."""
+        best = None
+        for fi in sorted(self._first, key=self._first.get):
+            got = self._global(fi, self._part(fi).longest(name))
+            if got is not None and (best is None or got["dur_ns"] > best["dur_ns"]):
+                best = got
+        return best
+
+
+def pick_strip_step(ranks) -> tuple[int, list[int], dict[int, Any]] | None:
+    """Which kept step the report's timeline shows (the same position on every rank: the one
+    whose slowest rank is slowest) and of which files (by rank): (position, files, file -> its
+    kept steps); None when no rank has GPU steps.  Reads only the ranks' results."""
     kept = {r.file: kept_steps(r.steps) for r in ranks if r.gpu is not None}
     kept = {f: v for f, v in kept.items() if v}
     if not kept:
         return None
     n = min(len(v) for v in kept.values())
     idx = max(range(n), key=lambda i: max(v[i].dur_ns for v in kept.values()))
-    files = sorted(kept, key=lambda f: next(r.rank for r in ranks if r.file == f))[:max_ranks]
-    # only the events of the picked step of each rank
-    inside = pl.any_horizontal(
-        (pl.col("file") == f) & (pl.col("ts_ns") < kept[f][idx].end_ns) & (END > kept[f][idx].start_ns)
-        for f in files
-    )
-    gpu = events.filter(pl.col("kind").is_in(GPU_KINDS) & inside).with_columns(
-        pl.when(pl.col("kclass") == "comm").then(pl.lit(1, pl.Int64)).otherwise(pl.lit(0, pl.Int64)).alias("stream"),
-        pl.lit(0, pl.Int32).alias("device"),
-    )
-    tl = Timeline(gpu)
+    rank_of = {r.file: r.rank for r in ranks}
+    files = sorted(kept, key=lambda f: rank_of[f])
+    return idx, files, kept
+
+
+STRIP_COLUMNS = ("kind", "kclass", "ts_ns", "dur_ns")
+
+
+def step_strips(ranks, window_events, bins: int = 240, max_ranks: int = 64) -> dict[str, Any] | None:
+    """A compact picture of one step per rank for the reports: the kept step (same position on
+    every rank) whose slowest rank is slowest, binned into ``bins`` cells of two rows per rank,
+    compute (everything but communication) and communication.  Each cell: how busy the row was
+    (0..100, percent) and the index of the class that took most of it (-1: idle).
+
+    ``window_events(file, start, end)``: that file's events (``STRIP_COLUMNS`` at least) that
+    overlap [start, end); asked only for the step shown, of at most ``max_ranks`` files."""
+    got = pick_strip_step(ranks)
+    if got is None:
+        return None
+    idx, files, kept = got
     picked = []
-    for f in files:
+    for f in files[:max_ranks]:
         step = kept[f][idx]
         rank = next(r.rank for r in ranks if r.file == f)
+        ev = window_events(f, step.start_ns, step.end_ns)
+        gpu = ev.filter(pl.col("kind").is_in(GPU_KINDS) & (pl.col("ts_ns") < step.end_ns) & (END > step.start_ns))
+        gpu = gpu.select(
+            pl.lit(rank, pl.Int32).alias("rank"), pl.lit(f, pl.Int32).alias("file"), "kind", "kclass", "ts_ns", "dur_ns",
+            pl.lit(None, pl.String).alias("name"),
+            pl.when(pl.col("kclass") == "comm").then(pl.lit(1, pl.Int64)).otherwise(pl.lit(0, pl.Int64)).alias("stream"),
+            pl.lit(0, pl.Int32).alias("device"),
+        )
+        tl = Timeline(gpu)
         rows = []
         for stream, label in ((0, "compute"), (1, "communication")):
-            track = next((t for t in tl.tracks if t.file == f and t.stream == stream), None)
+            track = next((t for t in tl.tracks if t.stream == stream), None)
             cells = {}
             if track is not None and step.end_ns > step.start_ns:
                 cells = tl.cells([track.id], step.start_ns, step.end_ns, bins)[track.id]

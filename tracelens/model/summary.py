@@ -134,3 +134,34 @@ class RankResult:
     lower_bound: bool = False  # the MFU leaves out matmul kernels whose FLOPs are unknown
     above_peak: bool = False  # some counted FLOPs exceed what their kernels could do at peak (warned)
     mfu_error: str | None = None  # the user's FLOPs or peak give an MFU above 100%: the MFU is null
+
+
+@dataclass(frozen=True)
+class RankSummary:
+    """What analysing one rank yields (the per-rank map's result, DESIGN.md 8): the RankResult
+    the report shows, and the small facts the job reduce needs, so that the reduce never reads
+    events.  Picklable (worker processes, Ray).
+
+    * ``collectives``: this rank's rows of ``COLLECTIVE_SCHEMA`` (tracelens.model.schema), exposed
+      time included (``tracelens.analysis.rank.collectives.collective_rows``): the only per-event
+      data that crosses ranks.
+    * ``step_starts``: (file, name, ts_ns) of its ProfilerStep spans, for the clock alignment's
+      fallback to step starts (``rank.collectives.step_starts``; empty in a one-rank job).
+    * ``first_ns``/``last_ns``: the first event start and last event end; ``pids``: host pids.
+    * ``events``: how many events the rank has.
+
+    The report's timeline picture (one step per rank) is picked from the results' steps; the
+    reduce bins that one step of at most 64 ranks from a scan of its window.
+    """
+
+    result: RankResult
+    collectives: Any  # polars.DataFrame of COLLECTIVE_SCHEMA
+    step_starts: Any  # polars.DataFrame (rank.collectives.STEP_STARTS_SCHEMA)
+    first_ns: int | None = None
+    last_ns: int | None = None
+    pids: tuple[int, ...] = ()
+    events: int = 0
+
+    @property
+    def file(self) -> int:
+        return self.result.file

@@ -142,13 +142,28 @@ def _entry(root: Path, key: str) -> tuple[Path, Path]:
     return root / f"{key}.v{LAYOUT}.parquet", root / f"{key}.v{LAYOUT}.meta.json"
 
 
+def parquet_path(key: str, root: Path | None = None) -> Path:
+    """Where the events of the entry stored under ``key`` are."""
+    return _entry(root or cache_dir(), key)[0]
+
+
 def get(key: str, root: Path | None = None) -> tuple[pl.DataFrame, TraceMeta] | None:
     """The entry stored under ``key``; None when there is none (or only half of one, from a
     killed run).  CorruptEntry (after removing it) when it fails a check; OSError when the
     cache directory cannot be read."""
+    return _checked(key, root, read=True)
+
+
+def lookup(key: str, root: Path | None = None) -> tuple[Path, TraceMeta] | None:
+    """As ``get``, but the entry's Parquet file is only checked (its checksum, read in blocks),
+    not loaded: (its path, the TraceMeta).  The job reads the events later, one rank at a time."""
+    return _checked(key, root, read=False)
+
+
+def _checked(key: str, root: Path | None, read: bool):
     pq, mj = _entry(root or cache_dir(), key)
     try:
-        why = _check_entry(key, pq, mj)
+        why = _check_entry(key, pq, mj, read)
         if not isinstance(why, str):
             return why
     except FileNotFoundError:  # half an entry (a killed run), or removed under us by another run: a miss
@@ -163,8 +178,10 @@ def get(key: str, root: Path | None = None) -> tuple[pl.DataFrame, TraceMeta] | 
     raise CorruptEntry(why)
 
 
-def _check_entry(key: str, pq: Path, mj: Path) -> tuple[pl.DataFrame, TraceMeta] | str:
-    """The entry, or what is wrong with it."""
+def _check_entry(key: str, pq: Path, mj: Path, read: bool = True) -> tuple[pl.DataFrame | Path, TraceMeta] | str:
+    """The entry (its frame when ``read``, else its Parquet file's path), or what is wrong with it."""
+    from tracelens.model.schema import TraceMeta  # (and polars: reading an entry needs both)
+
     st = os.stat(pq)
     if not stat.S_ISREG(st.st_mode):
         return f"{pq.name} is {_kind(st.st_mode)}"
@@ -179,6 +196,13 @@ def _check_entry(key: str, pq: Path, mj: Path) -> tuple[pl.DataFrame, TraceMeta]
     size = head.get("parquet_bytes")
     if type(size) is not int or size != st.st_size:
         return f"its Parquet file has {st.st_size:,} bytes, not as many as it was written with"
+    if not read:
+        got, digest = _digest_file(pq, size)
+        if got != size:
+            return f"its Parquet file has {got:,} bytes, not as many as it was written with"
+        if head.get("parquet_blake2b") != digest:
+            return "its Parquet file fails its checksum"
+        return pq, TraceMeta.from_dict(head["meta"])
     data = _read_file(pq, size)  # the bytes checked are the bytes read
     if len(data) != size:
         return f"its Parquet file has {len(data):,} bytes, not as many as it was written with"
@@ -186,9 +210,25 @@ def _check_entry(key: str, pq: Path, mj: Path) -> tuple[pl.DataFrame, TraceMeta]
         return "its Parquet file fails its checksum"
     import polars as pl
 
-    from tracelens.model.schema import TraceMeta
-
     return pl.read_parquet(io.BytesIO(data)), TraceMeta.from_dict(head["meta"])
+
+
+def _digest_file(path: Path, limit: int) -> tuple[int, str]:
+    """(bytes read, their blake2b) of the cache file ``path``, read in blocks, at most ``limit``
+    + 1 bytes; opened as ``_read_file`` opens (NotAFile when it is not a regular file)."""
+    try:
+        fd = os.open(path, os.O_RDONLY | _NONBLOCK)
+    except IsADirectoryError:
+        raise NotAFile(f"{path.name} is a directory") from None
+    with open(fd, "rb", closefd=True) as fh:
+        mode = os.fstat(fd).st_mode
+        if not stat.S_ISREG(mode):
+            raise NotAFile(f"{path.name} is {_kind(mode)}")
+        h, n = hashlib.blake2b(digest_size=32), 0
+        while n <= limit and (block := fh.read(min(HASH_BLOCK, limit + 1 - n))):
+            h.update(block)
+            n += len(block)
+    return n, h.hexdigest()
 
 
 def drop(key: str, root: Path | None = None) -> None:

@@ -1,37 +1,106 @@
-"""Load a job: find its trace files, parse them (in parallel, through the cache), give every
-file a rank, and join them into one event table.
+"""Load a job: find its trace files, give every file a rank, and keep one handle per file (its
+cached Parquet events, or its frame in memory when the cache is off); never one table of all
+ranks' events.
+
+Cache hits are checked and read here, in the calling process; only the files that must be
+parsed go to an engine (``tracelens.engine``: this process, or worker processes when the bytes
+to parse are worth their start-up).  A worker parses, writes the cache entry and returns the
+small TraceMeta, and the frame only when the cache could not take it.
 """
 
 from __future__ import annotations
 
-import os
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import polars as pl
 
+from tracelens.engine import PARALLEL_MIN_BYTES, LocalEngine, choose  # noqa: F401 (PARALLEL_MIN_BYTES re-exported)
 from tracelens.model.errors import TraceInputError, UnreadableError, UnsupportedFormat
-from tracelens.model.schema import END, EVENT_SCHEMA, TraceMeta, empty_frame
+from tracelens.model.schema import END, TraceMeta, empty_frame
 from tracelens.store.discover import discover
 from tracelens.store.ranks import _assign_ranks
 
-PARALLEL_MIN_BYTES = 8 << 20  # on disk (gzip): about 100 MB of JSON
 _SAME_RUN_GAP_NS = 60 * 10**9  # ranks of one job are traced together: spans further apart than this are separate runs
 
 
+@dataclass(eq=False)
+class RankHandle:
+    """One input file of a job: where its events are (the cache entry's Parquet file, or the
+    frame in memory when the cache is off or could not take it) and its TraceMeta.  Its events
+    are read when asked for (``scan``), with this job's file index and rank."""
+
+    file: int
+    meta: TraceMeta
+    parquet: Path | None = None
+    frame: pl.DataFrame | None = None
+    keep_python: bool = False
+    _facts: dict[str, Any] = field(default_factory=dict, repr=False)
+
+    @property
+    def path(self) -> str:
+        return self.meta.path
+
+    def scan(self) -> pl.LazyFrame:
+        src = self.frame.lazy() if self.frame is not None else pl.scan_parquet(self.parquet)
+        return src.with_columns(pl.lit(self.file, pl.Int32).alias("file"), pl.lit(self.meta.rank, pl.Int32).alias("rank"))
+
+    def read(self, columns: Sequence[str] | None = None) -> pl.DataFrame:
+        """This file's events (``columns`` of them), in memory.  A cache entry removed since the
+        load (another run found it damaged) is parsed again from the trace."""
+        q = self.scan()
+        try:
+            return (q.select(columns) if columns is not None else q).collect()
+        except (OSError, pl.exceptions.PolarsError):
+            if self.frame is not None:
+                raise
+        df, _ = parse_file(self.path, use_cache=False, keep_python=self.keep_python)
+        df = df.with_columns(pl.lit(self.file, pl.Int32).alias("file"), pl.lit(self.meta.rank, pl.Int32).alias("rank"))
+        return df.select(columns) if columns is not None else df
+
+    def span(self) -> tuple[int | None, int | None]:
+        """(first start, last end) of this file's events."""
+        if "span" not in self._facts:
+            lo, hi = self.read_lazy(pl.col("ts_ns").min().alias("lo"), END.max().alias("hi")).row(0)
+            self._facts["span"] = (lo, hi)
+        return self._facts["span"]
+
+    def pids(self) -> list[int]:
+        """The host process ids of this file's events."""
+        if "pids" not in self._facts:
+            self._facts["pids"] = self.read_lazy(pl.col("pid").drop_nulls().unique()).get_column("pid").to_list()
+        return self._facts["pids"]
+
+    def read_lazy(self, *exprs: pl.Expr) -> pl.DataFrame:
+        """``exprs`` over this file's events, computed from a scan (only their columns are read)."""
+        try:
+            return self.scan().select(*exprs).collect()
+        except (OSError, pl.exceptions.PolarsError):
+            if self.frame is not None:
+                raise
+            return self.read().select(*exprs)
 
 
 @dataclass
-class Trace:
-    """A loaded job: one event table (all files) and one TraceMeta per file, in file order."""
+class Job:
+    """A loaded job: one handle per input file, in file order, and what the load said.  The
+    events stay where the handles keep them; ``events()`` scans them lazily."""
 
-    events: pl.DataFrame
-    metas: list[TraceMeta]
+    handles: list[RankHandle]
     warnings: list[str] = field(default_factory=list)
     separate_runs: str | None = None  # why the files look like separate runs rather than one job (also a warning)
     # the warnings about the parse cache (a corrupt entry, a cache that cannot be used): true of this run, not of the job
     cache_warnings: list[str] = field(default_factory=list)
+
+    @property
+    def metas(self) -> list[TraceMeta]:
+        return [h.meta for h in self.handles]
+
+    @property
+    def files(self) -> list[str]:
+        return [h.path for h in self.handles]
 
     @property
     def all_warnings(self) -> list[str]:
@@ -42,6 +111,93 @@ class Trace:
     def ranks(self) -> list[int]:
         return sorted({m.rank for m in self.metas if m.rank is not None})
 
+    def events(self, rank: int | None = None, *, file: int | None = None, window: tuple[int, int] | None = None,
+               columns: Sequence[str] | None = None) -> pl.LazyFrame:
+        """A lazy scan of the events of one file (``file``: its index), or of every file of
+        ``rank`` (two files may claim one), or, with neither, of every file (a lazy union: for a
+        notebook's query; the analysis reads one file at a time).  ``window=(t0, t1)``: only the
+        events that overlap [t0, t1) (instants at t0 included), on that file's own clock."""
+        if file is not None:
+            chosen = [self.handles[file]]
+        elif rank is not None:
+            chosen = [h for h in self.handles if h.meta.rank == rank]
+        else:
+            chosen = list(self.handles)
+        frames = [h.scan() for h in chosen] or [empty_frame().lazy()]
+        q = frames[0] if len(frames) == 1 else pl.concat(frames, how="vertical")
+        if window is not None:
+            t0, t1 = window
+            q = q.filter((pl.col("ts_ns") < t1) & ((pl.col("ts_ns") + pl.col("dur_ns").fill_null(0) > t0) | (pl.col("ts_ns") == t0)))
+        return q.select(columns) if columns is not None else q
+
+    @property
+    def n_events(self) -> int:
+        """Events in all files (from the Parquet files' metadata: no events are read)."""
+        return sum(h.read_lazy(pl.len()).item() for h in self.handles)
+
+    def frame(self, file: int, columns: Sequence[str] | None = None) -> pl.DataFrame:
+        """The events of one file, in memory."""
+        return self.handles[file].read(columns)
+
+
+def _parser_for(path: Path):
+    """(format, parser) of a trace file (the parsers' registry); UnsupportedFormat when tracelens
+    cannot analyse it (an nsys SQLite export: recognised, ``tracelens info`` reads its GPUs)."""
+    from tracelens.parsers import parser_for, sniff
+
+    fmt = sniff(path)
+    return fmt, parser_for(fmt, path)
+
+
+def _lookup(path: Path, keep_python: bool, notes: list[tuple[str, str]], read: bool = False) -> tuple[str | None, tuple[Any, TraceMeta] | None]:
+    """(cache key, (Parquet path, meta) of its entry or None) for a trace file (with ``read``,
+    (frame, meta)); the key is None when the cache cannot be used for it (said in ``notes``)."""
+    from tracelens.store import cache
+
+    fmt, parser = _parser_for(path)
+    damaged: list[str] = []
+    try:
+        h = cache.file_hash(path, damaged=damaged)
+    except OSError:  # the trace itself could not be read: its parse says why
+        h = None
+    for why in damaged:
+        notes.append(("corrupt", f"{path}: the cache's stat index entry for this file was damaged ({why}); "
+                                 "it was removed and the file hashed again"))
+    if h is None:
+        return None, None
+    key = f"{h}-{fmt}-{parser.PARSER_VERSION}{'-py' if keep_python else ''}"
+    try:
+        hit = cache.get(key) if read else cache.lookup(key)
+    except cache.CorruptEntry as e:
+        notes.append(("corrupt", f"{path}: the cache entry for this file was corrupt ({e}); "
+                                 "it was removed and the file re-parsed"))
+        hit = None
+    except OSError as e:
+        notes.append(("cache", _cache_off(e)))
+        return None, None
+    if hit is not None:
+        hit[1].path = str(path)
+    return key, hit
+
+
+def _parse(path: Path, key: str | None, keep_python: bool, progress: Callable[[int], None] | None,
+           notes: list[tuple[str, str]]) -> tuple[pl.DataFrame, TraceMeta, bool]:
+    """Parse a trace file and, with a ``key``, store it in the cache: (frame, meta, stored)."""
+    _, parser = _parser_for(path)
+    df, meta = parser.parse(path, keep_python=keep_python, progress=progress)
+    stored = False
+    if key is not None:
+        from tracelens.store import cache
+
+        meta.content_hash = key.split("-", 1)[0]
+        if not meta.truncated:  # a partial parse is never cached
+            try:
+                cache.put(key, df, meta)
+                stored = True
+            except OSError as e:
+                notes.append(("cache", _cache_off(e)))
+    return df, meta, stored
+
 
 def parse_file(path: str | Path, *, use_cache: bool = True, keep_python: bool = False,
                progress: Callable[[int], None] | None = None,
@@ -50,47 +206,14 @@ def parse_file(path: str | Path, *, use_cache: bool = True, keep_python: bool = 
     the file (on disk) the parser is.  What the job's warnings should say about the cache is
     appended to ``notes`` as (kind, text): "cache" when the cache cannot be used (the parse
     goes on without it), "corrupt" when this file's entry failed its checks and was re-parsed."""
-    from tracelens.parsers import parser_for, sniff
-
     path = Path(path)
-    fmt = sniff(path)
-    parser = parser_for(fmt, path)  # an nsys SQLite export: recognised (tracelens info reads its GPUs), not analysed
-    from tracelens.store import cache
-
     notes = [] if notes is None else notes
     key = None
     if use_cache:
-        damaged: list[str] = []
-        try:
-            h = cache.file_hash(path, damaged=damaged)
-        except OSError:  # the trace itself could not be read: its parse says why
-            h = None
-        for why in damaged:
-            notes.append(("corrupt", f"{path}: the cache's stat index entry for this file was damaged ({why}); "
-                                     "it was removed and the file hashed again"))
-        if h is not None:
-            key = f"{h}-{fmt}-{parser.PARSER_VERSION}{'-py' if keep_python else ''}"
-            try:
-                hit = cache.get(key)
-            except cache.CorruptEntry as e:
-                notes.append(("corrupt", f"{path}: the cache entry for this file was corrupt ({e}); "
-                                         "it was removed and the file re-parsed"))
-                hit = None
-            except OSError as e:
-                notes.append(("cache", _cache_off(e)))
-                hit, key = None, None
-            if hit is not None:
-                df, meta = hit
-                meta.path = str(path)
-                return df, meta
-    df, meta = parser.parse(path, keep_python=keep_python, progress=progress)
-    if key is not None:
-        meta.content_hash = key.split("-", 1)[0]
-        if not meta.truncated:  # a partial parse is never cached
-            try:
-                cache.put(key, df, meta)
-            except OSError as e:
-                notes.append(("cache", _cache_off(e)))
+        key, hit = _lookup(path, keep_python, notes, read=True)
+        if hit is not None:
+            return hit
+    df, meta, _ = _parse(path, key, keep_python, progress, notes)
     return df, meta
 
 
@@ -100,11 +223,13 @@ def _cache_off(e: OSError) -> str:
     return f"the parse cache in {cache_dir()} cannot be used ({e.strerror or e}); running without it"
 
 
-def _parse_job(args: tuple[str, bool, bool]) -> tuple[pl.DataFrame, TraceMeta, list[tuple[str, str]]]:
-    path, use_cache, keep_python = args
+def _parse_task(args: tuple) -> tuple[TraceMeta, pl.DataFrame | None, list[tuple[str, str]]]:
+    """One file to parse (in a worker or here): its meta, its frame when the cache did not take
+    it (None: it is in the cache under its key), and what the parse said about the cache."""
+    path, key, keep_python, progress = args
     notes: list[tuple[str, str]] = []
-    df, meta = parse_file(path, use_cache=use_cache, keep_python=keep_python, notes=notes)
-    return df, meta, notes
+    df, meta, stored = _parse(Path(path), key, keep_python, progress, notes)
+    return meta, (None if stored else df), notes
 
 
 def load(
@@ -116,8 +241,8 @@ def load(
     progress: Callable[[int, int, TraceMeta], None] | None = None,
     bytes_progress: Callable[[int, int], None] | None = None,
     strict: bool = False,
-) -> Trace:
-    """Load trace files and directories of them into one Trace.  ``progress(done, total, meta)``
+) -> Job:
+    """Load trace files and directories of them into a Job.  ``progress(done, total, meta)``
     after each file; ``bytes_progress(done, total)`` in bytes on disk as the files are read (within
     a file too, when parsing in this process).
 
@@ -129,21 +254,20 @@ def load(
     files, from_dirs, warnings = discover(paths, strict=strict)
     if not files:
         raise TraceInputError(".", "no input files")
-    results: dict[int, tuple[pl.DataFrame, TraceMeta]] = {}
-    notes: dict[int, list[tuple[str, str]]] = {}  # file -> what its parse said about the cache
+    handles: dict[int, RankHandle] = {}
+    notes: dict[int, list[tuple[str, str]]] = {}  # file -> what its lookup and parse said about the cache
     if use_cache:
         from tracelens.store import cache
 
         cache.sweep()
     sizes = [_size(f) for f in files]
     total = sum(sizes)
-    if jobs is None:
-        # worker processes cost ~0.3 s to start (imports): worth it only for real work
-        jobs = min(len(files), os.cpu_count() or 1) if total > PARALLEL_MIN_BYTES else 1
-    work = [(str(f), use_cache, keep_python) for f in files]
+    done = [0]  # bytes of the files recorded
 
-    def record(i: int, res: tuple[pl.DataFrame, TraceMeta] | None, err: TraceInputError | None) -> None:
+    def record(i: int, handle: RankHandle | None, err: BaseException | None) -> None:
         if err is not None:
+            if not isinstance(err, TraceInputError):
+                raise err
             skip = (
                 isinstance(err, UnsupportedFormat)
                 or err.problem.startswith("not a trace")
@@ -153,67 +277,74 @@ def load(
                 warnings.append(f"{err.path}: skipped ({err.problem})")
                 return
             raise err
-        assert res is not None
-        results[i] = res
+        assert handle is not None
+        handles[i] = handle
+        done[0] += sizes[i]
         if progress is not None:
-            progress(len(results), len(files), res[1])
+            progress(len(handles), len(files), handle.meta)
         if bytes_progress is not None:
-            bytes_progress(sum(sizes[j] for j in results), total)
+            bytes_progress(done[0], total)
 
-    if jobs <= 1 or len(files) == 1:
-        before = 0
-        for i, (path, cache_ok, keep_py) in enumerate(work):
-            inner = None
-            if bytes_progress is not None:
-                inner = (lambda base: lambda n: bytes_progress(base + n, total))(before)
-            got = notes[i] = []
-            cache_off = any(k == "cache" for n in notes.values() for k, _ in n)  # once it failed, the rest go without
+    # cache hits are read here; what must be parsed goes to the engine
+    todo: list[tuple[int, str | None]] = []
+    for i, f in enumerate(files):
+        got = notes[i] = []
+        cache_off = any(k == "cache" for n in notes.values() for k, _ in n)  # once it failed, the rest go without
+        if not use_cache or cache_off:
             try:
-                res = parse_file(path, use_cache=cache_ok and not cache_off, keep_python=keep_py, progress=inner, notes=got)
+                _parser_for(f)
             except TraceInputError as e:
                 record(i, None, e)
             else:
-                record(i, res, None)
-            before += sizes[i]
-    else:
-        from concurrent.futures import ProcessPoolExecutor, as_completed  # only here: ~3 ms to import
-        from multiprocessing import get_context
+                todo.append((i, None))
+            continue
+        try:
+            key, hit = _lookup(f, keep_python, got)
+        except TraceInputError as e:
+            record(i, None, e)
+            continue
+        if hit is not None:
+            record(i, RankHandle(i, hit[1], parquet=hit[0], keep_python=keep_python), None)
+        else:
+            todo.append((i, key))
+    engine = choose(jobs, sum(sizes[i] for i, _ in todo), len(todo))
+    local = isinstance(engine, LocalEngine)  # in this process: the parse can say how far into its file it is
 
-        with ProcessPoolExecutor(max_workers=jobs, mp_context=get_context("spawn")) as pool:
-            futs = {pool.submit(_parse_job, w): i for i, w in enumerate(work)}
-            try:
-                for fut in as_completed(futs):
-                    i = futs[fut]
-                    try:
-                        df, meta, got = fut.result()
-                    except TraceInputError as e:
-                        record(i, None, e)
-                    else:
-                        notes[i] = got
-                        record(i, (df, meta), None)
-            except BaseException:
-                for f in futs:
-                    f.cancel()
-                raise
+    def inner(i: int) -> Callable[[int], None] | None:
+        if bytes_progress is None or not local:
+            return None
+        return lambda n: bytes_progress(done[0] + n, total)
+
+    work = [(str(files[i]), key, keep_python, inner(i)) for i, key in todo]
+    for j, res in engine.map(_parse_task, work):
+        i, key = todo[j]
+        if isinstance(res, BaseException):
+            record(i, None, res)
+            continue
+        meta, df, got = res
+        notes[i].extend(got)
+        if df is None:  # in the cache: read from there when asked for
+            from tracelens.store import cache
+
+            record(i, RankHandle(i, meta, parquet=cache.parquet_path(key), keep_python=keep_python), None)
+        else:
+            record(i, RankHandle(i, meta, frame=df, keep_python=keep_python), None)
     said = [n for i in sorted(notes) for n in notes[i]]
     cache_warnings = [text for kind, text in said if kind == "corrupt"]
     cache_warnings += next(([text] for kind, text in said if kind == "cache"), [])  # one, however many files met it
     warnings.extend(cache_warnings)
-    if not results:
+    if not handles:
         raise TraceInputError(str(files[0].parent if len(files) > 1 else files[0]), "no traces among the inputs")
-    order = sorted(results)
-    metas = [results[i][1] for i in order]
-    frames = [results[i][0] for i in order]
-    _assign_ranks([files[i] for i in order], metas, warnings, frames)
-    separate = _separate_runs(metas, frames)
+    order = sorted(handles)
+    kept = [handles[i] for i in order]
+    for fi, h in enumerate(kept):
+        h.file = fi
+    metas = [h.meta for h in kept]
+    _assign_ranks([files[i] for i in order], metas, warnings, lambda fi: kept[fi].pids())
+    separate = _separate_runs(metas, [h.span for h in kept])
     if separate:
         warnings.append(separate)
-    out = []
-    for fi, (df, meta) in enumerate(zip(frames, metas)):
-        out.append(df.with_columns(pl.lit(fi, dtype=pl.Int32).alias("file"), pl.lit(meta.rank, dtype=pl.Int32).alias("rank")))
-    events = pl.concat(out, how="vertical") if out else empty_frame()
-    assert list(events.schema) == list(EVENT_SCHEMA)
-    return Trace(events=events, metas=metas, warnings=warnings, separate_runs=separate, cache_warnings=cache_warnings)
+    return Job(handles=kept, warnings=warnings, separate_runs=separate, cache_warnings=cache_warnings)
 
 
 def _size(f: Path) -> int:
@@ -244,7 +375,7 @@ def _fmt_gap(ns: int) -> str:
     return f"{s / 86400:.1f} days"
 
 
-def _separate_runs(metas: list[TraceMeta], frames: list[pl.DataFrame]) -> str | None:
+def _separate_runs(metas: list[TraceMeta], span_of: list[Callable[[], tuple[int | None, int | None]]]) -> str | None:
     """Why the files look like separate runs rather than the ranks of one job, or None.  Only
     without distributedInfo in any file (a job's ranks that say so are believed), and only on
     evidence: different GPU models, or traced spans that do not overlap and lie more than a
@@ -258,8 +389,8 @@ def _separate_runs(metas: list[TraceMeta], frames: list[pl.DataFrame]) -> str | 
     if len(gpus) > 1:
         evidence.append(f"they ran on different GPUs ({', '.join(gpus)})")
     spans = []
-    for m, df in zip(metas, frames):
-        lo, hi = df.select(pl.col("ts_ns").min().alias("lo"), END.max().alias("hi")).row(0)
+    for m, span in zip(metas, span_of):  # each file's (first start, last end), read only here
+        lo, hi = span()
         a, b = _wall_ns(m, lo), _wall_ns(m, hi)
         if a is not None and b is not None:
             spans.append((a, b, m.path))

@@ -4,10 +4,8 @@ the file order (with a warning)."""
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from pathlib import Path
-
-import polars as pl
 
 from tracelens.model.schema import TraceMeta
 
@@ -44,15 +42,15 @@ def rank_from_name(path: Path, pids: Iterable[int] = ()) -> int | None:
 
 
 def _assign_ranks(files: list[Path], metas: list[TraceMeta], warnings: list[str],
-                  frames: list[pl.DataFrame] | None = None) -> None:
-    """distributedInfo.rank, else the file name, else the file order; duplicates are kept."""
+                  pids: Callable[[int], Iterable[int]] | None = None) -> None:
+    """distributedInfo.rank, else the file name, else the file order; duplicates are kept.
+    ``pids(i)``: the host process ids of file i's events (read only where a name's number may be one)."""
     pid_named: dict[int, int] = {}  # file -> the number in its name that is its process id
     for i, (f, m) in enumerate(zip(files, metas)):
         if m.rank is None:
             got = _name_rank(f)
-            if got is not None and not got[1] and frames is not None:
-                pids = frames[i].get_column("pid").drop_nulls().unique()
-                if got[0] in set(pids.to_list()):
+            if got is not None and not got[1] and pids is not None:
+                if got[0] in set(pids(i)):
                     pid_named[i] = got[0]
                     got = None
             if got is not None:

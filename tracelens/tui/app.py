@@ -111,9 +111,9 @@ class TracelensApp(App):
             self.on_failed(Failed(self._startup_error))
         elif self.report is not None:
             if self._trace is not None:
-                from tracelens.analysis.timeline import Timeline
+                from tracelens.analysis.timeline import JobTimeline
 
-                self.timeline = Timeline(self._trace.events)
+                self.timeline = JobTimeline(self._trace)
             self._show(self.report)
         else:
             self.load_job()

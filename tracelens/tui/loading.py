@@ -100,7 +100,7 @@ class JobLoad:
             from tracelens.analysis import analyze
 
             trace = self._load_trace(progress, bytes_progress)
-            self._progress(f"analyzing {trace.events.height:,} events…", None, None)
+            self._progress(f"analyzing {trace.n_events:,} events…", None, None)
             self.trace = trace
             return analyze(trace, options).to_dict(), not trace.cache_warnings
 
@@ -111,6 +111,6 @@ class JobLoad:
         self.go_on.wait(timeout=5)  # the first screen first (a stuck app does not keep the timeline from loading)
         if self.trace is None:  # served from the report cache: the events are still to read (the parse cache's)
             self.trace = self._load_trace()
-        from tracelens.analysis.timeline import Timeline
+        from tracelens.analysis.timeline import JobTimeline
 
-        self.timeline = Timeline(self.trace.events)
+        self.timeline = JobTimeline(self.trace)
