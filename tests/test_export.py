@@ -132,28 +132,27 @@ def test_a_polars_write_error_is_an_output_error(tmp_path, monkeypatch):
     def full(self, path, *a, **k):
         raise pl.exceptions.ComputeError("parquet: File out of specification: underlying IO error: No space left on device (os error 28)")
 
-    monkeypatch.setattr(pl.DataFrame, "write_parquet", full)
+    monkeypatch.setattr(pl.LazyFrame, "sink_parquet", full)  # the export streams each rank's scan
     with pytest.raises(OutputError, match="no space left on the device"):
-        parquet.export([JOB], tmp_path / "out", use_cache=False)  # (the cache writes Parquet too)
+        parquet.export([JOB], tmp_path / "out", use_cache=False)
     assert os.listdir(tmp_path) == []
 
 
 def test_ranks_are_written_one_at_a_time(tmp_path, monkeypatch):
-    """The job's events are never joined: each parsed table is released before the next file is
-    parsed (at most one is alive), and the rank files are streamed from the staged ones."""
-    import weakref
-
+    """The job's events are never joined: with the parse cache on, the loaded job holds no rank's
+    table in memory (each handle names its cached Parquet file) and each rank file is streamed
+    from that file's lazy scan."""
     from tracelens.store import job
 
-    alive: list[weakref.ref] = []
-    real = job.parse_file
+    loaded = []
+    real = job.load
 
-    def parse(*a, **k):
-        assert all(r() is None for r in alive), "the previous file's table is still held"
-        df, meta = real(*a, **k)
-        alive.append(weakref.ref(df))
-        return df, meta
+    def load(*a, **k):
+        loaded.append(real(*a, **k))
+        return loaded[-1]
 
-    monkeypatch.setattr(job, "parse_file", parse)
+    monkeypatch.setattr(job, "load", load)
+    monkeypatch.setenv("TRACELENS_CACHE_DIR", str(tmp_path / "cache"))
     done = parquet.export([*TWO_RANKS, JOB], tmp_path / "out")
-    assert len(done.files) == 4 and len(alive) == 4
+    assert len(done.files) == 4 and len(loaded) == 1
+    assert all(h.frame is None and h.parquet is not None for h in loaded[0].handles)

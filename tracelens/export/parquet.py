@@ -7,9 +7,9 @@ what each file is (rank, source trace, rows, the trace's metadata) and the load'
 a notebook, ``pl.scan_parquet("out/*.parquet")`` is the whole job as one lazy frame.  With
 ``ranks`` only those ranks are written; an ``out`` ending in ``.parquet`` is one rank's table.
 
-Rank by rank: one file is parsed (through the cache) and staged at a time, and the final files
-are streamed from the staged ones (``sink_parquet``), so memory is one rank's table, never the
-job's.  Nothing is written half: the files are built in a temporary directory beside ``out``
+Rank by rank: the job is loaded as every command loads it (``tracelens.store.job.load``: the
+files parsed through the cache, ranks given) and each rank's file is streamed from its lazy scan
+(``Job.events(file=...).sink_parquet``), so memory is at most one rank's table, never the job's.  Nothing is written half: the files are built in a temporary directory beside ``out``
 and renamed onto it at the end; on any failure it is removed and ``out`` is as it was.  An
 existing ``out`` must be empty or an earlier export (replaced whole)."""
 
@@ -26,8 +26,8 @@ from typing import Any
 
 import polars as pl
 
-from tracelens.model.errors import OutputError, TraceInputError, UnreadableError, UnsupportedFormat, UsageError
-from tracelens.model.schema import EVENT_SCHEMA, TraceMeta
+from tracelens.model.errors import OutputError, UsageError
+from tracelens.model.schema import EVENT_SCHEMA
 
 MANIFEST = "tracelens-export.json"
 _OURS = re.compile(r"rank-\d+(?:\.file-\d+)?\.parquet")  # the files an export writes (besides the manifest)
@@ -54,20 +54,19 @@ def export(paths: Iterable[str | Path], out: str | Path, *, ranks: Iterable[int]
     Raises TraceInputError when an input cannot be used (as ``tracelens report`` would),
     UsageError when ``ranks`` selects no file (or several, for a ``.parquet`` ``out``), and
     OutputError when ``out`` cannot be written; in every case nothing is left behind."""
-    from tracelens.store.discover import discover
+    from tracelens.store.job import load
 
     out = Path(out)
     single = out.suffix.lower() == ".parquet"
     wanted = None if ranks is None else set(ranks)
-    paths = [str(p) for p in paths]
     _check_destination(out, single)
-    files, from_dirs, warnings = discover(paths, strict=strict)
-    if not files:
-        raise TraceInputError(".", "no input files")
+    # the job as every command loads it (discovery, skipped files, the cache, ranks): one rank's
+    # table in memory at a time, and none when its file is in the parse cache
+    job = load([str(p) for p in paths], use_cache=use_cache, keep_python=keep_python, strict=strict,
+               progress=(lambda done, total, _meta: progress(done, total)) if progress is not None else None)
     stage = _stage_dir(out)
     try:
-        kept, metas, pids = _stage(files, from_dirs, stage, out, warnings, wanted, use_cache, keep_python, strict, progress)
-        result = _finish(kept, metas, pids, stage, out, single, wanted, warnings)
+        result = _write_ranks(job, stage, out, single, wanted)
         if single:
             _write(out, os.replace, stage / result.files[0]["parquet"], out)
             shutil.rmtree(stage, ignore_errors=True)
@@ -131,58 +130,14 @@ def _write(out: Path, do: Callable[..., Any], *args: Any) -> Any:
         raise OutputError(str(out), f"cannot write: {problem}; nothing was written") from None
 
 
-def _stage(files: list[Path], from_dirs: set[Path], stage: Path, out: Path, warnings: list[str], wanted: set[int] | None,
-           use_cache: bool, keep_python: bool, strict: bool,
-           progress: Callable[[int, int], None] | None) -> tuple[list[Path], list[TraceMeta], list[pl.DataFrame]]:
-    """Parse each file (through the cache) and stage its table as ``<i>.parquet``, one at a time;
-    keep only its meta and its process ids (what the rank assignment reads).  Files found in a
-    directory that are not traces are skipped with a warning, as the load does."""
-    from tracelens.store.job import parse_file
-
-    kept: list[Path] = []
-    metas: list[TraceMeta] = []
-    pids: list[pl.DataFrame] = []
-    cache_off = False
-    notes: list[tuple[str, str]] = []
-    for i, f in enumerate(files):
-        got: list[tuple[str, str]] = []
-        try:
-            df, meta = parse_file(f, use_cache=use_cache and not cache_off, keep_python=keep_python, notes=got)
-        except TraceInputError as err:
-            skip = (isinstance(err, UnsupportedFormat) or err.problem.startswith("not a trace")
-                    or (isinstance(err, UnreadableError) and not strict))
-            if f in from_dirs and skip:
-                warnings.append(f"{err.path}: skipped ({err.problem})")
-                continue
-            raise
-        finally:
-            notes += got
-            cache_off = cache_off or any(k == "cache" for k, _ in got)
-        if wanted is None or meta.rank is None or meta.rank in wanted:  # a file without a rank may be given a wanted one
-            _write(out, df.write_parquet, stage / f"{len(kept)}.parquet")
-        kept.append(f)
-        metas.append(meta)
-        pids.append(df.select(pl.col("pid").drop_nulls().unique()))
-        del df
-        if progress is not None:
-            progress(i + 1, len(files))
-    warnings.extend(text for kind, text in notes if kind == "corrupt")
-    warnings.extend(next(([text] for kind, text in notes if kind == "cache"), []))
-    if not kept:
-        raise TraceInputError(str(files[0].parent if len(files) > 1 else files[0]), "no traces among the inputs")
-    return kept, metas, pids
-
-
-def _finish(kept: list[Path], metas: list[TraceMeta], pids: list[pl.DataFrame], stage: Path, out: Path, single: bool,
-            wanted: set[int] | None, warnings: list[str]) -> Exported:
-    """Give every file its rank (as the load does), then stream each wanted staged table into its
-    final file with ``file`` and ``rank`` set; write the manifest."""
+def _write_ranks(job, stage: Path, out: Path, single: bool, wanted: set[int] | None) -> Exported:
+    """Stream each wanted file's events (``Job.events``: a lazy scan of its cached table) into its
+    final file under ``stage``; write the manifest."""
     import orjson
 
     from tracelens import __version__
-    from tracelens.store.ranks import _assign_ranks
 
-    _assign_ranks(kept, metas, warnings, pids)
+    metas = job.metas
     chosen = [i for i, m in enumerate(metas) if wanted is None or m.rank in wanted]
     have = sorted({m.rank for m in metas})
     if not chosen:
@@ -194,21 +149,13 @@ def _finish(kept: list[Path], metas: list[TraceMeta], pids: list[pl.DataFrame], 
     claims: dict[int, int] = {}
     for m in metas:
         claims[m.rank] = claims.get(m.rank, 0) + 1
-    result = Exported(out=str(out), warnings=list(warnings) + [f"{m.path}: {w}" for m in metas for w in m.warnings])
+    result = Exported(out=str(out), warnings=list(job.all_warnings))
     for i in chosen:
         m = metas[i]
         name = f"rank-{m.rank}.parquet" if claims[m.rank] == 1 else f"rank-{m.rank}.file-{i}.parquet"
-        staged = stage / f"{i}.parquet"
-        frame = (pl.scan_parquet(staged)
-                 .with_columns(pl.lit(i, dtype=pl.Int32).alias("file"), pl.lit(m.rank, dtype=pl.Int32).alias("rank"))
-                 .select(list(EVENT_SCHEMA)))
-        _write(out, frame.sink_parquet, stage / name)
-        staged.unlink()
+        _write(out, job.events(file=i).select(list(EVENT_SCHEMA)).sink_parquet, stage / name)
         rows = pl.scan_parquet(stage / name).select(pl.len()).collect().item()
         result.files.append({"parquet": name, "rank": m.rank, "file": i, "path": m.path, "rows": rows, "meta": m.to_dict()})
-    for p in stage.glob("*.parquet"):  # staged tables of files not chosen
-        if not _OURS.fullmatch(p.name):
-            p.unlink()
     if not single:
         manifest = {"tool": {"name": "tracelens", "version": __version__},
                     "schema": {k: str(v) for k, v in EVENT_SCHEMA.items()},
