@@ -161,8 +161,8 @@ def main() -> int:
     ap.add_argument("--json", type=Path)
     args = ap.parse_args()
     from tracelens.analysis import analyze
-    from tracelens.analysis.options import Options
     from tracelens.analysis.rank import _analyze_rank
+    from tracelens.model.options import Options
     from tracelens.store.job import load
 
     traces = [(p, json_mb(p)) for p in args.traces] if args.traces else default_traces()

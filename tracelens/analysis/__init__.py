@@ -15,11 +15,11 @@ from dataclasses import replace
 import polars as pl
 
 from tracelens.analysis.job.rollup import finish_job
-from tracelens.analysis.options import Options, parse_steps  # noqa: F401 (re-exported)
 from tracelens.analysis.rank import _analyze_rank
 from tracelens.analysis.report import Analysis
 from tracelens.analysis.suggest import input_bound_class  # noqa: F401 (re-exported)
 from tracelens.analysis.timeline import STRIP_COLUMNS, step_strips
+from tracelens.model.options import Options, parse_steps  # noqa: F401 (re-exported)
 from tracelens.model.summary import IDLE_KEYS, ZERO, DataLoading, GpuTime, IdleSplit, RankResult, RankSummary, Step  # noqa: F401 (re-exported)
 from tracelens.store.job import Job, RankHandle
 

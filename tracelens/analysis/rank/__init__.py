@@ -32,13 +32,13 @@ import polars as pl
 
 from tracelens.analysis import intervals as iv
 from tracelens.analysis import waterfall
-from tracelens.analysis.options import Options
 from tracelens.analysis.rank import segments
 from tracelens.analysis.rank.idle import _GRAPH_LAUNCH, _IdleAttribution
 from tracelens.analysis.rank.names import Names
 from tracelens.analysis.rank.names import of as of_names
 from tracelens.analysis.suggest import input_bound_class
 from tracelens.model import gpus
+from tracelens.model.options import Options
 from tracelens.model.schema import END, NON_COMPUTE_KCLASSES
 from tracelens.model.summary import ZERO, DataLoading, GpuTime, IdleSplit, RankResult, Step, kept_indices, kept_steps
 from tracelens.model.units import fmt_ns

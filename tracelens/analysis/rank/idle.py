@@ -5,9 +5,9 @@ from __future__ import annotations
 import polars as pl
 
 from tracelens.analysis import intervals as iv
-from tracelens.analysis.options import Options
 from tracelens.analysis.rank.names import Names
 from tracelens.analysis.rank.names import of as of_names
+from tracelens.model.options import Options
 from tracelens.model.schema import END
 from tracelens.model.summary import IDLE_KEYS, IdleSplit
 
