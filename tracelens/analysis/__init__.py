@@ -104,6 +104,6 @@ def analyze(job: Job, options: Options | None = None, engine=None) -> Analysis:
         straggler_check=check,
         comm_notes=comm.report_notes(table, metas),
         clock_method=align.method,
-        timeline=step_strips(ranks, lambda f, t0, t1: job.events(file=f, window=(t0, t1), columns=STRIP_COLUMNS).collect()),
+        timeline=step_strips(ranks, lambda f, t0, t1: job.events(file=f, window=(t0, t1), columns=STRIP_COLUMNS)),
         separate_runs=job.separate_runs is not None,
     ))

@@ -43,6 +43,33 @@ class Cell:
     kclass: str  # the class that took most of it
 
 
+def _binned(events: pl.LazyFrame, t0: int, t1: int, width: int) -> pl.LazyFrame:
+    """(track, cell, busy, kclass) of the cells of [t0, t1) split into ``width`` equal cells
+    (``width`` > 0, t1 > t0) that any of ``events`` (track, ts, end, kclass) overlaps: the time
+    covered in the cell (ns, summed over the events, overlaps counted twice) and the class that
+    covered most of it (ties broken by name: the same picture every run)."""
+    dt = (t1 - t0) / width
+    s = pl.max_horizontal(pl.col("ts"), pl.lit(t0)).cast(pl.Float64)
+    e = pl.min_horizontal(pl.col("end"), pl.lit(t1)).cast(pl.Float64)
+    return (
+        events.filter((pl.col("ts") < t1) & (pl.col("end") > t0))
+        .select("track", "kclass", s.alias("s"), e.alias("e"))
+        .with_columns(((pl.col("s") - t0) / dt).floor().cast(pl.Int64).clip(0, width - 1).alias("c0"))
+        .with_columns((((pl.col("e") - t0) / dt).ceil().cast(pl.Int64) - 1).clip(pl.col("c0"), width - 1).alias("c1"))
+        .with_columns(pl.int_ranges(pl.col("c0"), pl.col("c1") + 1).alias("cell"))
+        .explode("cell")
+        .with_columns((pl.col("cell") * dt + t0).alias("cs"))
+        .with_columns(
+            (pl.min_horizontal(pl.col("e"), pl.col("cs") + dt) - pl.max_horizontal(pl.col("s"), pl.col("cs"))).clip(0).alias("ov")
+        )
+        .group_by("track", "cell", "kclass")
+        .agg(pl.col("ov").sum())
+        .sort(["ov", "kclass"], descending=[True, False])
+        .group_by("track", "cell")
+        .agg(pl.col("ov").sum().alias("busy"), pl.col("kclass").first())
+    )
+
+
 class Timeline:
     """GPU events of a job, indexed for drawing."""
 
@@ -104,28 +131,9 @@ class Timeline:
         split into ``width`` equal cells (cells without an entry are idle)."""
         if width <= 0 or t1 <= t0 or not tracks:
             return {}
-        dt = (t1 - t0) / width
-        s = pl.max_horizontal(pl.col("ts"), pl.lit(t0)).cast(pl.Float64)
-        e = pl.min_horizontal(pl.col("end"), pl.lit(t1)).cast(pl.Float64)
-        q = (
-            self.events.lazy()
-            .filter(pl.col("track").is_in(tracks) & (pl.col("ts") < t1) & (pl.col("end") > t0))
-            .select("track", "kclass", s.alias("s"), e.alias("e"))
-            .with_columns(((pl.col("s") - t0) / dt).floor().cast(pl.Int64).clip(0, width - 1).alias("c0"))
-            .with_columns((((pl.col("e") - t0) / dt).ceil().cast(pl.Int64) - 1).clip(pl.col("c0"), width - 1).alias("c1"))
-            .with_columns(pl.int_ranges(pl.col("c0"), pl.col("c1") + 1).alias("cell"))
-            .explode("cell")
-            .with_columns((pl.col("cell") * dt + t0).alias("cs"))
-            .with_columns(
-                (pl.min_horizontal(pl.col("e"), pl.col("cs") + dt) - pl.max_horizontal(pl.col("s"), pl.col("cs"))).clip(0).alias("ov")
-            )
-            .group_by("track", "cell", "kclass")
-            .agg(pl.col("ov").sum())
-            .sort(["ov", "kclass"], descending=[True, False])  # ties broken by name: the same picture every run
-            .group_by("track", "cell")
-            .agg(pl.col("ov").sum().alias("busy"), pl.col("kclass").first())
-        )
+        q = _binned(self.events.lazy().filter(pl.col("track").is_in(tracks)), t0, t1, width)
         out: dict[int, dict[int, Cell]] = {t: {} for t in tracks}
+        dt = (t1 - t0) / width
         for track, cell, busy, kclass in q.collect(engine="in-memory").iter_rows():
             out[track][cell] = Cell(min(1.0, busy / dt), kclass)
         return out
@@ -262,32 +270,37 @@ def step_strips(ranks, window_events, bins: int = 240, max_ranks: int = 64) -> d
     (0..100, percent) and the index of the class that took most of it (-1: idle).
 
     ``window_events(file, start, end)``: that file's events (``STRIP_COLUMNS`` at least) that
-    overlap [start, end); asked only for the step shown, of at most ``max_ranks`` files."""
+    overlap [start, end), a DataFrame or a LazyFrame; asked only for the step shown, of at most
+    ``max_ranks`` files.  The cells are ``Timeline.cells`` of the rows' two tracks, computed
+    directly: one query per rank, all run in one batch."""
     got = pick_strip_step(ranks)
     if got is None:
         return None
     idx, files, kept = got
-    picked = []
+    picked, queries = [], []
     for f in files[:max_ranks]:
         step = kept[f][idx]
         rank = next(r.rank for r in ranks if r.file == f)
-        ev = window_events(f, step.start_ns, step.end_ns)
-        gpu = ev.filter(pl.col("kind").is_in(GPU_KINDS) & (pl.col("ts_ns") < step.end_ns) & (END > step.start_ns))
-        gpu = gpu.select(
-            pl.lit(rank, pl.Int32).alias("rank"), pl.lit(f, pl.Int32).alias("file"), "kind", "kclass", "ts_ns", "dur_ns",
-            pl.lit(None, pl.String).alias("name"),
-            pl.when(pl.col("kclass") == "comm").then(pl.lit(1, pl.Int64)).otherwise(pl.lit(0, pl.Int64)).alias("stream"),
-            pl.lit(0, pl.Int32).alias("device"),
-        )
-        tl = Timeline(gpu)
-        rows = []
-        for stream, label in ((0, "compute"), (1, "communication")):
-            track = next((t for t in tl.tracks if t.stream == stream), None)
-            cells = {}
-            if track is not None and step.end_ns > step.start_ns:
-                cells = tl.cells([track.id], step.start_ns, step.end_ns, bins)[track.id]
-            rows.append((label, cells))
-        picked.append((f, rank, step, rows))
+        picked.append((f, rank, step))
+        if step.end_ns > step.start_ns:  # the step's GPU rows binned directly: row 0 compute, 1 communication
+            ev = window_events(f, step.start_ns, step.end_ns)
+            gpu = (
+                ev.lazy().filter(pl.col("kind").is_in(GPU_KINDS) & (pl.col("ts_ns") < step.end_ns) & (END > step.start_ns))
+                .select((pl.col("kclass") == "comm").fill_null(False).cast(pl.Int32).alias("track"), pl.col("ts_ns").alias("ts"),
+                        END.alias("end"), pl.col("kclass").cast(pl.String).fill_null("other"))
+                .sort("track", "ts")  # the order Timeline sums its cells in: the same floats to the bit
+            )
+            queries.append(_binned(gpu, step.start_ns, step.end_ns, bins))
+    binned = iter(pl.collect_all(queries, engine="in-memory") if queries else [])
+    rows_of = []
+    for f, rank, step in picked:
+        cells: tuple[dict[int, Cell], dict[int, Cell]] = ({}, {})
+        if step.end_ns > step.start_ns:
+            dt = (step.end_ns - step.start_ns) / bins
+            for track, cell, busy, kclass in next(binned).iter_rows():
+                cells[track][cell] = Cell(min(1.0, busy / dt), kclass)
+        rows_of.append((f, rank, step, [("compute", cells[0]), ("communication", cells[1])]))
+    picked = rows_of
     classes = sorted({c.kclass for *_, rows in picked for _, cells in rows for c in cells.values()})
     index = {c: i for i, c in enumerate(classes)}
     out_ranks = []

@@ -73,31 +73,66 @@ def _step_spans(df: pl.DataFrame, options: Options) -> tuple[pl.DataFrame, int |
     return out, main["tid"]
 
 
-def _analyze_rank(df: pl.DataFrame, fi: int, meta, options: Options) -> RankResult:
-    warnings: list[str] = []
-    names = Names(df)  # the rank's distinct names: every name test runs on them
-    gpu_rows = df.filter(pl.col("kind").is_in(["kernel", "memcpy", "memset"]))
-    if meta.device_id is not None:
-        other = gpu_rows.filter(pl.col("device") != meta.device_id).height
-        if other:
-            warnings.append(f"{meta.path}: {other} GPU events on devices other than {meta.device_id} are left out")
-        gpu_rows = gpu_rows.filter(pl.col("device") == meta.device_id)
-    # launch time of each GPU activity: its runtime call (same correlation), else its own start
+# the columns of the GPU rows the stages read (segments, idle, kernels, facts): the rank's
+# frame has 24, and every sort and join of the GPU rows would carry them all
+_GPU_COLUMNS = ("kind", "name", "ts_ns", "dur_ns", "kclass", "correlation", "collective", "group", "group_desc")
+
+
+class _Frames(NamedTuple):
+    """What the rank's stages read of its whole frame, split off it once (``_split``)."""
+
+    gpu: pl.DataFrame  # the GPU rows on the rank's device, ``_GPU_COLUMNS`` and the launch columns, in table order
+    other_devices: int  # GPU rows on other devices (left out)
+    start: int | None  # the first start and the last end of any event
+    end: int | None
+    host_start: int | None  # the same over the events on a thread
+    host_end: int | None
+
+
+def _split(df: pl.DataFrame, device: int | None, names: Names) -> _Frames:
+    """The rank's narrow frames and bounds, in one batch of queries: its GPU rows (only the columns
+    the stages read) with each one's launch (its runtime call, same correlation: time, thread,
+    whether it is a graph launch; else its own start), and the time bounds."""
+    lf = df.lazy()
+    is_gpu = pl.col("kind").is_in(["kernel", "memcpy", "memset"])
+    mine = pl.lit(True) if device is None else pl.col("device") == device
     launches = (
-        df.select("kind", "correlation", "ts_ns", "tid", "name")
+        lf.select("kind", "correlation", "ts_ns", "tid", "name")
         .filter(pl.col("kind").is_in(["runtime", "sync"]) & pl.col("correlation").is_not_null())
         .sort("ts_ns")
         .group_by("correlation")
         .agg(pl.col("ts_ns").first().alias("launch_ns"), pl.col("tid").first().alias("launch_tid"),
              names.like(_GRAPH_LAUNCH).first().alias("launch_graph"))
     )
-    gpu_rows = gpu_rows.join(launches, on="correlation", how="left").with_columns(
-        pl.col("launch_ns").is_not_null().alias("launch_known"),
-        pl.col("launch_ns").fill_null(pl.col("ts_ns")),
-        pl.col("launch_graph").fill_null(False),  # replayed from a CUDA/HIP graph
+    gpu = (
+        lf.filter(is_gpu & mine).select(*_GPU_COLUMNS)
+        .join(launches, on="correlation", how="left", maintain_order="left")
+        .with_columns(
+            pl.col("launch_ns").is_not_null().alias("launch_known"),
+            pl.col("launch_ns").fill_null(pl.col("ts_ns")),
+            pl.col("launch_graph").fill_null(False),  # replayed from a CUDA/HIP graph
+        )
     )
+    on_thread = pl.col("tid").is_not_null()
+    bounds = lf.select(
+        (is_gpu & ~mine).sum().alias("other"),
+        pl.col("ts_ns").min().alias("s"), END.max().alias("e"),
+        pl.col("ts_ns").filter(on_thread).min().alias("hs"), END.filter(on_thread).max().alias("he"),
+    )
+    gpu, bounds = pl.collect_all([gpu, bounds], engine="in-memory")
+    other, s, e, hs, he = bounds.row(0)
+    return _Frames(gpu, other or 0, s, e, hs, he)
+
+
+def _analyze_rank(df: pl.DataFrame, fi: int, meta, options: Options) -> RankResult:
+    warnings: list[str] = []
+    names = Names(df)  # the rank's distinct names: every name test runs on them
+    frames = _split(df, meta.device_id, names)
+    gpu_rows = frames.gpu
+    if frames.other_devices:
+        warnings.append(f"{meta.path}: {frames.other_devices} GPU events on devices other than {meta.device_id} are left out")
     spans, main_tid = _step_spans(df, options)
-    host_start, host_end = df.select(pl.col("ts_ns").min().alias("s"), END.max().alias("e")).row(0)
+    host_start, host_end = frames.start, frames.end
     tails = [0] * max(spans.height, 1)  # per step: its CPU span after all traced work (the last ProfilerStep's only)
     basis = "ranges" if options.step_range else "steps"
     spans_were_empty = spans.height == 0
@@ -113,8 +148,7 @@ def _analyze_rank(df: pl.DataFrame, fi: int, meta, options: Options) -> RankResu
             # no steps: the window is the GPU's activity, from its first start to its last end (the
             # host's lead-in before the first kernel and its tail after the last are not GPU idle)
             windows, basis = [(k0, k1)], "gpu_activity"
-            hs, he = df.lazy().filter(pl.col("tid").is_not_null()).select(
-                pl.col("ts_ns").min().alias("s"), END.max().alias("e")).collect(engine="in-memory").row(0)
+            hs, he = frames.host_start, frames.host_end
             out = [f"{fmt_ns(k0 - hs)} of host events before the first GPU activity"] if hs is not None and hs < k0 else []
             out += [f"{fmt_ns(he - k1)} after the last"] if he is not None and he > k1 else []
             warnings.append(f"{meta.path}: {lead}: the whole trace is one step, windowed from its first to its last GPU "
