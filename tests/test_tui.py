@@ -141,6 +141,69 @@ def test_drill_down_rank_to_steps_to_timeline_and_back():
     run(go())
 
 
+def test_views_are_built_on_first_show():
+    """The first screen builds the overview only; every other view is built the first time it is
+    shown (its number key, a click on its tab, a drill-down into it), then kept as it is."""
+    from textual.widgets import TabPane
+
+    async def go():
+        async with opened(JOB, (120, 40)) as (app, pilot):
+            def built():
+                return {p.id for p in app.query(TabPane) if p.children}
+
+            assert built() == {"overview"} and not app.query("#ranks-table") and not app.query(TimelineView)
+            await pilot.click("#--content-tab-kernels")
+            await settle(app, pilot)
+            assert active_tab(app) == "kernels" and built() == {"overview", "kernels"}
+            kernels = app.query_one("#kernels-table", FilterTable)
+            assert kernels.shown
+            await pilot.press("2")
+            await pilot.pause()
+            await pilot.press("down", "enter")  # rank 1 -> its steps: the steps view is built to show them
+            await settle(app, pilot)
+            steps = app.query_one("#steps-table", FilterTable)
+            assert active_tab(app) == "steps" and {r["rank"] for r in steps.shown} == {1}
+            assert built() == {"overview", "kernels", "ranks", "steps"}
+            await pilot.press("escape")  # back to the ranks, the steps of every rank again (as first built)
+            await pilot.pause()
+            assert active_tab(app) == "ranks" and {r["rank"] for r in steps.shown} == {0, 1}
+            await pilot.press("4")
+            await pilot.pause()
+            assert app.query_one("#kernels-table", FilterTable) is kernels  # not built again
+
+    run(go())
+
+
+def test_a_ready_report_is_shown_at_once_and_its_events_read_after_the_first_screen():
+    """``tracelens open`` on a job whose report is cached: the load has the report before the app
+    starts, so the app composes the views straight away (no loading screen is ever mounted), and
+    the events for the timeline are read only once the first screen is drawn, then shown."""
+    from textual import events
+
+    from tracelens.tui.app import LoadingPane
+    from tracelens.tui.loading import JobLoad
+
+    job = JobLoad([str(JOB)]).start()
+    assert job.report_ready.wait(120) and job.report is not None
+    assert not job.go_on.is_set() and job.timeline is None  # waits for the first screen
+    mounted = []
+
+    async def go():
+        app = make_app([str(JOB)], options=job.options, job_load=job)
+        async with app.run_test(size=(120, 40), message_hook=lambda m: mounted.append(m._sender)
+                                if isinstance(m, events.Mount) else None) as pilot:
+            await settle(app, pilot)
+            assert job.go_on.is_set() and job.done.wait(120) and job.error is None
+            await settle(app, pilot)
+            assert not any(isinstance(w, LoadingPane) for w in mounted) and any(getattr(w, "id", None) == "headline" for w in mounted)
+            assert app.error is None and app.report["job"]["mfu"] == job.report["job"]["mfu"]
+            await pilot.press("7")
+            await settle(app, pilot)
+            assert app.timeline is job.timeline and app.query_one(TimelineView).timeline is job.timeline
+
+    run(go())
+
+
 def test_suggestion_opens_its_evidence_in_the_timeline():
     async def go():
         async with opened(JOB, (120, 40)) as (app, pilot):

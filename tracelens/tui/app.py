@@ -15,13 +15,14 @@ from textual.app import App, ComposeResult
 from textual.binding import Binding
 from textual.containers import Vertical
 from textual.message import Message
+from textual.widget import AwaitMount
 from textual.widgets import Footer, Header, Label, ProgressBar, Static, TabbedContent
 from textual.worker import Worker, WorkerState
 
 from tracelens.model.units import fmt_ns
 from tracelens.render import tables as views
 from tracelens.tui.loading import JobLoad
-from tracelens.tui.panes import TIMELINE_LOADING, VIEWS, MainView, TimelinePane
+from tracelens.tui.panes import STEPS_TITLE, TIMELINE_LOADING, VIEWS, MainView
 from tracelens.tui.widgets.table import FilterTable, RowTable
 from tracelens.tui.widgets.timeline import TimelineView
 from tracelens.tui.widgets.waterfall import WaterfallChart
@@ -99,16 +100,28 @@ class TracelensApp(App):
         self.timeline_pending = False  # the report is shown, its event table still loading
         self.history: list[tuple] = []
         self.error: str | None = None
+        self._views_composed: MainView | None = None  # the views, when composed with the app (the report was ready)
 
     def compose(self) -> ComposeResult:
         yield Header()
-        what = ", ".join(self.paths) if self.paths else "the report"
-        yield LoadingPane(what)
+        job = self._job_load
+        if self.report is None and job is not None and job.report_ready.is_set() and job.report is not None:
+            # the report was there (the report cache) before Textual was even imported: the views at once,
+            # no loading screen drawn first; its events follow after the first screen (on_mount, load_job)
+            self.timeline_pending = True
+            self._views_composed = self._main_view(job.report)
+            yield self._views_composed
+        else:
+            yield LoadingPane(", ".join(self.paths) if self.paths else "the report")
         yield Footer()
 
-    def on_mount(self) -> None:
+    async def on_mount(self) -> None:
         if self._startup_error is not None:
             self.on_failed(Failed(self._startup_error))
+        elif self._views_composed is not None:
+            self.load_job()  # the events: once the first screen is drawn
+            await AwaitMount(self.screen, [self._views_composed])
+            self.call_after_refresh(self._job_load.go_on.set)
         elif self.report is not None:
             if self._trace is not None:
                 from tracelens.analysis.timeline import JobTimeline
@@ -129,7 +142,8 @@ class TracelensApp(App):
         if job.report is None:
             self.post_message(Failed(self._failure(job.error)))
             return
-        self.post_message(Loaded(job.report, None))
+        if self._views_composed is None:
+            self.post_message(Loaded(job.report, None))
         job.done.wait()
         if job.error is not None:  # the report is shown; only its events could not be read
             self.post_message(TimelineReady(None, None))
@@ -147,10 +161,9 @@ class TracelensApp(App):
 
     async def on_timeline_ready(self, msg: TimelineReady) -> None:
         self.timeline, self._trace, self.timeline_pending = msg.timeline, msg.trace, False
-        for pane in list(self.query(TimelinePane)):  # built before the events were there: built again with them
-            parent = pane.parent
-            await pane.remove()
-            await parent.mount(TimelinePane(self.timeline, self.report))
+        main = self._main()
+        if main is not None:  # a timeline view built before the events were there is built again with them
+            await main.set_timeline(self.timeline)
 
     def on_unmount(self) -> None:
         if self._job_load is not None:
@@ -249,12 +262,15 @@ class TracelensApp(App):
         else:
             bar.update(total=None)
 
-    def on_loaded(self, msg: Loaded) -> None:
+    async def on_loaded(self, msg: Loaded) -> None:
         self.timeline = msg.timeline
         self.timeline_pending = msg.timeline is None and self._job_load is not None
-        self._show(msg.report)
+        mounted = self._show(msg.report)
         if self._job_load is not None:
-            self.call_after_refresh(self._job_load.go_on.set)  # drawn: now the events
+            # the events (polars: a GIL-heavy import, then the scans) only once the first view's widgets
+            # are mounted and the screen that shows them is drawn, never while it is being built
+            await mounted
+            self.call_after_refresh(self._job_load.go_on.set)
 
     def on_failed(self, msg: Failed) -> None:
         self.error = msg.text
@@ -269,42 +285,59 @@ class TracelensApp(App):
             self.on_failed(Failed(f"internal error: {event.worker.error}"))
 
     # -- the views --------------------------------------------------------------------------
-    def _show(self, report: dict[str, Any]) -> None:
-        report = views.printable_report(report)  # no control character from a file reaches the terminal
-        self.report = report
+    def _show(self, report: dict[str, Any]) -> Any:
+        """Shows ``report``'s views (the first one built now, the others on first show): the
+        AwaitMount of the main view, done once the first view's widgets are mounted."""
         for w in self.query("#loading"):
             w.remove()
+        return self.mount(self._main_view(report), before=self.query_one(Footer))
+
+    def _main_view(self, report: dict[str, Any]) -> MainView:
+        report = views.printable_report(report)  # no control character from a file reaches the terminal
+        self.report = report
         n = len(report["ranks"])
         self.sub_title = f"{n} rank(s) · " + (f"MFU {100 * report['job']['mfu']:.2f}%" if report["job"]["mfu"] is not None else "MFU unknown")
-        self.mount(MainView(report, TIMELINE_LOADING if self.timeline_pending else self.timeline), before=self.query_one(Footer))
+        return MainView(report, TIMELINE_LOADING if self.timeline_pending else self.timeline)
 
     def _tabs(self) -> TabbedContent | None:
         q = self.query("#tabs")
         return q.first(TabbedContent) if q else None
 
+    def _main(self) -> MainView | None:
+        q = self.query("#main")
+        return q.first(MainView) if q else None
+
     def _state(self) -> tuple:
-        tabs = self._tabs()
+        """Where the user is (the tab, the steps table's rows, the timeline's window), for esc:
+        None for a view not built yet (it is then as it was built)."""
+        tabs, main = self._tabs(), self._main()
         tl = self.query("#timeline")
         tls = None
         if tl:
             v = tl.first(TimelineView)
             tls = (v.t0, v.t1, v.sel, v.top, v.cursor, set(v.highlight), v.hl_window)
-        steps = self.query_one("#steps-table", FilterTable)
-        return (tabs.active if tabs else None, steps.all_rows, steps.title, tls)
+        steps = None
+        if main is not None and main.built("steps") and self.query("#steps-table"):
+            ft = self.query_one("#steps-table", FilterTable)
+            steps = (ft.all_rows, ft.title)
+        return (tabs.active if tabs else None, steps, tls)
 
-    def _restore(self, state: tuple) -> None:
-        tab, rows, title, tls = state
-        self.query_one("#steps-table", FilterTable).set_rows(rows, title)
-        if tls is not None:
+    async def _restore(self, state: tuple) -> None:
+        tab, steps, tls = state
+        if self.query("#steps-table"):  # built since: back to what it was (its first rows when it was not built then)
+            rows, title = steps if steps is not None else (views.step_rows(self.report), STEPS_TITLE)
+            self.query_one("#steps-table", FilterTable).set_rows(rows, title)
+        if tls is not None and self.query("#timeline"):
             v = self.query_one("#timeline", TimelineView)
             v.t0, v.t1, v.sel, v.top, v.cursor, v.highlight, v.hl_window = tls
             v.refresh()
-        self.action_show_tab(tab)
+        await self.action_show_tab(tab)
 
-    def action_show_tab(self, tab: str) -> None:
-        tabs = self._tabs()
-        if tabs is None or tab is None:
+    async def action_show_tab(self, tab: str) -> None:
+        tabs, main = self._tabs(), self._main()
+        if tabs is None or main is None or tab is None:
             return
+        await main.ensure(tab)  # built on first show
         tabs.active = tab
         self.call_after_refresh(self._focus_active)
 
@@ -324,19 +357,22 @@ class TracelensApp(App):
             self.push_screen(HelpScreen())
 
     def action_toggle_parts(self) -> None:
+        main = self._main()
+        if main is not None:
+            main.parts_flipped = not main.parts_flipped  # and the charts of views built later
         for w in self.query(WaterfallChart):
             w.show_parts = not w.show_parts
 
-    def action_back(self) -> None:
+    async def action_back(self) -> None:
         for ft in self.query(FilterTable):
             if ft.close_filter():
                 return
         if self.history:
-            self._restore(self.history.pop())
+            await self._restore(self.history.pop())
         elif self._tabs() is not None and self._tabs().active != "overview":
-            self.action_show_tab("overview")
+            await self.action_show_tab("overview")
 
-    def _timeline_at(self, start: int | None, end: int | None, rank: int | None, show: set[str] | None = None,
+    async def _timeline_at(self, start: int | None, end: int | None, rank: int | None, show: set[str] | None = None,
                      hl: tuple[int, int] | None = None) -> None:
         if self.timeline_pending:
             self.notify("the timeline is still loading: try again in a moment", severity="warning")
@@ -345,27 +381,31 @@ class TracelensApp(App):
             self.notify("no timeline for this (a saved report, or no GPU events)", severity="warning")
             return
         self.history.append(self._state())
-        self.action_show_tab("timeline-tab")
+        await self.action_show_tab("timeline-tab")
         self.call_after_refresh(lambda: self.query_one("#timeline", TimelineView).show_window(start, end, rank, show, hl))
 
     @on(RowTable.Chosen)
-    def _drill(self, event: RowTable.Chosen) -> None:
+    async def _drill(self, event: RowTable.Chosen) -> None:
         tid, row = event.table.id, event.row
+        main = self._main()
+        if main is None:
+            return
         if tid == "ranks-table":
             self.history.append(self._state())
+            await main.ensure("steps")
             self.query_one("#steps-table", FilterTable).set_rows(
                 views.step_rows(self.report, row["rank"]), f"steps of rank {row['rank']} (enter: timeline · esc: back)")
-            self.action_show_tab("steps")
+            await self.action_show_tab("steps")
         elif tid == "steps-table":
-            self._timeline_at(row["start_ns"], row["start_ns"] + row["dur_ns"], row["rank"])
+            await self._timeline_at(row["start_ns"], row["start_ns"] + row["dur_ns"], row["rank"])
         elif tid == "suggestions-table":
             w = row["evidence"].get("where") or {}
             show = set(w.get("show") or ())
-            self._timeline_at(w.get("start_ns"), w.get("end_ns"), w.get("rank"), show,
-                              (w["start_ns"], w["end_ns"]) if w.get("start_ns") is not None else None)
+            await self._timeline_at(w.get("start_ns"), w.get("end_ns"), w.get("rank"), show,
+                                    (w["start_ns"], w["end_ns"]) if w.get("start_ns") is not None else None)
         elif tid == "slow-table":
             if row["start_ns"] is not None:
-                self._timeline_at(row["start_ns"], row["start_ns"] + (row["max_ns"] or 1), row["first_rank"], {"comm"})
+                await self._timeline_at(row["start_ns"], row["start_ns"] + (row["max_ns"] or 1), row["first_rank"], {"comm"})
         elif tid == "kernels-table":
             ev = self.timeline.longest(row["name"]) if self.timeline is not None else None
             if ev is None:
@@ -374,5 +414,5 @@ class TracelensApp(App):
             # its longest launch, with ten times its length of context on each side
             pad = max(ev["dur_ns"] * 10, 10_000)
             rank = self.timeline.tracks[ev["track"]].rank
-            self._timeline_at(ev["ts"] - pad, ev["end"] + pad, rank, {row["kclass"]})
+            await self._timeline_at(ev["ts"] - pad, ev["end"] + pad, rank, {row["kclass"]})
             self.call_after_refresh(lambda: self.query_one("#timeline", TimelineView).select_track(ev["track"]))

@@ -11,6 +11,7 @@ from rich.text import Text
 from textual import on
 from textual.app import ComposeResult
 from textual.containers import Horizontal, Vertical, VerticalScroll
+from textual.widget import AwaitMount
 from textual.widgets import Label, Static, TabbedContent, TabPane
 
 from tracelens.model.units import fmt_bytes, fmt_ns, fmt_num, fmt_pct, fmt_pct2
@@ -341,17 +342,53 @@ class WarningsPane(Horizontal):
 
 
 class MainView(Vertical):
-    """The tabs, one per view."""
+    """The tabs, one per view.  Only the active view is built at first (the first screen waits
+    for nothing else); each other view is built the first time it is shown, and every look
+    into a view's widgets goes through ``ensure`` (which builds it when it is not there yet)."""
 
     def __init__(self, report: dict[str, Any], timeline: Any):
         super().__init__(id="main")
         self.report, self.timeline = report, timeline
+        self._mounts: dict[str, Any] = {}  # pane id -> the AwaitMount of its content (awaitable again once done)
+        self.parts_flipped = False  # "p" pressed an odd number of times: a view built later starts flipped too
 
     def compose(self) -> ComposeResult:
         with TabbedContent(id="tabs"):
             for i, (pane_id, title, make) in enumerate(VIEWS):
                 with TabPane(f"{i + 1} {title}", id=pane_id):
-                    yield make(self.report, self.timeline)
+                    if i == 0:  # the view shown first: composed with the tabs, drawn in the same screen
+                        first = make(self.report, self.timeline)
+                        self._mounts[pane_id] = AwaitMount(self, [first])
+                        yield first
+
+    def built(self, pane_id: str) -> bool:
+        return pane_id in self._mounts
+
+    def ensure(self, pane_id: str) -> Any:
+        """Builds the view ``pane_id`` unless it is built; an awaitable that is done once its
+        widgets are mounted."""
+        if pane_id not in self._mounts:
+            make = next(m for pid, _, m in VIEWS if pid == pane_id)
+            tab = self.query_one(f"#{pane_id}", TabPane)
+            self._mounts[pane_id] = tab.mount(make(self.report, self.timeline))
+            if self.parts_flipped:  # after the view's own first drawing of its charts (queued when it mounts)
+                self.call_after_refresh(lambda: [setattr(w, "show_parts", not w.show_parts) for w in tab.query(WaterfallChart)])
+        return self._mounts[pane_id]
+
+    @on(TabbedContent.TabActivated)
+    def _build_shown(self, event: TabbedContent.TabActivated) -> None:
+        if event.pane is not None and event.pane.id:
+            self.ensure(event.pane.id)
+
+    async def set_timeline(self, timeline: Any) -> None:
+        """The events are read: the timeline view, when it is built, is built again with them."""
+        self.timeline = timeline
+        if self.built("timeline-tab"):
+            await self.ensure("timeline-tab")
+            tab = self.query_one("#timeline-tab", TabPane)
+            await tab.query(TimelinePane).remove()
+            self._mounts["timeline-tab"] = tab.mount(TimelinePane(timeline, self.report))
+            await self._mounts["timeline-tab"]
 
 
 RANK_COLUMNS = [
@@ -381,6 +418,7 @@ STEP_COLUMNS = [
     Column("mfu", "MFU", fmt_pct2, True),
     Column("warmup", "", lambda v: "warm-up" if v else ""),
 ]
+STEPS_TITLE = "steps, all ranks (enter: the step's timeline)"
 
 
 VIEWS += [
@@ -388,7 +426,7 @@ VIEWS += [
     ("ranks", "Ranks", lambda report, timeline: TableWithWaterfall(report, FilterTable(
         "ranks (enter: the rank's steps)", RANK_COLUMNS, views.rank_rows(report), id="ranks-table"), id="ranks-body")),
     ("steps", "Steps", lambda report, timeline: TableWithWaterfall(report, FilterTable(
-        "steps, all ranks (enter: the step's timeline)", STEP_COLUMNS, views.step_rows(report), id="steps-table"), id="steps-body")),
+        STEPS_TITLE, STEP_COLUMNS, views.step_rows(report), id="steps-table"), id="steps-body")),
     ("kernels", "Kernels", lambda report, timeline: KernelsPane(report)),
     ("comm", "Communication", lambda report, timeline: CommPane(report)),
     ("suggestions", "Suggestions", lambda report, timeline: SuggestionsPane(report)),
