@@ -11,7 +11,7 @@ from __future__ import annotations
 import polars as pl
 
 from tracelens.model.collectives import P2P, dtype_bytes, normalize_collective
-from tracelens.model.schema import TraceMeta
+from tracelens.model.schema import END, TraceMeta
 
 from .decode import _Builder, _shown
 
@@ -68,7 +68,7 @@ def _name_collectives(df: pl.DataFrame) -> pl.DataFrame:
         .with_row_index("_row")
         .filter(cand & pl.col("tid").is_not_null())
         .with_columns(pl.col("name").cast(pl.String), pl.col("collective").cast(pl.String), pl.col("dtype").cast(pl.String),
-                      (pl.col("ts_ns") + pl.col("dur_ns")).alias("_end"))
+                      END.alias("_end"))
     )
     if sub.height == 0 or not sub.select(pl.col("kind").is_in(["collective", "p2p", "annotation"]).any()).item():
         return df
@@ -257,7 +257,7 @@ def _attach_comm_records(df: pl.DataFrame, meta: TraceMeta) -> pl.DataFrame:
                     pl.col("pid").alias("_lpid"),
                     pl.col("tid").alias("_ltid"),
                     pl.col("ts_ns").alias("_rts"),
-                    (pl.col("ts_ns") + pl.col("dur_ns")).alias("_rend"),
+                    END.alias("_rend"),
                     pl.col("collective").alias("_c"),
                     pl.col("group").alias("_g"),
                     pl.col("group_desc").alias("_gd"),

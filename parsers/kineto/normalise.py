@@ -15,7 +15,7 @@ import polars as pl
 
 from tracelens.model.collectives import P2P, dtype_bytes, normalize_collective
 from tracelens.model.kclass import classify, collective_from_kernel
-from tracelens.model.schema import TraceMeta, conform_exprs
+from tracelens.model.schema import END, TraceMeta, conform_exprs
 
 from .decode import _null_col, _split_args
 
@@ -35,7 +35,7 @@ def _drop_far(df: pl.DataFrame, meta: TraceMeta) -> pl.DataFrame:
     med = df.get_column("ts_ns").median()
     if med is None:
         return df
-    end = pl.col("ts_ns") + pl.col("dur_ns")
+    end = END
     far = ((pl.col("ts_ns") - med).abs() > FAR_NS) | ((end - med).abs() > FAR_NS)
     n = df.select(far.sum()).item()
     if not n:

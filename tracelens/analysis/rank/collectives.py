@@ -11,7 +11,7 @@ from __future__ import annotations
 import polars as pl
 
 from tracelens.analysis import intervals as iv
-from tracelens.model.schema import COLLECTIVE_KEY, COLLECTIVE_SCHEMA
+from tracelens.model.schema import COLLECTIVE_KEY, COLLECTIVE_SCHEMA, END
 
 KEY = list(COLLECTIVE_KEY)
 
@@ -32,7 +32,7 @@ def collective_rows(events: pl.DataFrame, compute: pl.DataFrame, file: int, rank
             "seq",
             pl.col("collective").cast(pl.String).fill_null(""),
             pl.col("ts_ns").alias("s"),
-            (pl.col("ts_ns") + pl.col("dur_ns")).alias("e"),
+            END.alias("e"),
             "bytes",
             "group_size",
             pl.col("kind").is_in(["collective", "p2p"]).alias("on_host"),

@@ -31,6 +31,7 @@ import polars as pl
 
 from tracelens.analysis.rank.names import Names
 from tracelens.analysis.rank.names import of as of_names
+from tracelens.model.schema import END
 
 GEMM = {"aten::mm", "aten::addmm", "aten::bmm", "aten::baddbmm", "aten::_scaled_mm", "aten::_grouped_mm"}
 # Forward convolutions: name -> positions of (stride, padding, dilation) among the op's arguments
@@ -338,7 +339,7 @@ def count(events: pl.DataFrame, names: Names | None = None) -> pl.DataFrame:
     # An op inside an op already counted on its thread (_convolution under convolution) is not
     # counted.  The end of the last counted op is the running maximum of the ends before it:
     # an op that is skipped ends within it, and an op that is counted ends at or past it.
-    end = pl.col("ts_ns") + pl.col("dur_ns")
+    end = END
     reach = end.cum_max().shift(1).over("file", "pid", "tid")
     names = of_names(events, names)
     ops = (  # lazy: only these columns of the counted ops are filtered; the names tested once each (names.py)
@@ -464,7 +465,7 @@ def _conv_hints(events: pl.DataFrame, ops: pl.DataFrame, names: Names | None = N
     bwd = ops.filter(name.is_in(fam) & _NO_CONCRETE)
     if fwd.height == 0 and bwd.height == 0:
         return None
-    end = (pl.col("ts_ns") + pl.col("dur_ns")).alias("_end")
+    end = END.alias("_end")
     names = of_names(events, names)
     host = (  # lazy: only these columns of the CPU ops are copied; the names stay Categorical (tested through ``names``)
         events.lazy().filter(pl.col("kind") == "cpu_op").select("file", "pid", "tid", "ts_ns", end, "name", "args")
@@ -535,7 +536,7 @@ def _backward_of(host: pl.DataFrame, ops: pl.DataFrame, fx: pl.DataFrame, names:
         return empty
     layout = {n: a[:3] for n, a in _CONV_BWD_ARGS.items()}
     b = ops.filter(name.is_in(list(CONV_BWD))).select(
-        pl.col("_row").alias("_b"), "file", "pid", "tid", "ts_ns", (pl.col("ts_ns") + pl.col("dur_ns")).alias("_end"), "name",
+        pl.col("_row").alias("_b"), "file", "pid", "tid", "ts_ns", END.alias("_end"), "name",
         pl.col("args").str.extract_groups(_DIMS).alias("_d"))
     pick = lambda k: pl.col("name").replace_strict({n: v[k] for n, v in layout.items()}, return_dtype=pl.Int64)  # noqa: E731
     shapes = [_shape(i) for i in (1, 2, 3)]
