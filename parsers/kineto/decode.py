@@ -54,7 +54,7 @@ class _OpArgs(msgspec.Struct, gc=False, omit_defaults=True, rename=_OP_KEYS):
     pg_ranks: msgspec.Raw = _UNSET
 
 
-class _Args(msgspec.Struct, gc=False, rename={
+class _Args(_OpArgs, gc=False, omit_defaults=False, rename={
     "ext_id": "External id",
     "ext_id_old": "external id",
     "coll_name": "Collective name",
@@ -65,7 +65,7 @@ class _Args(msgspec.Struct, gc=False, rename={
     "in_nelems": "In msg nelems",
     "out_nelems": "Out msg nelems",
     "label": "name",
-    **_OP_KEYS,  # the kept args' fields (_OpArgs), decoded in the same pass
+    **_OP_KEYS,  # the kept args' fields (inherited from _OpArgs), decoded in the same pass
 }):
     ext_id: Num = None
     ext_id_old: Num = None
@@ -82,12 +82,6 @@ class _Args(msgspec.Struct, gc=False, rename={
     dtype: str | None = None
     bytes: Num = None
     label: str | int | None = None
-    dims: msgspec.Raw = _UNSET
-    types: msgspec.Raw = _UNSET
-    concrete: msgspec.Raw = _UNSET
-    seq_nr: msgspec.Raw = _UNSET
-    pg_id: msgspec.Raw = _UNSET
-    pg_ranks: msgspec.Raw = _UNSET
 
 
 class _Event(msgspec.Struct, gc=False):
