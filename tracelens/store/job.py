@@ -223,13 +223,14 @@ def _cache_off(e: OSError) -> str:
     return f"the parse cache in {cache_dir()} cannot be used ({e.strerror or e}); running without it"
 
 
-def _parse_task(args: tuple) -> tuple[TraceMeta, pl.DataFrame | None, list[tuple[str, str]]]:
+def _parse_task(args: tuple) -> tuple[TraceMeta, pl.DataFrame | None, list[tuple[str, str]], bool]:
     """One file to parse (in a worker or here): its meta, its frame when the cache did not take
-    it (None: it is in the cache under its key), and what the parse said about the cache."""
-    path, key, keep_python, progress = args
+    it or ``keep_frame`` (None: it is in the cache under its key), what the parse said about the
+    cache, and whether the cache took it."""
+    path, key, keep_python, progress, keep_frame = args
     notes: list[tuple[str, str]] = []
     df, meta, stored = _parse(Path(path), key, keep_python, progress, notes)
-    return meta, (None if stored else df), notes
+    return meta, (None if stored and not keep_frame else df), notes, stored
 
 
 def load(
@@ -315,20 +316,24 @@ def load(
             return None
         return lambda n: bytes_progress(done[0] + n, total)
 
-    work = [(str(files[i]), key, keep_python, inner(i)) for i, key in todo]
+    # one file parsed here: its frame stays with its handle (also cached), so that the analysis does
+    # not read back what was just written; with more, each rank's events wait in the cache
+    keep_frame = local and len(todo) == 1
+    work = [(str(files[i]), key, keep_python, inner(i), keep_frame) for i, key in todo]
     for j, res in engine.map(_parse_task, work):
         i, key = todo[j]
         if isinstance(res, BaseException):
             record(i, None, res)
             continue
-        meta, df, got = res
+        meta, df, got, stored = res
         notes[i].extend(got)
-        if df is None:  # in the cache: read from there when asked for
-            from tracelens.store import cache
+        from tracelens.store import cache
 
-            record(i, RankHandle(i, meta, parquet=cache.parquet_path(key), keep_python=keep_python), None)
+        cached = cache.parquet_path(key) if stored and key is not None else None
+        if df is None:  # in the cache: read from there when asked for
+            record(i, RankHandle(i, meta, parquet=cached, keep_python=keep_python), None)
         else:
-            record(i, RankHandle(i, meta, frame=df, keep_python=keep_python), None)
+            record(i, RankHandle(i, meta, parquet=cached, frame=df, keep_python=keep_python), None)
     said = [n for i in sorted(notes) for n in notes[i]]
     cache_warnings = [text for kind, text in said if kind == "corrupt"]
     cache_warnings += next(([text] for kind, text in said if kind == "cache"), [])  # one, however many files met it
