@@ -78,27 +78,14 @@ def union_frame(df: pl.DataFrame, start: str = "ts_ns", dur: str = "dur_ns") -> 
 def outside_by(df: pl.LazyFrame, by: list[str], within: pl.DataFrame) -> pl.LazyFrame:
     """Per group of the ``by`` columns of ``df`` (intervals [s, e), any order, overlapping or not),
     the length of their union that lies outside the interval set ``within`` (columns s, e: sorted,
-    disjoint; ``union_frame``): rows (by..., outside).  A sweep over all groups at once, no loop per
-    group: each interval is +1 at its start and -1 at its end; sorted by group and time, the
-    running sum is the group's own count (every group's deltas sum to zero) and the group's union
-    is where it is positive, from one edge to the next.  Of each such stretch [t, u), the part in
-    ``within`` is L(u) - L(t), with L(x) the length of ``within`` below x: the running length of its
-    intervals up to the last one starting at or before x, less what of that one lies past x.
-    Null keys group together."""
-    w = within.lazy().select(pl.col("s").alias("_ws"), pl.col("e").alias("_we"), (pl.col("e") - pl.col("s")).cum_sum().alias("_cum"))
-    iv_ = df.select(*by, "s", "e").filter(pl.col("e") > pl.col("s"))
-    edges = pl.concat([iv_.select(*by, pl.col("s").alias("t"), pl.lit(1, pl.Int64).alias("d")),
-                       iv_.select(*by, pl.col("e").alias("t"), pl.lit(-1, pl.Int64).alias("d"))])
-    below = pl.when(pl.col("_ws").is_not_null()).then(pl.col("_cum") - (pl.col("_we") - pl.col("t")).clip(0)).otherwise(0)
-    return (
-        edges.sort("t").join_asof(w, left_on="t", right_on="_ws", strategy="backward")
-        .select(*by, "t", "d", below.alias("L"))
-        .sort(*by, "t", "d", descending=[False] * len(by) + [False, True], nulls_last=True)
-        .with_columns(pl.col("d").cum_sum().alias("n"), pl.col("t").shift(-1).alias("u"), pl.col("L").shift(-1).alias("Lu"))
-        .filter(pl.col("n") > 0)  # inside the group's union until the next edge (never past the group's last)
-        .group_by(by)
-        .agg(((pl.col("u") - pl.col("t")) - (pl.col("Lu") - pl.col("L"))).sum().alias("outside"))
-    )
+    disjoint; ``union_frame``): rows (by..., outside).  All groups at once: each group's union
+    (``merged`` by the keys), then of each of its runs [s, e) the part in ``within`` is
+    C(e) - C(s), C(x) being the length of ``within`` before x (``covered``: one as-of join per
+    edge).  Null keys group together."""
+    runs = merged(df.select(*by, "s", "e"), by=by)
+    w = with_before(within.lazy().select("s", "e"))
+    edges = covered(covered(runs, "s", w, "_in_s"), "e", w, "_in_e")
+    return edges.group_by(by).agg(((pl.col("e") - pl.col("s")) - (pl.col("_in_e") - pl.col("_in_s"))).sum().alias("outside"))
 
 
 def _merge_sorted(pairs) -> Intervals:
