@@ -18,10 +18,7 @@ def open_job(paths, options=None, **kw):
         paths = [paths]
     job = load(list(paths), **kw)
     if options is not None:
-        try:
-            job.options = _as_options(options)
-        except AttributeError:  # a Job with fixed attributes: options are given to analyze()
-            pass
+        job.options = _as_options(options)
     return job
 
 
@@ -32,7 +29,7 @@ def analyze(job, options=None):
     from tracelens.analysis import analyze as _analyze
 
     if options is None:
-        options = getattr(job, "options", None)
+        options = job.options
     return _analyze(job, _as_options(options) if options is not None else None)
 
 

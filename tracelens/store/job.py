@@ -93,6 +93,7 @@ class Job:
     separate_runs: str | None = None  # why the files look like separate runs rather than one job (also a warning)
     # the warnings about the parse cache (a corrupt entry, a cache that cannot be used): true of this run, not of the job
     cache_warnings: list[str] = field(default_factory=list)
+    options: Any = None  # the analysis options given to tracelens.open_job: analyze()'s default there
 
     @property
     def metas(self) -> list[TraceMeta]:
