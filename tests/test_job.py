@@ -89,6 +89,8 @@ def test_a_rank_summary_pickles_and_round_trips():
     s = rank_summary(j.frame(1), 1, j.metas[1], Options())
     back = pickle.loads(pickle.dumps(s))
     assert back.result == s.result and back.pids == s.pids
+    assert back.result.kernel_table.equals(s.result.kernel_table) and s.result.kernel_table.height > len(s.result.kernels)
+    assert back.strips.equals(s.strips) and s.strips.height > 0
     assert back.collectives.equals(s.collectives) and back.step_starts.equals(s.step_starts)
     assert (back.first_ns, back.last_ns, back.events) == (s.first_ns, s.last_ns, s.events) and s.events == j.frame(1).height
     # what it holds is this rank's: one collective row per (group, seq, collective) of its comm kernels, and its steps' starts
@@ -167,3 +169,19 @@ def test_job_timeline_is_the_timeline_of_all_events(keep):
     name = everything.events.filter(pl.col("kclass") == "comm").get_column("name")[0]
     assert tl.longest(name)["dur_ns"] == everything.longest(name)["dur_ns"]
     assert len(tl._parts) <= keep
+
+
+def test_the_reduce_reads_no_events(monkeypatch):
+    """The job reduce (clocks, matching, stragglers, the timeline picture) reads summaries only:
+    with Job.events refused, the analysis still gives the whole report, timeline included."""
+    from tracelens.analysis import analyze
+    from tracelens.store.job import Job
+
+    j = load([JOB], use_cache=False)
+
+    def refused(*a, **k):
+        raise AssertionError("the reduce read events")
+
+    monkeypatch.setattr(Job, "events", refused)
+    d = analyze(j, Options()).to_dict()
+    assert d["timeline"]["ranks"] and len(d["ranks"]) == len(j.handles) > 1

@@ -54,9 +54,9 @@ def test_the_job_values_are_the_ranks_combined(analysis):
     assert job.gpu_time_ns["compute"] == sum(r.gpu.compute for r in ranks)
     assert job.gpu_time_ns["idle"] == sum(r.gpu.idle for r in ranks)
     launches = {}
-    for r in ranks:
-        for k in r.kernels:
-            launches[k["name"]] = launches.get(k["name"], 0) + k["count"]
+    for r in ranks:  # each rank's whole table (its report rows are only the longest)
+        for name, count in r.kernel_table.select("name", "count").iter_rows():
+            launches[name] = launches.get(name, 0) + count
     assert {k["name"]: k["count"] for k in job.kernels} == launches
     assert job.waterfall_kind == "mfu" and job.waterfall[-1]["key"] == "mfu"
     assert sum(b["fraction"] for b in job.waterfall) == pytest.approx(1.0, abs=1e-9)

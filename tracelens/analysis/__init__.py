@@ -4,8 +4,8 @@
 ``analyze(job, options) -> Analysis`` reads each rank's events from the job's handles, one rank
 at a time, into a RankSummary (``rank_summary``: the rank's results, its collective rows in
 COLLECTIVE_SCHEMA, its step starts), drops them, and reduces the summaries (clock alignment,
-collective matching, wait, stragglers, the timeline picture, warnings, then ``finish_job``).
-The reduce reads summaries and collective rows only, never events.  No files but the job's,
+collective matching, wait, stragglers, the timeline picture from the ranks' binned strips,
+warnings, then ``finish_job``).  The reduce reads summaries and collective rows only, never events.  No files but the job's,
 no Textual; plain frozen dataclasses that renderers turn into JSON or text."""
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from tracelens.analysis.job.rollup import finish_job
 from tracelens.analysis.rank import _analyze_rank
 from tracelens.analysis.report import Analysis
 from tracelens.analysis.suggest import input_bound_class  # noqa: F401 (re-exported)
-from tracelens.analysis.timeline import STRIP_COLUMNS, step_strips
+from tracelens.analysis.timeline import rank_strips, step_strips
 from tracelens.model.options import Options, parse_steps  # noqa: F401 (re-exported)
 from tracelens.model.summary import IDLE_KEYS, ZERO, DataLoading, GpuTime, IdleSplit, RankResult, RankSummary, Step  # noqa: F401 (re-exported)
 from tracelens.store.job import Job, RankHandle
@@ -35,7 +35,8 @@ def rank_summary(events: pl.DataFrame, fi: int, meta, options: Options, several:
     starts = step_starts(events, fi) if several else pl.DataFrame(schema=STEP_STARTS_SCHEMA)
     lo, hi = events.select(pl.col("ts_ns").min().alias("lo"), END.max().alias("hi")).row(0)
     pids = tuple(events.get_column("pid").drop_nulls().unique().sort().to_list())
-    return RankSummary(result, rows, starts, lo, hi, pids, events.height)
+    strips = rank_strips(events, result.steps) if result.gpu is not None else None
+    return RankSummary(result, rows, starts, lo, hi, pids, events.height, strips)
 
 
 def _summarize(args: tuple[RankHandle, Options, bool]) -> RankSummary:
@@ -104,6 +105,6 @@ def analyze(job: Job, options: Options | None = None, engine=None) -> Analysis:
         straggler_check=check,
         comm_notes=comm.report_notes(table, metas),
         clock_method=align.method,
-        timeline=step_strips(ranks, lambda f, t0, t1: job.events(file=f, window=(t0, t1), columns=STRIP_COLUMNS)),
+        timeline=step_strips(ranks, {s.file: s.strips for s in ordered if s.strips is not None}),
         separate_runs=job.separate_runs is not None,
     ))

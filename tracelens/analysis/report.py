@@ -7,7 +7,6 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from tracelens.analysis.rank.kernels import KERNELS_TOP
 from tracelens.model.saved import SCHEMA_VERSION
 from tracelens.model.summary import GpuTime, RankResult
 
@@ -149,7 +148,7 @@ def _rank_dict(r: RankResult) -> dict[str, Any]:
                 "flops_coverage": r.flops_coverage, "lower_bound": r.lower_bound, "above_peak": r.above_peak,
                 "matmul_ns": r.matmul_ns, "matmul_without_flops_ns": r.matmul_without_flops_ns},
         "waterfall": (r.waterfall or r.time_waterfall).to_list() if (r.waterfall or r.time_waterfall) else [],
-        "kernels": list(r.kernels[:KERNELS_TOP]),
+        "kernels": list(r.kernels),
         "kernels_total": r.kernels_total,
         "matmul_efficiency": list(r.matmuls),
         "matmul_efficiency_total": r.matmuls_total,

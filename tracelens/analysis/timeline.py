@@ -14,7 +14,7 @@ from typing import Any
 import polars as pl
 
 from tracelens.analysis import intervals as iv
-from tracelens.model.schema import END
+from tracelens.model.schema import END, KCLASSES
 from tracelens.model.summary import kept_steps
 
 GPU_KINDS = ("kernel", "memcpy", "memset")
@@ -253,66 +253,85 @@ def pick_strip_step(ranks) -> tuple[int, list[int], dict[int, Any]] | None:
     kept = {f: v for f, v in kept.items() if v}
     if not kept:
         return None
-    n = min(len(v) for v in kept.values())
+    n = min(min(len(v) for v in kept.values()), STRIP_STEPS_MAX)  # the positions rank_strips binned
     idx = max(range(n), key=lambda i: max(v[i].dur_ns for v in kept.values()))
     rank_of = {r.file: r.rank for r in ranks}
     files = sorted(kept, key=lambda f: rank_of[f])
     return idx, files, kept
 
 
-STRIP_COLUMNS = ("kind", "kclass", "ts_ns", "dur_ns")
+STRIP_BINS = 240  # cells across the step of the report's timeline picture
+STRIP_STEPS_MAX = 64  # kept steps per rank binned for it (the picture shows one position among them)
+# small types: a rank's strips of ten steps are ~30 KB, kept for every rank until the reduce
+STRIP_SCHEMA = {"pos": pl.UInt16, "track": pl.UInt8, "cell": pl.UInt16, "pct": pl.UInt8, "kclass": pl.Enum(KCLASSES)}
 
 
-def step_strips(ranks, window_events, bins: int = 240, max_ranks: int = 64) -> dict[str, Any] | None:
+def rank_strips(events: pl.DataFrame, steps, bins: int = STRIP_BINS) -> pl.DataFrame:
+    """One rank's part of the report's timeline picture (``step_strips``), computed in the
+    per-rank map so that the job reduce reads no events: for each of its first
+    ``STRIP_STEPS_MAX`` kept steps (``pos``: the position among them), the cells of its GPU rows
+    binned into ``bins`` over the step, two tracks (0: compute, everything but communication;
+    1: communication), each cell's busy percent (1..100: max(1, round(100 x busy share))) and the
+    class that took most of it.  Each step is ``Timeline.cells``' query over its window (one
+    batch for all steps): the same floats to the bit."""
+    assert bins <= 65535  # cells as UInt16
+    kept = kept_steps(steps)[:STRIP_STEPS_MAX]
+    gpu_all = events.lazy().filter(pl.col("kind").is_in(GPU_KINDS))
+    queries, dts = [], []
+    for pos, step in enumerate(kept):
+        if step.end_ns <= step.start_ns:
+            continue
+        gpu = (
+            gpu_all.filter((pl.col("ts_ns") < step.end_ns) & (END > step.start_ns))
+            .select((pl.col("kclass") == "comm").fill_null(False).cast(pl.Int32).alias("track"), pl.col("ts_ns").alias("ts"),
+                    END.alias("end"), pl.col("kclass").cast(pl.String).fill_null("other"))
+            .sort("track", "ts")  # the order Timeline sums its cells in
+        )
+        queries.append(_binned(gpu, step.start_ns, step.end_ns, bins).with_columns(pl.lit(pos, pl.UInt16).alias("pos")))
+        dts.append((pos, (step.end_ns - step.start_ns) / bins))
+    if not queries:
+        return pl.DataFrame(schema=STRIP_SCHEMA)
+    cells = pl.concat(pl.collect_all(queries, engine="in-memory"))
+    # busy / dt as a division of two columns: polars computes a division by a literal as a product
+    # with its reciprocal, a different last bit from Python's (and so, at a half, another percent)
+    dt = pl.col("pos").replace_strict(dict(dts), return_dtype=pl.Float64)
+    share = pl.min_horizontal(pl.col("busy") / dt, pl.lit(1.0))
+    return cells.select(
+        "pos", "track", "cell", pl.max_horizontal(pl.lit(1.0), (100 * share).round(0)).alias("pct"),
+        pl.col("kclass").cast(pl.Enum(KCLASSES), strict=False).fill_null("other"),
+    ).cast(STRIP_SCHEMA).sort("pos", "track", "cell")
+
+
+def step_strips(ranks, strips: dict[int, pl.DataFrame], bins: int = STRIP_BINS, max_ranks: int = 64) -> dict[str, Any] | None:
     """A compact picture of one step per rank for the reports: the kept step (same position on
     every rank) whose slowest rank is slowest, binned into ``bins`` cells of two rows per rank,
     compute (everything but communication) and communication.  Each cell: how busy the row was
     (0..100, percent) and the index of the class that took most of it (-1: idle).
 
-    ``window_events(file, start, end)``: that file's events (``STRIP_COLUMNS`` at least) that
-    overlap [start, end), a DataFrame or a LazyFrame; asked only for the step shown, of at most
-    ``max_ranks`` files.  The cells are ``Timeline.cells`` of the rows' two tracks, computed
-    directly: one query per rank, all run in one batch."""
+    ``strips``: file -> its ``rank_strips`` (computed by the per-rank map); only those of the
+    step shown, of at most ``max_ranks`` files, are read."""
     got = pick_strip_step(ranks)
     if got is None:
         return None
     idx, files, kept = got
-    picked, queries = [], []
+    picked = []
     for f in files[:max_ranks]:
         step = kept[f][idx]
         rank = next(r.rank for r in ranks if r.file == f)
-        picked.append((f, rank, step))
-        if step.end_ns > step.start_ns:  # the step's GPU rows binned directly: row 0 compute, 1 communication
-            ev = window_events(f, step.start_ns, step.end_ns)
-            gpu = (
-                ev.lazy().filter(pl.col("kind").is_in(GPU_KINDS) & (pl.col("ts_ns") < step.end_ns) & (END > step.start_ns))
-                .select((pl.col("kclass") == "comm").fill_null(False).cast(pl.Int32).alias("track"), pl.col("ts_ns").alias("ts"),
-                        END.alias("end"), pl.col("kclass").cast(pl.String).fill_null("other"))
-                .sort("track", "ts")  # the order Timeline sums its cells in: the same floats to the bit
-            )
-            queries.append(_binned(gpu, step.start_ns, step.end_ns, bins))
-    binned = iter(pl.collect_all(queries, engine="in-memory") if queries else [])
-    rows_of = []
-    for f, rank, step in picked:
-        cells: tuple[dict[int, Cell], dict[int, Cell]] = ({}, {})
-        if step.end_ns > step.start_ns:
-            dt = (step.end_ns - step.start_ns) / bins
-            for track, cell, busy, kclass in next(binned).iter_rows():
-                cells[track][cell] = Cell(min(1.0, busy / dt), kclass)
-        rows_of.append((f, rank, step, [("compute", cells[0]), ("communication", cells[1])]))
-    picked = rows_of
-    classes = sorted({c.kclass for *_, rows in picked for _, cells in rows for c in cells.values()})
+        cells = strips.get(f)
+        mine = cells.filter(pl.col("pos") == idx) if cells is not None and step.end_ns > step.start_ns else None
+        picked.append((f, rank, step, mine))
+    classes = sorted({c for *_, mine in picked if mine is not None for c in mine.get_column("kclass").cast(pl.String).unique().to_list()})
     index = {c: i for i, c in enumerate(classes)}
     out_ranks = []
-    for f, rank, step, rows in picked:
-        out_rows = []
-        for label, cells in rows:
-            busy, cls = [0] * bins, [-1] * bins
-            for col, cell in cells.items():
-                busy[col] = max(1, round(100 * cell.busy))
-                cls[col] = index[cell.kclass]
-            out_rows.append({"label": label, "busy": busy, "kclass": cls})
+    for f, rank, step, mine in picked:
+        rows = [([0] * bins, [-1] * bins), ([0] * bins, [-1] * bins)]
+        if mine is not None:
+            for track, cell, pct, kclass in mine.select("track", "cell", "pct", pl.col("kclass").cast(pl.String)).iter_rows():  # <= 2 x bins cells
+                rows[track][0][cell] = pct
+                rows[track][1][cell] = index[kclass]
         out_ranks.append({"rank": rank, "file": f, "step": step.step, "name": step.name, "start_ns": step.start_ns,
-                          "dur_ns": step.dur_ns, "rows": out_rows})
+                          "dur_ns": step.dur_ns, "rows": [{"label": label, "busy": busy, "kclass": cls}
+                                                          for label, (busy, cls) in zip(("compute", "communication"), rows)]})
     return {"bins": bins, "classes": classes, "ranks": out_ranks, "ranks_total": len(kept),
             "note": None if len(kept) <= max_ranks else f"the first {max_ranks} of {len(kept)} ranks"}

@@ -120,7 +120,8 @@ class RankResult:
     hfu: float | None = None  # (model + recompute FLOPs) / (peak x window)
     peak_bandwidth: float | None = None  # memory bandwidth of the GPU, bytes/s (the roofline's slope)
     facts: dict[str, Any] = field(default_factory=dict)  # for the suggestion rules
-    kernels: tuple[dict[str, Any], ...] = ()  # by name: class, count, time; every name (the report keeps the longest)
+    kernels: tuple[dict[str, Any], ...] = ()  # the longest kernel names (the report's rows): class, count, time, FLOPs
+    kernel_table: Any = field(default=None, compare=False)  # every kernel name, a polars DataFrame (analysis.rank.kernels.KERNEL_TABLE_SCHEMA); None without GPU
     matmuls: tuple[dict[str, Any], ...] = ()  # per op shape: TFLOP/s, % of peak, roofline bound
     window_basis: str = "steps"  # "steps" | "ranges" (--step-range) | "gpu_activity" (no steps) | "host" (no GPU activity)
     untraced_tail_ns: int = 0  # over the steps kept: CPU time after all traced work, left out of the window
@@ -150,8 +151,8 @@ class RankSummary:
     * ``first_ns``/``last_ns``: the first event start and last event end; ``pids``: host pids.
     * ``events``: how many events the rank has.
 
-    The report's timeline picture (one step per rank) is picked from the results' steps; the
-    reduce bins that one step of at most 64 ranks from a scan of its window.
+    * ``strips``: the report's timeline picture of each of its kept steps, binned
+      (``analysis.timeline.rank_strips``); the reduce picks one position for every rank.
     """
 
     result: RankResult
@@ -161,6 +162,7 @@ class RankSummary:
     last_ns: int | None = None
     pids: tuple[int, ...] = ()
     events: int = 0
+    strips: Any = None  # polars.DataFrame (analysis.timeline.STRIP_SCHEMA): its kept steps' cells for the report's picture
 
     @property
     def file(self) -> int:

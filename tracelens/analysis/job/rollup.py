@@ -76,20 +76,15 @@ def job_kernels(ranks: list[RankResult]) -> list[dict[str, Any]]:
     total and mean time, FLOPs, and over the launches whose FLOPs are known (``flops_ns``)
     the TFLOP/s and the share of the peak of their ops' dtype (the ranks' ideal time over that
     time, as each rank's table has it; above 1 it is null and ``above_peak``); longest first."""
-    rows = [k for r in ranks for k in r.kernels]
-    if not rows:
+    tables = [r.kernel_table for r in ranks if r.kernel_table is not None and r.kernel_table.height]
+    if not tables:
         return []
-    df = pl.DataFrame(
-        {"name": [k["name"] for k in rows], "kclass": [k["kclass"] for k in rows], "count": [k["count"] for k in rows],
-         "total_ns": [k["total_ns"] for k in rows], "flops": [k["flops"] for k in rows],
-         "flops_ns": [k.get("flops_ns") for k in rows], "ideal_ns": [k.get("ideal_ns") for k in rows],
-         "dtype": [k.get("dtype") for k in rows]},
-        schema={"name": pl.String, "kclass": pl.String, "count": pl.Int64, "total_ns": pl.Int64, "flops": pl.Float64,
-                "flops_ns": pl.Int64, "ideal_ns": pl.Float64, "dtype": pl.String},
-    )
+    df = pl.concat([t.select("name", "kclass", pl.col("count").cast(pl.Int64), "total_ns", "flops", "flops_ns", "ideal_ns", "dtype")
+                    for t in tables])
     g = (df.group_by("name", "kclass").agg(pl.col("count").sum(), pl.col("total_ns").sum(), pl.col("flops").drop_nulls(),
                                           pl.col("flops_ns").drop_nulls(), pl.col("ideal_ns").drop_nulls(),
                                           pl.col("dtype").drop_nulls().unique().sort())
+         .with_columns(pl.col("name").cast(pl.String))  # grouped on the Categorical; the job's names cast once
          .sort("total_ns", "name", "kclass", descending=[True, False, False]))
     out = []
     for name, kclass, count, t, f, fns, ideal, dts in g.iter_rows():  # one row per kernel name: a summary, not the events

@@ -355,9 +355,9 @@ def _analyze_rank(df: pl.DataFrame, fi: int, meta, options: Options) -> RankResu
     facts = _facts(df, counted, gpu_rows, kept, spec, steps, attr, names) if has_gpu else {}
     from tracelens.analysis.rank import kernels as kt
 
-    kernel_table, matmuls, kernels_total = [], [], None
+    kernel_table, matmuls, kernels_total = None, [], None
     if has_gpu:
-        kernel_table = kt.by_name(kernels, linked, top=max(1, kernels.height))  # every name; the report cuts each rank's
+        kernel_table = kt.by_name(kernels, linked)  # every name, a frame; the report keeps each rank's longest
         kernels_total = dict(zip(("names", "launches", "total_ns"), kernels.select(
             pl.col("name").n_unique(), pl.len(), pl.col("dur_ns").sum()).row(0)))
         matmuls = kt.matmul_efficiency(df, counted, linked, spec, top=None)
@@ -393,7 +393,8 @@ def _analyze_rank(df: pl.DataFrame, fi: int, meta, options: Options) -> RankResu
         recompute_flops=rflops if step_flops is not None else None,
         hfu=hfu,
         facts=facts,
-        kernels=tuple(kernel_table),
+        kernels=tuple(kt.table_rows(kernel_table)) if kernel_table is not None else (),
+        kernel_table=kernel_table,
         matmuls=tuple(matmuls),
         window_basis=basis,
         untraced_tail_ns=sum(s.untraced_tail_ns for s in kept),
@@ -637,7 +638,7 @@ def _given_mfu_error(mfu: float | None, options: Options, source: str | None, gp
 
 
 def _flops_quality(meta, kept: list[Step], cuts: list, steps: list[Step], known: list[int] | None, source: str | None,
-                   mfu: float | None, fall, matmuls: list[dict[str, Any]], kernel_table: list[dict[str, Any]],
+                   mfu: float | None, fall, matmuls: list[dict[str, Any]], kernel_table: pl.DataFrame | None,
                    kernels: pl.DataFrame | None, linked: pl.DataFrame | None, fwarn: str | None, warnings: list[str]) -> dict[str, Any]:
     """How far the MFU can be trusted, with a warning for each doubt: the share of the kept steps'
     matmul kernel time whose FLOPs are known (below 1: the MFU is a lower bound), and whether some
@@ -677,10 +678,10 @@ def _flops_quality(meta, kept: list[Step], cuts: list, steps: list[Step], known:
         kt_warning = kt.above_peak_warning(matmuls)
         if kt_warning:
             warnings.append(f"{meta.path}: {kt_warning}")
-    hot = [k for k in kernel_table if k.get("above_peak")]
+    hot = kernel_table.filter(pl.col("above_peak")).get_column("name").to_list() if kernel_table is not None else []
     if hot and not kt_warning:
         warnings.append(f"{meta.path}: {len(hot)} kernel(s) run above 100% of the peak of their ops' dtype, which no GPU can: the "
-                        f"FLOPs or the dtype of the ops that launched them are wrong ({', '.join(k['name'][:70] for k in hot[:3])}); "
+                        f"FLOPs or the dtype of the ops that launched them are wrong ({', '.join(k[:70] for k in hot[:3])}); "
                         "their % of peak is shown as unknown")
     beyond = 0
     if fall is not None:

@@ -17,24 +17,38 @@ KERNELS_TOP = 30  # kernels by name kept in each rank of the report (the longest
 MATMULS_TOP = 20  # matmul op shapes kept in the report, per rank (the longest)
 
 
-def by_name(kernels: pl.DataFrame, linked: pl.DataFrame, top: int = KERNELS_TOP) -> list[dict[str, Any]]:
-    """Kernels grouped by name: class, count, total and mean time, and, for the launches inside
-    ops whose FLOPs are known (an op's FLOPs split among its kernels by duration), their time
-    (``flops_ns``), FLOPs, the time those FLOPs take at the peak of the op's dtype (``ideal_ns``),
-    the achieved TFLOP/s and the share of that dtype's peak, both over ``flops_ns`` (not over
-    launches whose FLOPs are unknown).  A share above 1 is impossible: ``of_peak`` is then null
-    and ``above_peak`` true (the FLOPs or the dtype are wrong).  ``kernels``: the rank's kernel
-    rows; ``linked``: ``kernel_ops`` of them."""
+# the kernel table's columns (``by_name``): what each row of a report's ``kernels`` holds, in that order
+# ``name`` stays Categorical, as in the events: the ranks of a job share their kernels' (long) names once
+KERNEL_TABLE_SCHEMA = {
+    "name": pl.Categorical, "kclass": pl.String, "count": pl.UInt32, "total_ns": pl.Int64, "mean_ns": pl.Float64,
+    "flops": pl.Float64, "achieved_tflops": pl.Float64, "of_peak": pl.Float64, "flops_ns": pl.Int64,
+    "ideal_ns": pl.Float64, "dtype": pl.String, "above_peak": pl.Boolean,
+}
+
+
+def by_name(kernels: pl.DataFrame, linked: pl.DataFrame) -> pl.DataFrame:
+    """Kernels grouped by name (a frame of ``KERNEL_TABLE_SCHEMA``, every name, longest first):
+    class, count, total and mean time, and, for the launches inside ops whose FLOPs are known (an
+    op's FLOPs split among its kernels by duration), their time (``flops_ns``), FLOPs, the time
+    those FLOPs take at the peak of the op's dtype (``ideal_ns``), the achieved TFLOP/s and the
+    share of that dtype's peak, both over ``flops_ns`` (not over launches whose FLOPs are
+    unknown).  A share above 1 is impossible: ``of_peak`` is then null and ``above_peak`` true
+    (the FLOPs or the dtype are wrong).  ``kernels``: the rank's kernel rows; ``linked``:
+    ``kernel_ops`` of them.  A frame, not dicts: a rank's table of every name is small this way
+    (``table_rows`` gives the report's rows)."""
     k = kernels
     if k.height == 0:
-        return []
+        return pl.DataFrame(schema=KERNEL_TABLE_SCHEMA)
     if linked.height:
         k = k.with_row_index("_k").join(linked.select("_k", "kflops", "kideal", pl.col("dtype").alias("_odtype")), on="_k", how="left")
     else:
         k = k.with_columns(pl.lit(None, pl.Float64).alias("kflops"), pl.lit(None, pl.Float64).alias("kideal"),
                            pl.lit(None, pl.String).alias("_odtype"))
     known = pl.col("kflops").is_not_null()
-    g = (
+    has, f, fns, ideal = pl.col("has_flops"), pl.col("flops"), pl.col("flops_ns"), pl.col("ideal_ns")
+    share = pl.when(has & (fns != 0) & (ideal != 0)).then(ideal / fns)
+    dts = pl.col("dtypes")
+    return (
         k.lazy().group_by("name", "kclass")  # on the Categoricals; the few groups' names cast after
         .agg(
             pl.len().alias("count"),
@@ -46,25 +60,32 @@ def by_name(kernels: pl.DataFrame, linked: pl.DataFrame, top: int = KERNELS_TOP)
             pl.col("dur_ns").filter(known).sum().alias("flops_ns"),
             pl.col("_odtype").drop_nulls().unique().sort().alias("dtypes"),  # the launching ops' dtypes
         )
-        .with_columns(pl.col("name").cast(pl.String), pl.col("kclass").cast(pl.String))
-        .sort("total_ns", "name", descending=[True, False])
-        .head(top)
+        .with_columns(share.alias("_share"))
+        .select(
+            "name", pl.col("kclass").cast(pl.String), "count", "total_ns", "mean_ns",
+            pl.when(has).then(f).alias("flops"),
+            pl.lit(None, pl.Float64).alias("achieved_tflops"),  # table_rows: in Python, the same bits as the job's table
+            pl.when(pl.col("_share") <= 1.0).then(pl.col("_share")).alias("of_peak"),
+            pl.when(has).then(fns).alias("flops_ns"),
+            pl.when(has & (ideal != 0)).then(ideal).alias("ideal_ns"),
+            pl.when(dts.list.len() == 1).then(dts.list.first()).when(dts.list.len() > 1).then(pl.lit("mixed")).alias("dtype"),
+            (pl.col("_share") > 1.0).fill_null(False).alias("above_peak"),
+        )
+        .sort(pl.col("total_ns"), pl.col("name").cast(pl.String), descending=[True, False])
         .collect(engine="in-memory")
+        .cast(KERNEL_TABLE_SCHEMA)
     )
-    out = []
-    for n, c, cnt, t, m, f, ideal, has, fns, dts in g.iter_rows():
-        share = (ideal / fns) if (has and fns and ideal) else None
-        out.append({
-            "name": n, "kclass": c, "count": cnt, "total_ns": int(t), "mean_ns": float(m),
-            "flops": f if has else None,
-            "achieved_tflops": (f / (fns / 1e9) / 1e12) if (has and fns) else None,
-            "of_peak": share if (share is None or share <= 1.0) else None,
-            "flops_ns": int(fns) if has else None,
-            "ideal_ns": ideal if (has and ideal) else None,
-            "dtype": (dts[0] if len(dts) == 1 else "mixed") if dts else None,
-            "above_peak": bool(share is not None and share > 1.0),
-        })
-    return out
+
+
+def table_rows(table: pl.DataFrame, top: int | None = KERNELS_TOP) -> list[dict[str, Any]]:
+    """The first ``top`` rows (None: all) of a ``by_name`` table as the report's dicts, with the
+    achieved TFLOP/s: FLOPs / ``flops_ns`` (polars would fold the literal divisions into a
+    product, a different last bit)."""
+    rows = (table if top is None else table.head(top)).to_dicts()
+    for r in rows:
+        f, fns = r["flops"], r["flops_ns"]
+        r["achieved_tflops"] = f / (fns / 1e9) / 1e12 if (f is not None and fns) else None
+    return rows
 
 
 # TF32 tensor-core kernels: cuDNN/xmma names say tf32; CUTLASS's single-precision tensor-op GEMMs
