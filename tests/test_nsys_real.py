@@ -11,6 +11,7 @@ import sqlite3
 
 import polars as pl
 import pytest
+from tracelens.parsers.nsys import parse
 
 from tests.conftest import SAMPLE_TRACES, real_traces
 from tests.nsys_build import Export, from_kineto
@@ -18,7 +19,6 @@ from tracelens import cli
 from tracelens.analysis import analyze
 from tracelens.model.errors import EXIT_BAD_INPUT, EXIT_OK, ParseError
 from tracelens.model.schema import validate
-from tracelens.parsers.nsys import parse
 from tracelens.store.job import load
 
 NSYS = real_traces() / "nsys"
@@ -210,6 +210,19 @@ def test_never_creates_or_modifies_a_file(tmp_path):
     assert df.filter(pl.col("kind") == "kernel").height == 19
     assert sorted(p.name for p in d.iterdir()) == [copy.name]
     assert (copy.read_bytes(), os.stat(copy).st_mtime_ns) == before
+
+
+def test_strings_that_are_not_utf8(tmp_path):
+    bad = tmp_path / "bad.sqlite"
+    shutil.copy(NSYS / "nvfuser_test_matmul_h200_nsys2024.6.2.sqlite", bad)
+    con = sqlite3.connect(bad)
+    con.execute("UPDATE StringIds SET value = CAST(? AS TEXT) WHERE id % 3 = 0", (b"\xff\xfeab\x80",))
+    con.commit()
+    con.close()
+    df, meta = parse(bad)
+    validate(df)
+    assert df.filter(pl.col("name").cast(pl.String).str.contains("\ufffd")).height > 0
+    assert any("not valid UTF-8" in w for w in meta.warnings)
 
 
 def test_several_gpu_processes_keep_the_busiest(tmp_path):

@@ -115,7 +115,17 @@ def parse(path: str | Path, *, keep_python: bool = False, keep_args: bool = True
     path = Path(path)
     con = _connect(path)
     try:
-        return _parse(con, path, progress)
+        try:
+            return _parse(con, path, progress)
+        except sqlite3.DatabaseError as e:
+            if "decode" not in str(e).lower():
+                raise
+        from .read import lenient_text
+
+        lenient_text(con)  # a string that is not UTF-8: read them all again, leniently
+        df, meta = _parse(con, path, progress)
+        meta.warnings.append("the export holds text that is not valid UTF-8: read with replacement characters")
+        return df, meta
     except TraceInputError:
         raise
     except (MemoryError, KeyboardInterrupt):

@@ -42,19 +42,14 @@ def _text(expr: str) -> str:
 
 def fetch(con: sqlite3.Connection, sql: str, schema: dict[str, pl.DataType], params: tuple = (),
           progress: Callable[[int], None] | None = None) -> pl.DataFrame:
-    """The rows of ``sql`` as a frame of ``schema`` (its column order), fetched in batches; text that
-    is not valid UTF-8 is read with replacement characters (a second pass, only when it happens)."""
-    try:
-        return _fetch(con, sql, schema, params, progress)
-    except sqlite3.OperationalError as e:
-        if "decode" not in str(e).lower():
-            raise
-    old = con.text_factory
+    """The rows of ``sql`` as a frame of ``schema`` (its column order), fetched in batches."""
+    return _fetch(con, sql, schema, params, progress)
+
+
+def lenient_text(con: sqlite3.Connection) -> None:
+    """Read text that is not valid UTF-8 with replacement characters (what ``parse`` falls back to
+    when the fast decoder refuses a string: a Python call per text value from then on)."""
     con.text_factory = lambda b: b.decode("utf-8", "replace")
-    try:
-        return _fetch(con, sql, schema, params, progress)
-    finally:
-        con.text_factory = old
 
 
 def _fetch(con: sqlite3.Connection, sql: str, schema: dict[str, pl.DataType], params: tuple,
