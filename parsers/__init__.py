@@ -35,12 +35,9 @@ RECORD_TORCH = "record the job with the PyTorch profiler (torch.profiler) for a 
 def unsupported(path: Path, head: bytes) -> str | None:
     """What a file tracelens recognises but does not analyse is, and what to do instead (the
     README's table of inputs); None for anything else.  ``head``: its first bytes, decompressed."""
-    if head.startswith(SQLITE_MAGIC):
-        return ("an Nsight Systems SQLite export: `tracelens report` does not analyse nsys events yet "
-                f"(`tracelens info` shows its GPUs); {RECORD_TORCH}")
     if path.name.lower().endswith(NSYS_REPORT_SUFFIXES):
         return ("looks like an Nsight Systems report (.nsys-rep), which tracelens cannot read: export it with "
-                "`nsys export --type sqlite FILE.nsys-rep` (`tracelens info` reads the GPUs of the .sqlite)")
+                "`nsys export --type sqlite FILE.nsys-rep` and give tracelens the .sqlite")
     if len(head) > 1 and head[0] == 0x80 and 2 <= head[1] <= 5:  # a pickle (protocol 2-5): never unpickled
         if b"pg_config" in head or b"entries" in head or b"profiling_name" in head:
             return ("looks like a PyTorch Flight Recorder dump (pickle), which tracelens does not analyse (and never "
@@ -130,15 +127,14 @@ class Parser(Protocol):
 
 
 # format name -> the module (in this package) that parses it, imported when first asked for
-PARSERS: dict[str, str] = {"kineto": ".kineto"}
+PARSERS: dict[str, str] = {"kineto": ".kineto", "nsys": ".nsys"}
 
 
 def parser_for(fmt: str, path: Path | None = None) -> Parser:
-    """The parser of format ``fmt`` (a name ``sniff`` gives).  A format tracelens recognises but
-    does not analyse (an nsys SQLite export: ``tracelens info`` reads its GPUs) raises
-    UnsupportedFormat saying what to do instead; ``path`` names the file in that message."""
+    """The parser of format ``fmt`` (a name ``sniff`` gives); UnsupportedFormat for a format
+    without one (``path`` names the file in that message)."""
     module = PARSERS.get(fmt)
     if module is None:
-        what = unsupported(path or Path(""), SQLITE_MAGIC) if fmt == "nsys" else None
-        raise UnsupportedFormat(str(path or fmt), what or f"{fmt} files are not supported yet (PyTorch profiler JSON only)")
+        raise UnsupportedFormat(str(path or fmt), f"{fmt} files are not supported yet "
+                                                  "(PyTorch profiler JSON and Nsight Systems SQLite exports only)")
     return importlib.import_module(module, __name__)

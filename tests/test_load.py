@@ -185,7 +185,7 @@ def test_info_on_nsys_exports_identifies_their_gpus():
     r = run("info", "--json", nsys / "nvfuser_test_matmul_h200_nsys2024.6.2.sqlite", nsys / "generated_nsys2022.4.2.1_cpu_nvtx_osrt_demo.sqlite")
     assert r.returncode == 0, r.stderr
     out = json.loads(r.stdout)
-    assert [len(n["gpus"]) for n in out["nsys"]] == [1, 0] and out["files"] == []
+    assert [len(n["gpus"]) for n in out["nsys"]] == [1, 0] and [f["format"] for f in out["files"]] == ["nsys", "nsys"]
     g = out["nsys"][0]["gpus"][0]
     assert g["name"] == "NVIDIA H200" and g["gpu_model"] == "NVIDIA H200 SXM" and g["peak_flops"]["bf16"] == 989.4e12
     text = run("info", nsys / "pipit_saxpy-mpi-cuda_nsys2022.2.1_perlmutter0.sqlite").stdout

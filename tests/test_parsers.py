@@ -37,13 +37,13 @@ def test_a_kineto_trace_is_sniffed_and_parsed_by_its_parser(tmp_path):
     assert meta.format == "kineto" and meta.parser_version == parser_for("kineto").PARSER_VERSION
 
 
-def test_nsys_is_recognised_not_analysed():
+def test_nsys_is_parsed():
     sqlite = sorted((real_traces() / "nsys").glob("*.sqlite"))[0]
     assert sniff(sqlite) == "nsys"
-    with pytest.raises(UnsupportedFormat) as e:
-        parser_for("nsys", sqlite)
-    assert str(sqlite) in str(e.value) and "does not analyse nsys events yet" in str(e.value)
-    assert "tracelens info" in str(e.value)  # says what does read it
+    parser = parser_for("nsys", sqlite)
+    assert parser.NAME == "nsys" and parser.PARSER_VERSION
+    df, meta = parser.parse(sqlite)
+    assert dict(df.schema) == dict(EVENT_SCHEMA) and meta.format == "nsys" and meta.source == "nsys"
 
 
 def test_an_unknown_format_is_refused_by_name():

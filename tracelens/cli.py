@@ -180,8 +180,8 @@ def _cmd_info(args: argparse.Namespace) -> int:
         except OSError:  # load() says why it cannot be read
             return False
 
-    nsys = [p for p in args.paths if is_nsys(p)]
-    rest = [p for p in args.paths if p not in nsys]
+    nsys = [p for p in args.paths if is_nsys(p)]  # parsed like any trace, and their GPU tables shown too
+    rest = list(args.paths)
     summary = {"files": [], "warnings": []}
     trace = None
     if rest:

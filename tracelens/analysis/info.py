@@ -84,8 +84,8 @@ def render_text(summary: dict[str, Any]) -> str:
                 dev_txt += ", the trace has no deviceProperties"
         lines.append(f"{f['path']}")
         lines.append(
-            f"  format      {f['format']} ({f['trace_schema']} schema), {fmt_bytes(f['size_bytes'])} on disk, "
-            f"{fmt_bytes(f['uncompressed_bytes'])} of JSON"
+            f"  format      {f['format']} ({f['trace_schema']} schema), {fmt_bytes(f['size_bytes'])} on disk"
+            + (f", {fmt_bytes(f['uncompressed_bytes'])} of JSON" if f["format"] == "kineto" else "")
         )
         lines.append(f"  rank        {f['rank']}{ws} (from {f['rank_source']})" + (f", backend {f['backend']}" if f["backend"] else ""))
         lines.append(f"  device      {dev_txt}")
@@ -103,8 +103,8 @@ def render_text(summary: dict[str, Any]) -> str:
 
 
 def nsys_summary(path: str) -> dict[str, Any]:
-    """What tracelens reads of an Nsight Systems export so far: its GPUs (TARGET_INFO_GPU), each
-    matched to the peak table (MFU.md 3.1).  Its events are the nsys parser's (a later issue)."""
+    """The GPUs an Nsight Systems export describes (TARGET_INFO_GPU: every GPU of the host, used or
+    not), each matched to the peak table (MFU.md 3.1); its events are summarised like any trace's."""
     from tracelens.model import gpus
     from tracelens.parsers.nsys import target_gpus
 
@@ -117,7 +117,7 @@ def nsys_summary(path: str) -> dict[str, Any]:
 
 
 def render_nsys_text(summary: dict[str, Any]) -> str:
-    lines = [summary["path"], "  format      Nsight Systems SQLite export (its events are not read yet: GPU identification only)"]
+    lines = [summary["path"], "  GPUs of the host (TARGET_INFO_GPU)"]
     if not summary["gpus"]:
         lines.append("  GPUs        none described (no TARGET_INFO_GPU table)")
     for g in summary["gpus"]:

@@ -1,0 +1,266 @@
+"""Nsight Systems SQLite exports (``nsys export --type sqlite``; FORMATS.md 1): the whole event
+table, as from a Kineto trace, so that nothing downstream knows which source a rank came from.
+
+``schema``     probes the tables and columns (nsys 2021.x to 2025.x differ), one warning naming
+               what was missing
+``read``       one SQL query per table, pushed down to SQLite (columns, process filter and the
+               ``StringIds`` lookups in the database), fetched in batches into polars
+``normalise``  those frames -> ``EVENT_SCHEMA`` (kinds, names and kernel classes as Kineto's)
+
+Ranks: the parser contract is one frame per file, and an export is one rank when one process
+ran GPU work.  With several such processes, the one with the most kernel time is the rank and a
+warning names the others (export them separately: ``nsys profile -o rank%q{RANK}``).  The rank
+number comes from that process's environment where the export records it (``RANK``,
+``OMPI_COMM_WORLD_RANK``, ``PMI_RANK``, ``SLURM_PROCID``, ``LOCAL_RANK``), else from the file
+name or the order (tracelens.store.ranks).  Collectives: NCCL kernels are ``comm`` by name;
+NCCL's NVTX ranges (domain ``NCCL``) are the collective records carried onto them, and the
+sequence numbers are each collective's order within its type on the rank (NVTX payloads are
+not decoded: ``attributes["seq_source"]``).
+
+The export is opened read-only through an escaped ``immutable`` URI: no journal, WAL or lock
+file is ever created beside it.
+"""
+
+from __future__ import annotations
+
+import os
+import sqlite3
+import urllib.parse
+from collections.abc import Callable
+from pathlib import Path
+from stat import S_ISREG
+from typing import TYPE_CHECKING, Any
+
+import polars as pl
+
+from tracelens.model.errors import ParseError, TraceInputError, UnreadableError
+
+if TYPE_CHECKING:
+    from tracelens.model.schema import TraceMeta
+
+__all__ = ["NAME", "PARSER_VERSION", "parse", "sqlite_uri", "target_gpus"]
+
+
+def sqlite_uri(path: Path) -> str:
+    """A read-only SQLite URI for ``path``: the path percent-escaped (a ``#``, ``?`` or ``%`` in a
+    name would otherwise end it or escape what follows), ``mode=ro`` (never creates a file) and
+    ``immutable=1`` (no lock, journal or WAL files beside the export)."""
+    return "file://" + urllib.parse.quote(os.path.abspath(path), safe="/") + "?mode=ro&immutable=1"
+
+
+def _connect(path: Path) -> sqlite3.Connection:
+    try:
+        st = os.stat(path)
+    except (FileNotFoundError, NotADirectoryError):
+        raise TraceInputError(str(path), "no such file") from None
+    except OSError as e:
+        raise UnreadableError(str(path), f"cannot open the SQLite export ({e.strerror or e})") from None
+    if not S_ISREG(st.st_mode):
+        raise ParseError(str(path), "not a regular file, so not an SQLite export")
+    if st.st_size == 0:  # SQLite would take it for an empty database
+        raise ParseError(str(path), "empty file, not an SQLite export")
+    try:
+        return sqlite3.connect(sqlite_uri(path), uri=True)
+    except sqlite3.Error as e:
+        raise ParseError(str(path), f"cannot open the SQLite export ({e})") from None
+
+
+def target_gpus(path: str | Path) -> list[dict[str, Any]]:
+    """The GPUs of ``TARGET_INFO_GPU`` as Kineto-style ``deviceProperties`` dicts (``id``, ``name``,
+    ``numSms``, ``totalGlobalMem``, ``computeMajor``/``computeMinor``) plus ``memoryBandwidth``
+    (bytes/s) and ``chipName``; empty when the export has no such table (older nsys, no CUDA)."""
+    path = Path(path)
+    con = _connect(path)
+    try:
+        tables = {r[0] for r in con.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+        if "TARGET_INFO_GPU" not in tables:
+            return []
+        return _gpu_dicts(con)
+    except sqlite3.DatabaseError as e:
+        raise ParseError(str(path), f"not a readable SQLite export ({e})") from None
+    finally:
+        con.close()
+
+
+def _gpu_dicts(con: sqlite3.Connection) -> list[dict[str, Any]]:
+    cur = con.execute("SELECT * FROM TARGET_INFO_GPU")
+    cols = [d[0] for d in cur.description]
+    rows = [dict(zip(cols, r)) for r in cur.fetchall()]  # one row per GPU of the host
+    out = []
+    for r in rows:
+        out.append({
+            "id": r.get("id", r.get("cuDevice")),
+            "name": r.get("name"),
+            "numSms": r.get("smCount"),
+            "totalGlobalMem": r.get("totalMemory"),
+            "computeMajor": r.get("computeMajor"),
+            "computeMinor": r.get("computeMinor"),
+            "memoryBandwidth": r.get("memoryBandwidth"),
+            "chipName": r.get("chipName"),
+        })
+    return out
+
+
+# ---- the parser ------------------------------------------------------------------------------
+
+NAME = "nsys"  # the format name sniff() gives these files
+PARSER_VERSION = "1.0"  # bump when the table a parse caches changes
+
+
+def parse(path: str | Path, *, keep_python: bool = False, keep_args: bool = True,
+          progress: Callable[[int], None] | None = None) -> tuple[pl.DataFrame, TraceMeta]:
+    """Parse one nsys SQLite export into (event frame, TraceMeta); ParseError (one line) on a
+    file that is not a readable nsys export.  ``keep_python`` and ``keep_args`` are the Kineto
+    parser's options: nsys records neither Python frames nor op arguments."""
+    path = Path(path)
+    con = _connect(path)
+    try:
+        try:
+            return _parse(con, path, progress)
+        except sqlite3.DatabaseError as e:
+            if "decode" not in str(e).lower():
+                raise
+        from .read import lenient_text
+
+        lenient_text(con)  # a string that is not UTF-8: read them all again, leniently
+        df, meta = _parse(con, path, progress)
+        meta.warnings.append("the export holds text that is not valid UTF-8: read with replacement characters")
+        return df, meta
+    except TraceInputError:
+        raise
+    except (MemoryError, KeyboardInterrupt):
+        raise
+    except sqlite3.DatabaseError as e:
+        raise ParseError(str(path), f"not a readable SQLite export ({_one_line(e)})") from None
+    except Exception as e:  # never let a malformed export surface as a traceback
+        raise ParseError(str(path), f"unreadable nsys export ({type(e).__name__}: {_one_line(e)})") from e
+    finally:
+        con.close()
+
+
+def _one_line(e: BaseException) -> str:
+    return (str(e).strip().splitlines() or [""])[0][:300]
+
+
+def _parse(con: sqlite3.Connection, path: Path, progress: Callable[[int], None] | None) -> tuple[pl.DataFrame, TraceMeta]:
+    from collections import Counter
+
+    from tracelens.model.schema import TraceMeta
+
+    from ..kineto.link import _attach_comm_records, _device
+    from ..kineto.normalise import _drop_far
+    from . import normalise as nz
+    from . import read
+    from .schema import EVENT_TABLES, is_nsys, probe
+
+    spath = str(path)
+    p = probe(con)
+    if not is_nsys(p):
+        raise ParseError(spath, "an SQLite database, but not an Nsight Systems export (no StringIds and export metadata "
+                                "tables): export the report with `nsys export --type sqlite`")
+    if not any(t in p.tables for t in EVENT_TABLES):
+        raise ParseError(spath, "an Nsight Systems export with no events: none of its tables holds kernels, copies, CUDA "
+                                "calls, NVTX ranges or OS runtime calls (profile with `-t cuda,nvtx,osrt`)")
+    size = path.stat().st_size
+    meta = TraceMeta(path=spath, format=NAME, source=NAME, parser="tracelens.parsers.nsys", parser_version=PARSER_VERSION,
+                     size_bytes=size, trace_schema=p.schema_version and f"export {p.schema_version}")
+    w = p.warning()
+    if w:
+        meta.warnings.append(w)
+    # the rank: one process (the one with most GPU time when several ran GPU work)
+    gpu_procs = read.gpu_processes(con, p)
+    if gpu_procs:
+        proc, pid = gpu_procs[0][0], gpu_procs[0][1]
+        if len(gpu_procs) > 1:
+            others = ", ".join(f"pid {q[1]} ({q[2] / 1e6:.1f} ms of kernels)" for q in gpu_procs[1:6])
+            more = f" and {len(gpu_procs) - 6} more" if len(gpu_procs) > 6 else ""
+            meta.warnings.append(
+                f"{len(gpu_procs)} processes ran GPU work in this export: this rank is pid {pid} ({gpu_procs[0][2] / 1e6:.1f} ms "
+                f"of kernels, the most); left out: {others}{more} (one export per rank: `nsys profile -o rank%q{{RANK}}`)")
+    else:
+        proc = read.busiest_host_process(con, p)
+        pid = None if proc is None else proc & 0xFFFFFF
+    done = [0]
+
+    def step(n: int) -> None:  # progress in bytes of the file, spread over the rows read
+        done[0] += n
+        if progress is not None:
+            progress(min(size, done[0] * 64))
+
+    counts: Counter[str] = Counter()
+    ranges, domains, marks = read.nvtx(con, p, proc, step)
+    parts = [
+        nz.kernels(read.kernels(con, p, proc, step), counts),
+        nz.memcpys(read.memcpys(con, p, proc, step), counts),
+        nz.memsets(read.memsets(con, p, proc, step), counts),
+        nz.syncs(read.syncs(con, p, proc, step), counts),
+        nz.runtime(read.runtime(con, p, proc, step), counts),
+        nz.nvtx(ranges, domains, counts),
+        nz.host_calls(read.host_calls(con, p, "OSRT_API", proc, step), "osrt", counts),
+        nz.host_calls(read.host_calls(con, p, "CUBLAS_EVENTS", proc, step), "cublas", counts),
+        nz.host_calls(read.host_calls(con, p, "CUDNN_EVENTS", proc, step), "cudnn", counts),
+    ]
+    for what, n in sorted(counts.items()):
+        meta.warnings.append(f"{n} {what} were dropped" if "without" in what and "named" not in what else f"{n} {what}")
+    df = nz.assemble(parts)
+    _fill_meta(con, p, meta, proc, pid, marks, domains)
+    if df.height == 0:
+        meta.warnings.append("the export holds no timed events of its process")
+    else:
+        df = _drop_far(df, meta)
+    df = _attach_comm_records(df, meta)
+    if "seq_source" in meta.attributes and df.select((pl.col("kclass") == "comm").any()).item():
+        has_nccl_ranges = df.select(pl.col("kind").is_in(["collective", "p2p"]).any()).item()
+        meta.attributes["seq_source"] = (
+            "derived: order within the collective type on this rank (NCCL's NVTX ranges name each collective; their "
+            "communicator payloads are not decoded)" if has_nccl_ranges
+            else "derived: order within the collective type on this rank (from the kernel names: no NCCL NVTX ranges)")
+    cmap = read.cuda_device_map(con, p, pid)
+    _device(df, meta)
+    if meta.device_id is not None and meta.device_name is None and meta.device_id in cmap:
+        for d in meta.devices:
+            if d.get("id") == cmap[meta.device_id]:
+                meta.device_properties, meta.device_name = d, d.get("name")
+    if meta.device_id is not None:
+        meta.platform = "cuda"
+    if progress is not None:
+        progress(size)
+    return df.with_columns(pl.lit(-1 if meta.rank is None else meta.rank, dtype=pl.Int32).alias("rank")), meta
+
+
+def _fill_meta(con: sqlite3.Connection, p, meta: TraceMeta, proc: int | None, pid: int | None, marks: int,
+               domains: dict[int, str]) -> None:
+    from . import read
+
+    meta.base_time_ns = read.session_start(con, p)
+    meta.threads = read.threads(con, p, proc)
+    meta.devices = target_gpus_of(con, p)
+    meta.attributes.update({k: v for k, v in (("nsys_version", p.version), ("nsys_export_schema", p.schema_version),
+                                              ("pid", pid), ("process", read.process_name(con, p, proc))) if v is not None})
+    if marks:
+        meta.attributes["nvtx_marks"] = marks  # instants: not in the event table
+    if domains:
+        meta.attributes["nvtx_domains"] = ", ".join(sorted(set(domains.values())))
+    env = read.environment(con, p)
+    for var in read.RANK_VARS:
+        v = env.get(var)
+        if v is None:
+            continue
+        if v.isdigit() and v.isascii() and int(v) < 2**31:
+            meta.rank, meta.rank_source = int(v), f"environment {var}"
+            break
+        meta.warnings.append(f"the environment's {var}={v[:40]!r} is not a rank number: ignored")
+    for var in read.WORLD_VARS:
+        v = env.get(var)
+        if v is not None and v.isdigit() and v.isascii() and 0 < int(v) < 2**31 and (meta.rank is None or meta.rank < int(v)):
+            meta.world_size = int(v)
+            break
+    if meta.rank is None:
+        meta.warnings.append("the export records no RANK, OMPI_COMM_WORLD_RANK, PMI_RANK, SLURM_PROCID or LOCAL_RANK in its "
+                             "process's environment: the rank comes from the file name or the order")
+
+
+def target_gpus_of(con: sqlite3.Connection, p) -> list[dict[str, Any]]:
+    if "TARGET_INFO_GPU" not in p.tables:
+        return []
+    return _gpu_dicts(con)
