@@ -185,3 +185,50 @@ def test_the_reduce_reads_no_events(monkeypatch):
     monkeypatch.setattr(Job, "events", refused)
     d = analyze(j, Options()).to_dict()
     assert d["timeline"]["ranks"] and len(d["ranks"]) == len(j.handles) > 1
+
+
+def _counting_summaries(monkeypatch) -> list[int]:
+    """The files ``analyze`` summarised itself (from their handles), not at their parse."""
+    import tracelens.analysis as an
+
+    made: list[int] = []
+    real = an._summarize
+    monkeypatch.setattr(an, "_summarize", lambda args: (made.append(args[0].file), real(args))[1])
+    return made
+
+
+@pytest.mark.parametrize("jobs", [1, 2])
+def test_ranks_are_analysed_as_their_files_are_parsed(tmp_path, monkeypatch, jobs):
+    """load(after_parse=summarize_on_parse(options)) summarises each rank where it was parsed (a
+    worker with jobs=2): analyze only reduces, reads no events back, and gives the same report as
+    the load-then-map path; keep_events=False keeps no frame the cache does not hold."""
+    from tracelens.analysis import summarize_on_parse
+
+    d = _job_dir(tmp_path)
+    want = analyze(load([d], use_cache=False), Options()).to_dict()
+    made = _counting_summaries(monkeypatch)
+    j = load([d], use_cache=False, jobs=jobs, after_parse=summarize_on_parse(Options()), keep_events=False)
+    assert all(h.frame is None and h.parquet is None and h.summary is not None for h in j.handles)
+    monkeypatch.setattr(RankHandle, "scan", lambda self: (_ for _ in ()).throw(AssertionError("events read back")))
+    assert analyze(j, Options()).to_dict() == want and made == []
+
+
+def test_a_summary_made_with_another_rank_or_options_is_made_again(tmp_path, monkeypatch):
+    """Files without distributedInfo or a rank in their names get their ranks from the job's file
+    order, known only after the load: their summaries (made with rank None) are made again, as
+    are those of a job analysed with other options than its files were summarised with."""
+    from tracelens.analysis import summarize_on_parse
+
+    src = real_traces() / "hta/distributed_info_unavailable/distributed_info_not_found.json.gz"
+    d = tmp_path / "job"
+    d.mkdir()
+    for name in ("a.json.gz", "b.json.gz"):
+        shutil.copy(src, d / name)
+    want = analyze(load([d], use_cache=False), Options()).to_dict()
+    made = _counting_summaries(monkeypatch)
+    j = load([d], use_cache=False, after_parse=summarize_on_parse(Options()))
+    assert analyze(j, Options()).to_dict() == want and sorted(made) == [0, 1]
+    made.clear()
+    one = load([d / "a.json.gz"], use_cache=False, after_parse=summarize_on_parse(Options()))
+    analyze(one, Options(include_warmup=True))  # other options than at the parse
+    assert made == [0]

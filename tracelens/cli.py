@@ -338,13 +338,15 @@ def _analyze_paths(paths: list[str], args: argparse.Namespace, steps) -> dict:
     values = _option_values(args, steps)
 
     def analyse() -> tuple[dict, bool]:
-        from tracelens.analysis import analyze
+        from tracelens.analysis import analyze, summarize_on_parse
         from tracelens.model.errors import UsageError
         from tracelens.model.options import Options
         from tracelens.store.job import load
 
-        trace = load(paths, use_cache=not args.no_cache, keep_python=args.keep_python, jobs=args.jobs, strict=args.strict)
-        a = analyze(trace, Options(**values))
+        options = Options(**values)  # each rank analysed as its file is parsed; only the report is kept
+        trace = load(paths, use_cache=not args.no_cache, keep_python=args.keep_python, jobs=args.jobs, strict=args.strict,
+                     after_parse=summarize_on_parse(options), keep_events=False)
+        a = analyze(trace, options)
         bad = next((r.mfu_error for r in a.ranks if r.mfu_error), None)
         if bad:  # an MFU above 100% from a number the user gave is a mistake in it, not a result (never cached)
             raise UsageError(bad)

@@ -11,6 +11,7 @@ no Textual; plain frozen dataclasses that renderers turn into JSON or text."""
 from __future__ import annotations
 
 from dataclasses import replace
+from functools import partial
 
 import polars as pl
 
@@ -45,6 +46,19 @@ def _summarize(args: tuple[RankHandle, Options, bool]) -> RankSummary:
     return rank_summary(handle.read(), handle.file, handle.meta, options, several)
 
 
+def summarize_on_parse(options: Options):
+    """The per-rank map as ``store.job.load``'s ``after_parse``: each rank summarised right after
+    its parse, in the process that parsed it (its events never travel or are read back), so that
+    ``analyze`` of the loaded job with these ``options`` only reduces.  A summary made with
+    another file index, rank or options (a rank given by the job's file order, files skipped) is
+    made again by ``analyze``."""
+    return partial(_summary_on_parse, options)
+
+
+def _summary_on_parse(options: Options, events: pl.DataFrame, fi: int, meta, several: bool) -> tuple[tuple, RankSummary]:
+    return (fi, meta.rank, options, several), rank_summary(events, fi, meta, options, several)
+
+
 def analyze(job: Job, options: Options | None = None, engine=None) -> Analysis:
     """The analysis of a loaded job.  ``engine`` (``tracelens.engine``): where the per-rank map
     runs; by default in this process, one rank at a time."""
@@ -59,10 +73,16 @@ def analyze(job: Job, options: Options | None = None, engine=None) -> Analysis:
     metas = job.metas
     several = len(metas) > 1
     summaries: dict[int, RankSummary] = {}
-    for i, got in (engine or LocalEngine()).map(_summarize, [(h, options, several) for h in job.handles]):
+    for h in job.handles:  # summarised as their files were parsed (load's after_parse), with what this job says
+        made = h.summary
+        if made is not None and made[0] == (h.file, h.meta.rank, options, several):
+            summaries[h.file] = made[1]
+        h.summary = None  # used once: the Analysis holds it now
+    todo = [h for h in job.handles if h.file not in summaries]
+    for i, got in (engine or LocalEngine()).map(_summarize, [(h, options, several) for h in todo]):
         if isinstance(got, BaseException):
             raise got
-        summaries[i] = got
+        summaries[todo[i].file] = got
     ordered = [summaries[i] for i in range(len(metas))]
     ranks = [s.result for s in ordered]
     warnings: list[str] = []

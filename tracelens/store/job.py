@@ -11,7 +11,7 @@ small TraceMeta, and the frame only when the cache could not take it.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -21,7 +21,7 @@ from tracelens.engine import PARALLEL_MIN_BYTES, LocalEngine, choose  # noqa: F4
 from tracelens.model.errors import TraceInputError, UnreadableError, UnsupportedFormat
 from tracelens.model.schema import END, TraceMeta, empty_frame
 from tracelens.store.discover import discover
-from tracelens.store.ranks import _assign_ranks
+from tracelens.store.ranks import _assign_ranks, rank_from_name
 
 _SAME_RUN_GAP_NS = 60 * 10**9  # ranks of one job are traced together: spans further apart than this are separate runs
 
@@ -37,6 +37,9 @@ class RankHandle:
     parquet: Path | None = None
     frame: pl.DataFrame | None = None
     keep_python: bool = False
+    # what ``load``'s ``after_parse`` made of the events right after their parse (in the worker
+    # that parsed them): the analysis's summary of this rank, keyed by what it was made with
+    summary: Any = field(default=None, repr=False)
     _facts: dict[str, Any] = field(default_factory=dict, repr=False)
 
     @property
@@ -44,20 +47,22 @@ class RankHandle:
         return self.meta.path
 
     def scan(self) -> pl.LazyFrame:
+        if self.frame is None and self.parquet is None:  # neither kept nor cached (load's keep_events=False)
+            raise OSError(f"{self.path}: its events were not kept")
         src = self.frame.lazy() if self.frame is not None else pl.scan_parquet(self.parquet)
-        return src.with_columns(pl.lit(self.file, pl.Int32).alias("file"), pl.lit(self.meta.rank, pl.Int32).alias("rank"))
+        return with_file(src, self.file, self.meta.rank)
 
     def read(self, columns: Sequence[str] | None = None) -> pl.DataFrame:
         """This file's events (``columns`` of them), in memory.  A cache entry removed since the
         load (another run found it damaged) is parsed again from the trace."""
-        q = self.scan()
         try:
+            q = self.scan()
             return (q.select(columns) if columns is not None else q).collect()
         except (OSError, pl.exceptions.PolarsError):
             if self.frame is not None:
                 raise
         df, _ = parse_file(self.path, use_cache=False, keep_python=self.keep_python)
-        df = df.with_columns(pl.lit(self.file, pl.Int32).alias("file"), pl.lit(self.meta.rank, pl.Int32).alias("rank"))
+        df = with_file(df, self.file, self.meta.rank)
         return df.select(columns) if columns is not None else df
 
     def span(self) -> tuple[int | None, int | None]:
@@ -81,6 +86,17 @@ class RankHandle:
             if self.frame is not None:
                 raise
             return self.read().select(*exprs)
+
+
+def with_file(events, file: int, rank: int | None):
+    """A file's events (a DataFrame or LazyFrame) with this job's file index and rank."""
+    return events.with_columns(pl.lit(file, pl.Int32).alias("file"), pl.lit(rank, pl.Int32).alias("rank"))
+
+
+def _facts_of(df: pl.DataFrame) -> dict[str, Any]:
+    """What the load asks of every file (``RankHandle.span``/``pids``), from its parsed frame."""
+    lo, hi = df.select(pl.col("ts_ns").min().alias("lo"), END.max().alias("hi")).row(0)
+    return {"span": (lo, hi), "pids": df.get_column("pid").drop_nulls().unique().to_list()}
 
 
 @dataclass
@@ -224,14 +240,27 @@ def _cache_off(e: OSError) -> str:
     return f"the parse cache in {cache_dir()} cannot be used ({e.strerror or e}); running without it"
 
 
-def _parse_task(args: tuple) -> tuple[TraceMeta, pl.DataFrame | None, list[tuple[str, str]], bool]:
+def _parse_task(args: tuple) -> tuple[TraceMeta, pl.DataFrame | None, list[tuple[str, str]], bool, tuple[Any, dict[str, Any]]]:
     """One file to parse (in a worker or here): its meta, its frame when the cache did not take
-    it or ``keep_frame`` (None: it is in the cache under its key), what the parse said about the
-    cache, and whether the cache took it."""
-    path, key, keep_python, progress, keep_frame = args
+    it or ``keep_frame`` (None: it is in the cache under its key, or not kept), what the parse
+    said about the cache, whether the cache took it, and (``after_parse(frame, file, meta,
+    several)`` when one is given: the rank's analysis, run where its events already are; the
+    file's span and pids, for the load's own questions)."""
+    path, key, keep_python, progress, keep_frame, after_parse, keep_events, i, several = args
     notes: list[tuple[str, str]] = []
     df, meta, stored = _parse(Path(path), key, keep_python, progress, notes)
-    return meta, (None if stored and not keep_frame else df), notes, stored
+    facts = _facts_of(df)
+    made = None
+    if after_parse is not None:
+        # the rank as far as this file says it (distributedInfo, else its name: ranks._assign_ranks'
+        # first rule); one given by the order of several files is known only after the load
+        rank = meta.rank if meta.rank is not None else rank_from_name(Path(path), facts["pids"])
+        if rank is None and not several:  # a lone file is rank 0 by the order rule
+            rank = 0
+        made = after_parse(with_file(df, i, rank), i, replace(meta, rank=rank), several)
+    # not in the cache: kept, unless the analysis is done with it and nobody asked for the events
+    keep = keep_frame or (not stored and (after_parse is None or keep_events))
+    return meta, (df if keep else None), notes, stored, (made, facts)
 
 
 def load(
@@ -243,10 +272,18 @@ def load(
     progress: Callable[[int, int, TraceMeta], None] | None = None,
     bytes_progress: Callable[[int, int], None] | None = None,
     strict: bool = False,
+    after_parse: Callable[[pl.DataFrame, int, TraceMeta, bool], Any] | None = None,
+    keep_events: bool = True,
 ) -> Job:
     """Load trace files and directories of them into a Job.  ``progress(done, total, meta)``
     after each file; ``bytes_progress(done, total)`` in bytes on disk as the files are read (within
     a file too, when parsing in this process).
+
+    ``after_parse(frame, file, meta, several)`` (picklable; ``several``: the job has more than one
+    file): run on each file parsed, right after its parse and where it ran (a worker: only its small result comes back), kept as its handle's
+    ``summary``: the analysis's per-rank map, so that ranks are analysed as their files stream in
+    instead of being read back from the cache.  With it and ``keep_events=False``, a frame the
+    cache could not take is not kept either (a later ``read`` parses the file again).
 
     Raises TraceInputError (naming the file) when an input cannot be used.  Files found by
     walking a directory that are JSON but not traces, or (unless ``strict``) cannot be read,
@@ -319,22 +356,21 @@ def load(
 
     # one file parsed here: its frame stays with its handle (also cached), so that the analysis does
     # not read back what was just written; with more, each rank's events wait in the cache
-    keep_frame = local and len(todo) == 1
-    work = [(str(files[i]), key, keep_python, inner(i), keep_frame) for i, key in todo]
+    keep_frame = local and len(todo) == 1 and (after_parse is None or keep_events)
+    several = len(files) > 1
+    work = [(str(files[i]), key, keep_python, inner(i), keep_frame, after_parse, keep_events, i, several) for i, key in todo]
     for j, res in engine.map(_parse_task, work):
         i, key = todo[j]
         if isinstance(res, BaseException):
             record(i, None, res)
             continue
-        meta, df, got, stored = res
+        meta, df, got, stored, (made, facts) = res
         notes[i].extend(got)
         from tracelens.store import cache
 
         cached = cache.parquet_path(key) if stored and key is not None else None
-        if df is None:  # in the cache: read from there when asked for
-            record(i, RankHandle(i, meta, parquet=cached, keep_python=keep_python), None)
-        else:
-            record(i, RankHandle(i, meta, parquet=cached, frame=df, keep_python=keep_python), None)
+        # df None: in the cache (read from there when asked for), or not kept (parsed again if asked for)
+        record(i, RankHandle(i, meta, parquet=cached, frame=df, keep_python=keep_python, summary=made, _facts=facts), None)
     said = [n for i in sorted(notes) for n in notes[i]]
     cache_warnings = [text for kind, text in said if kind == "corrupt"]
     cache_warnings += next(([text] for kind, text in said if kind == "cache"), [])  # one, however many files met it
