@@ -276,17 +276,19 @@ def rank_strips(events: pl.DataFrame, steps, bins: int = STRIP_BINS) -> pl.DataF
     batch for all steps): the same floats to the bit."""
     assert bins <= 65535  # cells as UInt16
     kept = kept_steps(steps)[:STRIP_STEPS_MAX]
-    gpu_all = events.lazy().filter(pl.col("kind").is_in(GPU_KINDS))
+    lo = min((s.start_ns for s in kept), default=0)
+    hi = max((s.end_ns for s in kept), default=0)
+    gpu_all = (  # the rank's GPU rows in the kept steps, narrow, once (each step's query filters these)
+        events.lazy().filter(pl.col("kind").is_in(GPU_KINDS) & (pl.col("ts_ns") < hi) & (END > lo))
+        .select((pl.col("kclass") == "comm").fill_null(False).cast(pl.Int32).alias("track"), pl.col("ts_ns").alias("ts"),
+                END.alias("end"), pl.col("kclass").cast(pl.String).fill_null("other"))
+        .collect(engine="in-memory").lazy()
+    )
     queries, dts = [], []
     for pos, step in enumerate(kept):
         if step.end_ns <= step.start_ns:
             continue
-        gpu = (
-            gpu_all.filter((pl.col("ts_ns") < step.end_ns) & (END > step.start_ns))
-            .select((pl.col("kclass") == "comm").fill_null(False).cast(pl.Int32).alias("track"), pl.col("ts_ns").alias("ts"),
-                    END.alias("end"), pl.col("kclass").cast(pl.String).fill_null("other"))
-            .sort("track", "ts")  # the order Timeline sums its cells in
-        )
+        gpu = gpu_all.filter((pl.col("ts") < step.end_ns) & (pl.col("end") > step.start_ns)).sort("track", "ts")  # Timeline's order
         queries.append(_binned(gpu, step.start_ns, step.end_ns, bins).with_columns(pl.lit(pos, pl.UInt16).alias("pos")))
         dts.append((pos, (step.end_ns - step.start_ns) / bins))
     if not queries:

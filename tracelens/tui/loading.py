@@ -56,11 +56,11 @@ class JobLoad:
         if sink is not None:
             sink(text, done, total)
 
-    def _load_trace(self, progress: Callable | None = None, bytes_progress: Callable | None = None) -> Any:
+    def _load_trace(self, progress: Callable | None = None, bytes_progress: Callable | None = None, after_parse=None) -> Any:
         from tracelens.store.job import load
 
         return load(self.paths, use_cache=self.use_cache, jobs=self.jobs, progress=progress, bytes_progress=bytes_progress,
-                    strict=self.strict)
+                    strict=self.strict, after_parse=after_parse)
 
     def _run(self) -> None:
         try:
@@ -97,9 +97,10 @@ class JobLoad:
                            done, total)
 
         def analyse() -> tuple[dict[str, Any], bool]:
-            from tracelens.analysis import analyze
+            from tracelens.analysis import analyze, summarize_on_parse
 
-            trace = self._load_trace(progress, bytes_progress)
+            # files parsed now are summarised as they are parsed (in the workers, for a job of several)
+            trace = self._load_trace(progress, bytes_progress, summarize_on_parse(options))
             self._progress(f"analyzing {trace.n_events:,} events…", None, None)
             self.trace = trace
             return analyze(trace, options).to_dict(), not trace.cache_warnings
