@@ -33,7 +33,7 @@ from typing import TYPE_CHECKING, Any
 
 import polars as pl
 
-from tracelens.model.errors import ParseError, TraceInputError, UnreadableError
+from tracelens.model.errors import NotATrace, ParseError, TraceInputError, UnreadableError
 
 if TYPE_CHECKING:
     from tracelens.model.schema import TraceMeta
@@ -104,7 +104,7 @@ def _gpu_dicts(con: sqlite3.Connection) -> list[dict[str, Any]]:
 # ---- the parser ------------------------------------------------------------------------------
 
 NAME = "nsys"  # the format name sniff() gives these files
-PARSER_VERSION = "1.0"  # bump when the table a parse caches changes
+PARSER_VERSION = "1.1"  # bump when the table a parse caches changes
 
 
 def parse(path: str | Path, *, keep_python: bool = False, keep_args: bool = True,
@@ -156,7 +156,7 @@ def _parse(con: sqlite3.Connection, path: Path, progress: Callable[[int], None] 
     spath = str(path)
     p = probe(con)
     if not is_nsys(p):
-        raise ParseError(spath, "an SQLite database, but not an Nsight Systems export (no StringIds and export metadata "
+        raise NotATrace(spath, "an SQLite database, but not an Nsight Systems export (no StringIds and export metadata "
                                 "tables): export the report with `nsys export --type sqlite`")
     if not any(t in p.tables for t in EVENT_TABLES):
         raise ParseError(spath, "an Nsight Systems export with no events: none of its tables holds kernels, copies, CUDA "
@@ -255,9 +255,8 @@ def _fill_meta(con: sqlite3.Connection, p, meta: TraceMeta, proc: int | None, pi
         if v is not None and v.isdigit() and v.isascii() and 0 < int(v) < 2**31 and (meta.rank is None or meta.rank < int(v)):
             meta.world_size = int(v)
             break
-    if meta.rank is None:
-        meta.warnings.append("the export records no RANK, OMPI_COMM_WORLD_RANK, PMI_RANK, SLURM_PROCID or LOCAL_RANK in its "
-                             "process's environment: the rank comes from the file name or the order")
+    # no rank in the environment: the file name or the order gives it (tracelens.store.ranks, which
+    # says so where the job has more than this file)
 
 
 def target_gpus_of(con: sqlite3.Connection, p) -> list[dict[str, Any]]:

@@ -81,7 +81,7 @@ def render_text(summary: dict[str, Any]) -> str:
             detail = ", ".join(x for x in (f"device {dev['id']}" if dev["id"] is not None else "", dev["platform"] or "") if x)
             dev_txt = (dev["name"] or "unknown GPU") + (f" ({detail})" if detail else "")
             if not dev["name"]:
-                dev_txt += ", the trace has no deviceProperties"
+                dev_txt += ", the export has no TARGET_INFO_GPU" if f["format"] == "nsys" else ", the trace has no deviceProperties"
         lines.append(f"{f['path']}")
         lines.append(
             f"  format      {f['format']} ({f['trace_schema']} schema), {fmt_bytes(f['size_bytes'])} on disk"
