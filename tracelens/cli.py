@@ -172,23 +172,10 @@ def _clean(text: object) -> str:
 
 
 def _cmd_info(args: argparse.Namespace) -> int:
-    from pathlib import Path
-
-    from tracelens.analysis.info import nsys_summary, render_nsys_text, render_text, summarize
-    from tracelens.parsers import SQLITE_MAGIC
+    from tracelens.analysis.info import nsys_summary, render_text, summarize
     from tracelens.render.tables import printable_report
     from tracelens.store.job import load
 
-    def is_nsys(p: str) -> bool:
-        try:
-            if not Path(p).is_file():
-                return False
-            with open(p, "rb") as f:
-                return f.read(len(SQLITE_MAGIC)) == SQLITE_MAGIC
-        except OSError:  # load() says why it cannot be read
-            return False
-
-    nsys = [p for p in args.paths if is_nsys(p)]  # parsed like any trace, and their GPU tables shown too
     rest = list(args.paths)
     summary = {"files": [], "warnings": []}
     trace = None
@@ -196,7 +183,8 @@ def _cmd_info(args: argparse.Namespace) -> int:
         trace = load(rest, use_cache=not args.no_cache, keep_python=args.keep_python, jobs=args.jobs, strict=args.strict,
                      prefer=args.prefer)
         summary = summarize(trace)
-    summary["nsys"] = [nsys_summary(p) for p in nsys]
+    # the nsys exports of the job (given, or found in a directory): what each holds, besides its events
+    summary["nsys"] = [nsys_summary(m.path) for m in (trace.metas if trace else []) if m.format == "nsys"]
     if args.json:
         import orjson
 
@@ -206,8 +194,6 @@ def _cmd_info(args: argparse.Namespace) -> int:
     else:
         if rest:
             sys.stdout.write(render_text(printable_report(summary)))
-        for n in summary["nsys"]:
-            sys.stdout.write(render_nsys_text(printable_report(n)))
     for w in trace.all_warnings if trace else []:
         print(f"tracelens: warning: {_clean(w)}", file=sys.stderr)
     return EXIT_OK

@@ -38,7 +38,7 @@ from tracelens.model.errors import NotATrace, ParseError, TraceInputError, Unrea
 if TYPE_CHECKING:
     from tracelens.model.schema import TraceMeta
 
-__all__ = ["NAME", "PARSER_VERSION", "parse", "sqlite_uri", "target_gpus"]
+__all__ = ["NAME", "PARSER_VERSION", "describe", "parse", "sqlite_uri", "target_gpus"]
 
 
 def sqlite_uri(path: Path) -> str:
@@ -80,6 +80,68 @@ def target_gpus(path: str | Path) -> list[dict[str, Any]]:
         raise ParseError(str(path), f"not a readable SQLite export ({e})") from None
     finally:
         con.close()
+
+
+def describe(path: str | Path) -> dict[str, Any]:
+    """What an export holds, for ``tracelens info``: its tables with their row counts (the
+    ``ENUM_*`` lookup tables left out), the nsys version and export schema, the capture range
+    (``ANALYSIS_DETAILS``' start and stop, else the first start and last end of its event
+    tables; ns on the export's clock, and the session's UTC start), and the processes that ran
+    GPU work (kernels, copies, fills) with their devices.  ParseError on a file that is not a
+    readable nsys export.  Only counts and aggregates are read, in SQL."""
+    from . import read
+    from .schema import EVENT_TABLES, _quote, is_nsys, probe
+
+    path = Path(path)
+    con = _connect(path)
+    try:
+        p = probe(con)
+        if not is_nsys(p):
+            raise NotATrace(str(path), "an SQLite database, but not an Nsight Systems export (no StringIds and export "
+                                       "metadata tables)")
+        names = sorted(t for t in p.all_tables if not t.startswith("ENUM_"))
+        kinds = dict(con.execute("SELECT name, type FROM sqlite_master"))
+        tables = {}
+        for t in names:
+            if kinds.get(t) == "table":
+                tables[t] = con.execute(f"SELECT count(*) FROM {_quote(t)}").fetchone()[0]
+        capture = {"start_ns": None, "end_ns": None, "source": None, "session_start_utc_ns": read.session_start(con, p)}
+        if "ANALYSIS_DETAILS" in p.all_tables:
+            cols = {r[1] for r in con.execute("PRAGMA table_info(ANALYSIS_DETAILS)")}
+            if {"startTime", "stopTime"} <= cols:
+                row = con.execute("SELECT min(startTime), max(stopTime) FROM ANALYSIS_DETAILS WHERE typeof(startTime) = "
+                                  "'integer' AND typeof(stopTime) = 'integer'").fetchone()
+                if row and row[0] is not None:
+                    capture.update(start_ns=row[0], end_ns=row[1], source="ANALYSIS_DETAILS")
+        if capture["source"] is None:
+            spans = [f"SELECT min(start) AS lo, max(end) AS hi FROM {t} WHERE typeof(start) = 'integer' AND "
+                     "typeof(end) = 'integer'" for t in EVENT_TABLES if p.has(t)]
+            if spans:
+                row = con.execute(f"SELECT min(lo), max(hi) FROM ({' UNION ALL '.join(spans)})").fetchone()
+                if row and row[0] is not None:
+                    capture.update(start_ns=row[0], end_ns=row[1], source="events")
+        procs = []
+        for proc, pid, kernel_ns in read.gpu_processes(con, p):
+            procs.append({"pid": pid, "name": read.process_name(con, p, proc), "kernel_ns": kernel_ns,
+                          "devices": _process_devices(con, p, proc)})
+        return {"path": str(path), "format": NAME, "nsys_version": p.version, "export_schema": p.schema_version,
+                "tables": tables, "capture": capture, "gpu_processes": procs}
+    except sqlite3.DatabaseError as e:
+        raise ParseError(str(path), f"not a readable SQLite export ({_one_line(e)})") from None
+    finally:
+        con.close()
+
+
+def _process_devices(con: sqlite3.Connection, p, proc: int | None) -> list[int]:
+    """The device ids a process's kernels, copies and fills ran on."""
+    from .read import PROC
+
+    parts = [f"SELECT deviceId FROM {t} WHERE {PROC.format(c='globalPid')} IS ?" for t in
+             ("CUPTI_ACTIVITY_KIND_KERNEL", "CUPTI_ACTIVITY_KIND_MEMCPY", "CUPTI_ACTIVITY_KIND_MEMSET") if p.has(t)]
+    if not parts:
+        return []
+    sql = f"SELECT DISTINCT deviceId FROM ({' UNION ALL '.join(parts)}) WHERE typeof(deviceId) = 'integer' ORDER BY 1"
+    return [r[0] for r in con.execute(sql, (proc,) * len(parts))]
 
 
 def _gpu_dicts(con: sqlite3.Connection) -> list[dict[str, Any]]:
