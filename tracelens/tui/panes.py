@@ -241,7 +241,14 @@ class KernelsPane(Vertical):
             Column("above_peak", "", _peak_flag),
             Column("arithmetic_intensity", "FLOP/B", lambda v: f"{v:,.0f}", True),
             Column("bound", "bound"),
-        ], views.matmul_rows(self.report), id="matmuls-table", empty="no matmul shapes recorded (record_shapes=True)")
+        ], views.matmul_rows(self.report), id="matmuls-table", empty=_no_shapes(self.report))
+
+
+def _no_shapes(report: dict[str, Any]) -> str:
+    """Why the matmul table is empty: Kineto records shapes with record_shapes=True; nsys never does."""
+    if report.get("inputs") and all(i.get("format") == "nsys" for i in report["inputs"]):
+        return "no matmul shapes: an nsys export records no op shapes (record the job with the PyTorch profiler for them)"
+    return "no matmul shapes recorded (record_shapes=True)"
 
 
 class CommPane(Vertical):
