@@ -334,4 +334,4 @@ def test_every_sqlite_connect_goes_through_the_uri():
         for i, line in enumerate(p.read_text().splitlines()):
             if "sqlite3.connect(" in line:
                 hits.append((p.relative_to(ROOT).as_posix(), line.strip()))
-    assert hits == [("parsers/nsys.py", "return sqlite3.connect(sqlite_uri(path), uri=True)")]
+    assert hits == [("parsers/nsys/__init__.py", "return sqlite3.connect(sqlite_uri(path), uri=True)")]

@@ -8,7 +8,7 @@ from __future__ import annotations
 def open_job(paths, options=None, **kw):
     """Open a job: ``paths`` is a trace file, a directory of per-rank traces, or a list of them
     (a str or a Path is one path).  Keywords go to the loader: ``use_cache`` (default True: the
-    parse cache, ``$TRACELENS_CACHE_DIR``), ``keep_python``, ``jobs``, ``strict``.  ``options``
+    parse cache, ``$TRACELENS_CACHE_DIR``), ``keep_python``, ``jobs``, ``strict``, ``prefer`` ("kineto" or "nsys": the source of a rank recorded both ways).  ``options``
     (a ``tracelens.Options``, or a dict of its fields) is kept on the job as the default of
     ``analyze``.  Raises ``tracelens.model.errors.TraceInputError`` (naming the file) when an
     input cannot be used."""
@@ -16,6 +16,8 @@ def open_job(paths, options=None, **kw):
 
     if isinstance(paths, (str, bytes)) or hasattr(paths, "__fspath__"):
         paths = [paths]
+    if options is not None and "prefer" not in kw:  # the source of a rank recorded both ways is chosen at the load
+        kw["prefer"] = _as_options(options).prefer
     job = load(list(paths), **kw)
     if options is not None:
         job.options = _as_options(options)

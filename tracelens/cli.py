@@ -26,12 +26,19 @@ class _Parser(argparse.ArgumentParser):
 
 
 def _common(p: argparse.ArgumentParser, nargs: str = "+") -> None:
-    p.add_argument("paths", nargs=nargs, metavar="PATH", help="trace files or directories of per-rank traces (.json, .json.gz)")
+    p.add_argument("paths", nargs=nargs, metavar="PATH", help="trace files or directories of per-rank traces (.json, .json.gz, nsys .sqlite exports)")
     p.add_argument("--no-cache", action="store_true", help="parse again instead of reading the Parquet cache")
     p.add_argument("--jobs", "-j", type=int, default=None, metavar="N", help="parse N files in parallel (default: one per core)")
     p.add_argument("--keep-python", action="store_true", help="keep python_function events (dropped by default)")
     p.add_argument("--strict", action="store_true",
                    help="a file or subdirectory of a job directory that cannot be read is an error (default: a warning, skipped)")
+    _prefer(p)
+
+
+def _prefer(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--prefer", choices=("kineto", "nsys"), default=None,
+                   help="a rank recorded both as a Kineto trace and an nsys export: take its events from this one "
+                        "(default: kineto, which has op shapes and FLOPs)")
 
 
 def _analysis_options(p: argparse.ArgumentParser) -> None:
@@ -77,7 +84,7 @@ def build_parser() -> argparse.ArgumentParser:
     _common(p_open)
     _analysis_options(p_open)
     p_exp = sub.add_parser("export", help="the event table as Parquet for notebooks: one file per rank in a directory")
-    p_exp.add_argument("paths", nargs="+", metavar="PATH", help="trace files or directories of per-rank traces (.json, .json.gz)")
+    p_exp.add_argument("paths", nargs="+", metavar="PATH", help="trace files or directories of per-rank traces (.json, .json.gz, nsys .sqlite exports)")
     p_exp.add_argument("-o", "--output", metavar="DIR", required=True,
                        help="a new or empty directory (or an earlier export, replaced) for rank-R.parquet files and "
                             "tracelens-export.json; FILE.parquet: one rank's table")
@@ -86,6 +93,7 @@ def build_parser() -> argparse.ArgumentParser:
     p_exp.add_argument("--keep-python", action="store_true", help="keep python_function events (dropped by default)")
     p_exp.add_argument("--strict", action="store_true",
                        help="a file or subdirectory of a job directory that cannot be read is an error (default: a warning, skipped)")
+    _prefer(p_exp)
     p_demo = sub.add_parser("demo", help="the bundled sample job: the terminal UI, or (no terminal) its text report and an HTML page")
     p_demo.add_argument("-o", "--output", metavar="FILE.html", default="tracelens-demo.html",
                         help="where the HTML report goes without a terminal (default: ./tracelens-demo.html)")
@@ -164,30 +172,19 @@ def _clean(text: object) -> str:
 
 
 def _cmd_info(args: argparse.Namespace) -> int:
-    from pathlib import Path
-
-    from tracelens.analysis.info import nsys_summary, render_nsys_text, render_text, summarize
-    from tracelens.parsers import SQLITE_MAGIC
+    from tracelens.analysis.info import nsys_summary, render_text, summarize
     from tracelens.render.tables import printable_report
     from tracelens.store.job import load
 
-    def is_nsys(p: str) -> bool:
-        try:
-            if not Path(p).is_file():
-                return False
-            with open(p, "rb") as f:
-                return f.read(len(SQLITE_MAGIC)) == SQLITE_MAGIC
-        except OSError:  # load() says why it cannot be read
-            return False
-
-    nsys = [p for p in args.paths if is_nsys(p)]  # parsed like any trace, and their GPU tables shown too
     rest = list(args.paths)
     summary = {"files": [], "warnings": []}
     trace = None
     if rest:
-        trace = load(rest, use_cache=not args.no_cache, keep_python=args.keep_python, jobs=args.jobs, strict=args.strict)
+        trace = load(rest, use_cache=not args.no_cache, keep_python=args.keep_python, jobs=args.jobs, strict=args.strict,
+                     prefer=args.prefer)
         summary = summarize(trace)
-    summary["nsys"] = [nsys_summary(p) for p in nsys]
+    # the nsys exports of the job (given, or found in a directory): what each holds, besides its events
+    summary["nsys"] = [nsys_summary(m.path) for m in (trace.metas if trace else []) if m.format == "nsys"]
     if args.json:
         import orjson
 
@@ -197,8 +194,6 @@ def _cmd_info(args: argparse.Namespace) -> int:
     else:
         if rest:
             sys.stdout.write(render_text(printable_report(summary)))
-        for n in summary["nsys"]:
-            sys.stdout.write(render_nsys_text(printable_report(n)))
     for w in trace.all_warnings if trace else []:
         print(f"tracelens: warning: {_clean(w)}", file=sys.stderr)
     return EXIT_OK
@@ -208,7 +203,7 @@ def _cmd_export(args: argparse.Namespace) -> int:
     from tracelens.export.parquet import export
 
     done = export(args.paths, args.output, ranks=args.rank, use_cache=not args.no_cache, keep_python=args.keep_python,
-                  strict=args.strict)
+                  strict=args.strict, prefer=args.prefer)
     what = f"{len(done.files)} file(s)" if not args.output.lower().endswith(".parquet") else "1 rank"
     print(f"tracelens: wrote {what}, {done.rows:,} events, to {_clean(done.out)}")
     for w in done.warnings:
@@ -345,7 +340,7 @@ def _analyze_paths(paths: list[str], args: argparse.Namespace, steps) -> dict:
 
         options = Options(**values)  # each rank analysed as its file is parsed; only the report is kept
         trace = load(paths, use_cache=not args.no_cache, keep_python=args.keep_python, jobs=args.jobs, strict=args.strict,
-                     after_parse=summarize_on_parse(options), keep_events=False)
+                     prefer=values["prefer"], after_parse=summarize_on_parse(options), keep_events=False)
         a = analyze(trace, options)
         bad = next((r.mfu_error for r in a.ranks if r.mfu_error), None)
         if bad:  # an MFU above 100% from a number the user gave is a mistake in it, not a result (never cached)
@@ -382,7 +377,7 @@ def _option_values(args: argparse.Namespace, steps: tuple[int, int] | None) -> d
         steps=steps, step_range=args.step_range, data_range=args.data_range, include_warmup=args.include_warmup,
         gpu=args.gpu, peak_tflops=args.peak_tflops, model_flops_per_step=args.model_flops_per_step,
         params=args.params, tokens_per_step=args.tokens_per_step, seq_len=args.seq_len, layers=args.layers, hidden=args.hidden,
-        given=getattr(args, "given", ()),
+        prefer=getattr(args, "prefer", None), given=getattr(args, "given", ()),
     )
 
 

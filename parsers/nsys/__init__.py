@@ -33,12 +33,12 @@ from typing import TYPE_CHECKING, Any
 
 import polars as pl
 
-from tracelens.model.errors import ParseError, TraceInputError, UnreadableError
+from tracelens.model.errors import NotATrace, ParseError, TraceInputError, UnreadableError
 
 if TYPE_CHECKING:
     from tracelens.model.schema import TraceMeta
 
-__all__ = ["NAME", "PARSER_VERSION", "parse", "sqlite_uri", "target_gpus"]
+__all__ = ["NAME", "PARSER_VERSION", "describe", "parse", "sqlite_uri", "target_gpus"]
 
 
 def sqlite_uri(path: Path) -> str:
@@ -82,6 +82,68 @@ def target_gpus(path: str | Path) -> list[dict[str, Any]]:
         con.close()
 
 
+def describe(path: str | Path) -> dict[str, Any]:
+    """What an export holds, for ``tracelens info``: its tables with their row counts (the
+    ``ENUM_*`` lookup tables left out), the nsys version and export schema, the capture range
+    (``ANALYSIS_DETAILS``' start and stop, else the first start and last end of its event
+    tables; ns on the export's clock, and the session's UTC start), and the processes that ran
+    GPU work (kernels, copies, fills) with their devices.  ParseError on a file that is not a
+    readable nsys export.  Only counts and aggregates are read, in SQL."""
+    from . import read
+    from .schema import EVENT_TABLES, _quote, is_nsys, probe
+
+    path = Path(path)
+    con = _connect(path)
+    try:
+        p = probe(con)
+        if not is_nsys(p):
+            raise NotATrace(str(path), "an SQLite database, but not an Nsight Systems export (no StringIds and export "
+                                       "metadata tables)")
+        names = sorted(t for t in p.all_tables if not t.startswith("ENUM_"))
+        kinds = dict(con.execute("SELECT name, type FROM sqlite_master"))
+        tables = {}
+        for t in names:
+            if kinds.get(t) == "table":
+                tables[t] = con.execute(f"SELECT count(*) FROM {_quote(t)}").fetchone()[0]
+        capture = {"start_ns": None, "end_ns": None, "source": None, "session_start_utc_ns": read.session_start(con, p)}
+        if "ANALYSIS_DETAILS" in p.all_tables:
+            cols = {r[1] for r in con.execute("PRAGMA table_info(ANALYSIS_DETAILS)")}
+            if {"startTime", "stopTime"} <= cols:
+                row = con.execute("SELECT min(startTime), max(stopTime) FROM ANALYSIS_DETAILS WHERE typeof(startTime) = "
+                                  "'integer' AND typeof(stopTime) = 'integer'").fetchone()
+                if row and row[0] is not None:
+                    capture.update(start_ns=row[0], end_ns=row[1], source="ANALYSIS_DETAILS")
+        if capture["source"] is None:
+            spans = [f"SELECT min(start) AS lo, max(end) AS hi FROM {t} WHERE typeof(start) = 'integer' AND "
+                     "typeof(end) = 'integer'" for t in EVENT_TABLES if p.has(t)]
+            if spans:
+                row = con.execute(f"SELECT min(lo), max(hi) FROM ({' UNION ALL '.join(spans)})").fetchone()
+                if row and row[0] is not None:
+                    capture.update(start_ns=row[0], end_ns=row[1], source="events")
+        procs = []
+        for proc, pid, kernel_ns in read.gpu_processes(con, p):
+            procs.append({"pid": pid, "name": read.process_name(con, p, proc), "kernel_ns": kernel_ns,
+                          "devices": _process_devices(con, p, proc)})
+        return {"path": str(path), "format": NAME, "nsys_version": p.version, "export_schema": p.schema_version,
+                "tables": tables, "capture": capture, "gpu_processes": procs}
+    except sqlite3.DatabaseError as e:
+        raise ParseError(str(path), f"not a readable SQLite export ({_one_line(e)})") from None
+    finally:
+        con.close()
+
+
+def _process_devices(con: sqlite3.Connection, p, proc: int | None) -> list[int]:
+    """The device ids a process's kernels, copies and fills ran on."""
+    from .read import PROC
+
+    parts = [f"SELECT deviceId FROM {t} WHERE {PROC.format(c='globalPid')} IS ?" for t in
+             ("CUPTI_ACTIVITY_KIND_KERNEL", "CUPTI_ACTIVITY_KIND_MEMCPY", "CUPTI_ACTIVITY_KIND_MEMSET") if p.has(t)]
+    if not parts:
+        return []
+    sql = f"SELECT DISTINCT deviceId FROM ({' UNION ALL '.join(parts)}) WHERE typeof(deviceId) = 'integer' ORDER BY 1"
+    return [r[0] for r in con.execute(sql, (proc,) * len(parts))]
+
+
 def _gpu_dicts(con: sqlite3.Connection) -> list[dict[str, Any]]:
     cur = con.execute("SELECT * FROM TARGET_INFO_GPU")
     cols = [d[0] for d in cur.description]
@@ -104,7 +166,7 @@ def _gpu_dicts(con: sqlite3.Connection) -> list[dict[str, Any]]:
 # ---- the parser ------------------------------------------------------------------------------
 
 NAME = "nsys"  # the format name sniff() gives these files
-PARSER_VERSION = "1.0"  # bump when the table a parse caches changes
+PARSER_VERSION = "1.1"  # bump when the table a parse caches changes
 
 
 def parse(path: str | Path, *, keep_python: bool = False, keep_args: bool = True,
@@ -156,7 +218,7 @@ def _parse(con: sqlite3.Connection, path: Path, progress: Callable[[int], None] 
     spath = str(path)
     p = probe(con)
     if not is_nsys(p):
-        raise ParseError(spath, "an SQLite database, but not an Nsight Systems export (no StringIds and export metadata "
+        raise NotATrace(spath, "an SQLite database, but not an Nsight Systems export (no StringIds and export metadata "
                                 "tables): export the report with `nsys export --type sqlite`")
     if not any(t in p.tables for t in EVENT_TABLES):
         raise ParseError(spath, "an Nsight Systems export with no events: none of its tables holds kernels, copies, CUDA "
@@ -255,9 +317,8 @@ def _fill_meta(con: sqlite3.Connection, p, meta: TraceMeta, proc: int | None, pi
         if v is not None and v.isdigit() and v.isascii() and 0 < int(v) < 2**31 and (meta.rank is None or meta.rank < int(v)):
             meta.world_size = int(v)
             break
-    if meta.rank is None:
-        meta.warnings.append("the export records no RANK, OMPI_COMM_WORLD_RANK, PMI_RANK, SLURM_PROCID or LOCAL_RANK in its "
-                             "process's environment: the rank comes from the file name or the order")
+    # no rank in the environment: the file name or the order gives it (tracelens.store.ranks, which
+    # says so where the job has more than this file)
 
 
 def target_gpus_of(con: sqlite3.Connection, p) -> list[dict[str, Any]]:

@@ -72,6 +72,7 @@ def _steps_text(steps: list[int]) -> str:
 
 def render_text(summary: dict[str, Any]) -> str:
     lines: list[str] = []
+    exports = {n["path"]: n for n in summary.get("nsys", ())}
     for f in summary["files"]:
         ws = f"/{f['world_size']}" if f["world_size"] else ""
         dev = f["device"]
@@ -81,7 +82,7 @@ def render_text(summary: dict[str, Any]) -> str:
             detail = ", ".join(x for x in (f"device {dev['id']}" if dev["id"] is not None else "", dev["platform"] or "") if x)
             dev_txt = (dev["name"] or "unknown GPU") + (f" ({detail})" if detail else "")
             if not dev["name"]:
-                dev_txt += ", the trace has no deviceProperties"
+                dev_txt += ", the export has no TARGET_INFO_GPU" if f["format"] == "nsys" else ", the trace has no deviceProperties"
         lines.append(f"{f['path']}")
         lines.append(
             f"  format      {f['format']} ({f['trace_schema']} schema), {fmt_bytes(f['size_bytes'])} on disk"
@@ -94,6 +95,8 @@ def render_text(summary: dict[str, Any]) -> str:
         sp = f["span"]
         lines.append(f"  span        {fmt_ns(sp['dur_ns']) if sp else '-'}")
         lines.append(f"  steps       {_steps_text(f['steps'])}")
+        if f["path"] in exports:  # what the nsys export holds besides its events
+            lines.extend(render_nsys_text(exports[f["path"]], header=False).rstrip("\n").split("\n"))
         for w in f["warnings"]:
             lines.append(f"  warning     {w}")
         lines.append("")
@@ -103,21 +106,48 @@ def render_text(summary: dict[str, Any]) -> str:
 
 
 def nsys_summary(path: str) -> dict[str, Any]:
-    """The GPUs an Nsight Systems export describes (TARGET_INFO_GPU: every GPU of the host, used or
-    not), each matched to the peak table (MFU.md 3.1); its events are summarised like any trace's."""
+    """What an Nsight Systems export holds (``parsers.nsys.describe``: its tables and their row
+    counts, the nsys version, the capture range, the processes that ran GPU work) and the GPUs it
+    describes (TARGET_INFO_GPU: every GPU of the host, used or not), each matched to the peak
+    table (MFU.md 3.1); its events are summarised like any trace's."""
     from tracelens.model import gpus
-    from tracelens.parsers.nsys import target_gpus
+    from tracelens.parsers.nsys import describe, target_gpus
 
     out = []
     for g in target_gpus(path):
         spec, why = gpus.identify(g, g.get("name"))
         out.append({**g, "gpu_model": spec.name if spec else None,
                     "peak_flops": {k: spec.peak(k) for k in spec.peak_tflops} if spec else None, "unknown_because": why})
-    return {"path": str(path), "format": "nsys", "gpus": out}
+    return {**describe(path), "gpus": out}
 
 
-def render_nsys_text(summary: dict[str, Any]) -> str:
-    lines = [summary["path"], "  GPUs of the host (TARGET_INFO_GPU)"]
+def _utc(ns: int | None) -> str:
+    import datetime as dt
+
+    if ns is None or not 10**18 <= ns < 4_102_444_800 * 10**9:
+        return "-"
+    return dt.datetime.fromtimestamp(ns / 1e9, dt.timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC")
+
+
+def render_nsys_text(summary: dict[str, Any], header: bool = True) -> str:
+    lines = [summary["path"]] if header else []
+    schema = f" (export schema {summary['export_schema']})" if summary.get("export_schema") else ""
+    lines.append(f"  nsys        {summary.get('nsys_version') or 'version not recorded'}{schema}")
+    cap = summary.get("capture") or {}
+    if cap.get("start_ns") is not None:
+        where = "ANALYSIS_DETAILS" if cap["source"] == "ANALYSIS_DETAILS" else "the first to the last event"
+        lines.append(f"  capture     {fmt_ns(cap['end_ns'] - cap['start_ns'])}, {cap['start_ns']:,} to {cap['end_ns']:,} ns "
+                     f"(from {where}), session started {_utc(cap.get('session_start_utc_ns'))}")
+    else:
+        lines.append("  capture     unknown (no ANALYSIS_DETAILS and no timed events)")
+    procs = summary.get("gpu_processes") or []
+    if not procs:
+        lines.append("  GPU work    none (no kernels, copies or fills)")
+    for q in procs:
+        devs = ", ".join(str(d) for d in q["devices"]) or "-"
+        lines.append(f"  process     pid {q['pid']} {q['name'] or '(unnamed)'}: {fmt_ns(q['kernel_ns'])} of kernels on "
+                     f"device{'s' if len(q['devices']) != 1 else ''} {devs}")
+    lines.append("  GPUs of the host (TARGET_INFO_GPU)")
     if not summary["gpus"]:
         lines.append("  GPUs        none described (no TARGET_INFO_GPU table)")
     for g in summary["gpus"]:
@@ -126,4 +156,10 @@ def render_nsys_text(summary: dict[str, Any]) -> str:
         peak = (f"-> {g['gpu_model']}: {g['peak_flops'].get('bf16', g['peak_flops'].get('fp16', 0)) / 1e12:,.0f} TFLOP/s dense"
                 if g["gpu_model"] else f"-> unknown: {g['unknown_because']}")
         lines.append(f"  GPU {g['id']}       {g['name']}, {g['numSms']} SMs{mem}{bw} {peak}")
+    tables = summary.get("tables") or {}
+    filled = [(t, n) for t, n in tables.items() if n]
+    lines.append(f"  tables      {len(tables)} ({len(filled)} with rows; ENUM_* lookups not listed)")
+    width = max((len(t) for t, _ in filled), default=0)
+    for t, n in sorted(filled, key=lambda x: (-x[1], x[0])):
+        lines.append(f"    {t:<{width}}  {n:>12,}")
     return "\n".join(lines) + "\n"

@@ -18,6 +18,10 @@ from tracelens.model.schema import END, KCLASSES
 from tracelens.model.summary import kept_steps
 
 GPU_KINDS = ("kernel", "memcpy", "memset")
+# an nsys rank's host row: its NVTX ranges (cat "nvtx" or "nvtx:DOMAIN"), on the track key (rank, file, -1, HOST_STREAM)
+HOST_STREAM = -2
+HOST_KCLASS = "nvtx"
+NVTX_ROWS = pl.col("cat").cast(pl.String).str.starts_with("nvtx") & ~pl.col("kind").is_in(GPU_KINDS) & pl.col("dur_ns").is_not_null()
 
 
 @dataclass(frozen=True)
@@ -26,15 +30,22 @@ class Track:
     rank: int
     file: int
     device: int
-    stream: int  # -1: the union of the rank's streams (the "GPU busy" row)
+    stream: int  # -1: the union of the rank's streams (the "GPU busy" row); HOST_STREAM: its NVTX ranges
 
     @property
     def label(self) -> str:
+        if self.is_host:
+            return f"r{self.rank} NVTX"
         return f"r{self.rank} GPU" if self.stream < 0 else f"r{self.rank} s{self.stream}"
 
     @property
     def is_union(self) -> bool:
-        return self.stream < 0
+        return self.stream == -1
+
+    @property
+    def is_host(self) -> bool:
+        """The host row of an nsys rank: its NVTX ranges (every thread's), above its GPU rows."""
+        return self.stream == HOST_STREAM
 
 
 @dataclass(frozen=True)
@@ -75,10 +86,15 @@ class Timeline:
 
     def __init__(self, events: pl.DataFrame):
         gpu = events.filter(pl.col("kind").is_in(GPU_KINDS) & pl.col("device").is_not_null() & pl.col("stream").is_not_null())
+        # an nsys rank's NVTX ranges (events with a "cat" column): one host row per rank and file, above its GPU rows
+        host = events.filter(NVTX_ROWS) if "cat" in events.columns else events.clear()
         streams = gpu.select("rank", "file", "device", "stream").unique()
         # one "GPU" row per rank and device first (stream -1): the union of its streams
         unions = streams.select("rank", "file", "device").unique().with_columns(pl.lit(-1, pl.Int64).alias("stream"))
-        keys = pl.concat([unions, streams]).sort("rank", "file", "device", "stream").with_row_index("track")
+        hosts = host.select("rank", "file").unique().with_columns(pl.lit(-1, pl.Int64).alias("device"),
+                                                                  pl.lit(HOST_STREAM, pl.Int64).alias("stream"))
+        keys = (pl.concat([hosts, unions, streams], how="vertical_relaxed")
+                .sort("rank", "file", "device", "stream").with_row_index("track"))
         self.tracks: list[Track] = [Track(int(t), int(r), int(f), int(d), int(s)) for t, r, f, d, s in keys.iter_rows()]
         per_stream = gpu.join(keys, on=["rank", "file", "device", "stream"], how="inner").select(
             pl.col("track").cast(pl.Int32),
@@ -98,11 +114,21 @@ class Timeline:
                 (pl.col("end") - pl.col("ts")).alias("dur_ns"),
             )
         )
-        self.events = pl.concat([merged, per_stream]).sort("track", "ts")
+        parts = [merged, per_stream]
+        if host.height:  # each range as it is (nested ones overlap: a cell's height is clipped at full)
+            parts.append(host.join(keys.filter(pl.col("stream") == HOST_STREAM).select("rank", "file", "track"),
+                                   on=["rank", "file"]).select(
+                pl.col("track").cast(pl.Int32), pl.col("ts_ns").alias("ts"), END.alias("end"),
+                pl.lit(HOST_KCLASS).alias("kclass"), pl.col("name").cast(pl.String), "dur_ns"))
+        self.events = pl.concat(parts).sort("track", "ts")
         self.n_events = self.events.height
+        # the whole-trace window: the GPU's activity (as without the host rows), else the ranges'
+        span = self.events.filter(pl.col("kclass") != HOST_KCLASS) if host.height else self.events
+        if not span.height:
+            span = self.events
         if self.n_events:
-            self.start = int(self.events.get_column("ts").min())
-            self.end = int(self.events.get_column("end").max())
+            self.start = int(span.get_column("ts").min())
+            self.end = int(span.get_column("end").max())
         else:
             self.start = self.end = 0
 
@@ -113,7 +139,7 @@ class Timeline:
 
     def longest(self, name: str) -> dict[str, Any] | None:
         """The longest instance of the kernel ``name`` (on a stream track): track, ts, end, dur_ns."""
-        q = self.events.filter(pl.col("name") == name)
+        q = self.events.filter((pl.col("name") == name) & (pl.col("kclass") != HOST_KCLASS))
         if q.height == 0:
             from tracelens.model.printable import REPLACEMENT, printable
 
@@ -121,7 +147,7 @@ class Timeline:
                 return None
             # the TUI shows the report's names made printable (views.printable): match those
             raw = [n for n in self.events.get_column("name").unique().to_list() if n is not None and printable(n) == name]
-            q = self.events.filter(pl.col("name").is_in(raw))
+            q = self.events.filter(pl.col("name").is_in(raw) & (pl.col("kclass") != HOST_KCLASS))
             if q.height == 0:
                 return None
         return q.sort("dur_ns", descending=True).row(0, named=True)
@@ -147,8 +173,13 @@ class Timeline:
             pl.when((pl.col("ts") <= t) & (pl.col("end") >= t)).then(0).otherwise(
                 pl.min_horizontal((pl.col("ts") - t).abs(), (pl.col("end") - t).abs())
             ).alias("_d")
-        ).sort("_d", "ts")
+        )
+        # on a host row the innermost of nested ranges (the shortest); a GPU row's events do not nest
+        q = q.sort("_d", "dur_ns", "ts") if self._is_host(track) else q.sort("_d", "ts")
         return q.row(0, named=True)
+
+    def _is_host(self, track: int) -> bool:
+        return 0 <= track < len(self.tracks) and self.tracks[track].is_host
 
 
 TRACK_COLUMNS = ("rank", "file", "kind", "device", "stream", "ts_ns", "dur_ns", "kclass", "name")
@@ -172,7 +203,7 @@ class JobTimeline:
             if fi < self.keep:  # the first files are read whole (their GPU rows): likely the first drawn
                 part = self._read(fi)
                 keys = [(t.rank, t.file, t.device, t.stream) for t in part.tracks]
-                n = part.events.filter(pl.col("kclass") != "busy").height if part.n_events else 0
+                n = part.events.filter(~pl.col("kclass").is_in(["busy", HOST_KCLASS])).height if part.n_events else 0
                 heads.append((fi, keys, part.start, part.end, n))
                 self._parts[fi] = part
                 continue
@@ -183,6 +214,8 @@ class JobTimeline:
             ])
             unions = streams.select("rank", "file", "device").unique().with_columns(pl.lit(-1, pl.Int64).alias("stream"))
             keys = list(pl.concat([unions, streams]).sort("rank", "file", "device", "stream").iter_rows()) if streams.height else []
+            if self._has_host(fi) and job.events(file=fi, columns=["kind", "cat", "dur_ns"]).filter(NVTX_ROWS).head(1).collect().height:
+                keys.insert(0, (job.handles[fi].meta.rank, fi, -1, HOST_STREAM))  # its host row, first (Timeline's order)
             heads.append((fi, keys, *span.row(0)))
         # tracks in Timeline's order: by rank, then file (a file's tracks are contiguous)
         self.tracks: list[Track] = []
@@ -191,11 +224,21 @@ class JobTimeline:
             base = self._first[fi] = len(self.tracks)
             self.tracks += [Track(base + i, int(r), int(f), int(d), int(st)) for i, (r, f, d, st) in enumerate(keys)]
         spans = [(lo, hi) for _, _, lo, hi, n in heads if n]
+        if not spans:  # no GPU rows at all (a CPU-only nsys capture): the host rows' span
+            spans = [(p.start, p.end) for p in self._parts.values() if p.n_events]
         self.start = min((lo for lo, _ in spans), default=0)
         self.end = max((hi for _, hi in spans), default=0)
         self.n_events = sum(h[4] for h in heads)  # GPU rows
 
+    def _has_host(self, fi: int) -> bool:
+        """Whether file ``fi``'s NVTX ranges make a host row: an nsys export's (a Kineto trace's
+        annotations are the framework's own, not drawn)."""
+        return self.job.handles[fi].meta.format == "nsys"
+
     def _read(self, fi: int) -> Timeline:
+        if self._has_host(fi):
+            q = self.job.events(file=fi, columns=[*TRACK_COLUMNS, "cat"])
+            return Timeline(q.filter(pl.col("kind").is_in(GPU_KINDS) | NVTX_ROWS).collect())
         return Timeline(self.job.events(file=fi, columns=TRACK_COLUMNS).filter(pl.col("kind").is_in(GPU_KINDS)).collect())
 
     def _part(self, fi: int) -> Timeline:

@@ -47,7 +47,8 @@ class Exported:
 
 
 def export(paths: Iterable[str | Path], out: str | Path, *, ranks: Iterable[int] | None = None, use_cache: bool = True,
-           keep_python: bool = False, strict: bool = False, progress: Callable[[int, int], None] | None = None) -> Exported:
+           keep_python: bool = False, strict: bool = False, progress: Callable[[int, int], None] | None = None,
+           prefer: str | None = None) -> Exported:
     """Write the event tables of the traces in ``paths`` under ``out`` (a directory, or one
     ``.parquet`` file for one rank).  ``progress(done, total)`` after each input file.
 
@@ -62,7 +63,7 @@ def export(paths: Iterable[str | Path], out: str | Path, *, ranks: Iterable[int]
     _check_destination(out, single)
     # the job as every command loads it (discovery, skipped files, the cache, ranks): one rank's
     # table in memory at a time, and none when its file is in the parse cache
-    job = load([str(p) for p in paths], use_cache=use_cache, keep_python=keep_python, strict=strict,
+    job = load([str(p) for p in paths], use_cache=use_cache, keep_python=keep_python, strict=strict, prefer=prefer,
                progress=(lambda done, total, _meta: progress(done, total)) if progress is not None else None)
     stage = _stage_dir(out)
     try:

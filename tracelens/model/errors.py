@@ -49,6 +49,12 @@ class UnsupportedFormat(ParseError):
     a job directory such a file is skipped with a warning, like any file that is not a trace."""
 
 
+class NotATrace(ParseError):
+    """A readable file that holds no trace although its name or first bytes looked like one (an
+    SQLite database that is not an Nsight Systems export).  Inside a job directory it is skipped
+    with a warning, like JSON that is not a trace."""
+
+
 class OutputError(Exception):
     """The output file cannot be written; the message names the file and the problem.  Nothing
     is left behind: no partial file, no temporary one."""

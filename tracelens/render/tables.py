@@ -209,10 +209,22 @@ def _share(part: int | None, whole: int | None) -> float | None:
     return part / whole if (part is not None and whole) else None
 
 
+def shows_sources(report: dict[str, Any]) -> bool:
+    """Whether the per-rank tables name each rank's source (its input's format): when any rank
+    is not a Kineto trace (an nsys export, a job of both); a Kineto job's tables are unchanged."""
+    return any(i.get("format", "kineto") != "kineto" for i in report.get("inputs") or ())
+
+
+def rank_source(report: dict[str, Any], path: str) -> str | None:
+    """The format of the input that fed a rank (``inputs[].format``), by its path."""
+    return next((i.get("format") for i in report.get("inputs") or () if i.get("path") == path), None)
+
+
 def rank_rows(report: dict[str, Any]) -> list[dict[str, Any]]:
-    """One row per rank: device, steps, mean step time, MFU, idle / exposed comm / bubble
-    shares of the window, and whether the rank is a straggler."""
+    """One row per rank: its source (the input's format), device, steps, mean step time, MFU,
+    idle / exposed comm / bubble shares of the window, and whether the rank is a straggler."""
     stragglers = {s["rank"] for s in report["job"]["stragglers"] or []}
+    fmt = {i.get("path"): i.get("format") for i in report.get("inputs") or ()}
     rows = []
     for r in report["ranks"]:
         kept = _kept(r["steps"])
@@ -228,6 +240,7 @@ def rank_rows(report: dict[str, Any]) -> list[dict[str, Any]]:
             "bubble": r["pipeline"]["bubble_fraction"],
             "straggler": r["rank"] in stragglers,
             "path": r["path"],
+            "source": fmt.get(r["path"]),
         })
     return rows
 

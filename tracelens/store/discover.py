@@ -11,7 +11,7 @@ from stat import S_ISDIR, S_ISREG
 
 from tracelens.model.errors import TraceInputError, UnreadableError
 
-TRACE_SUFFIXES = (".json", ".json.gz")
+TRACE_SUFFIXES = (".json", ".json.gz", ".sqlite")  # PyTorch profiler traces, Nsight Systems SQLite exports
 
 
 def is_trace_name(p: Path) -> bool:
@@ -48,7 +48,7 @@ def discover(paths: Iterable[str | Path], *, strict: bool = False) -> tuple[list
         if S_ISDIR(st.st_mode):
             found = _walk(p, strict, warnings)
             if not found:
-                raise TraceInputError(str(p), "no trace files (*.json, *.json.gz) in this directory")
+                raise TraceInputError(str(p), "no trace files (*.json, *.json.gz, *.sqlite) in this directory")
             found.sort(key=_natural_key)
             files.extend(found)
             from_dirs.update(found)

@@ -18,10 +18,10 @@ from typing import Any
 import polars as pl
 
 from tracelens.engine import PARALLEL_MIN_BYTES, LocalEngine, choose  # noqa: F401 (PARALLEL_MIN_BYTES re-exported)
-from tracelens.model.errors import TraceInputError, UnreadableError, UnsupportedFormat
+from tracelens.model.errors import NotATrace, TraceInputError, UnreadableError, UnsupportedFormat
 from tracelens.model.schema import END, TraceMeta, empty_frame
 from tracelens.store.discover import discover
-from tracelens.store.ranks import _assign_ranks, rank_from_name
+from tracelens.store.ranks import _assign_ranks, _shared_ranks, rank_from_name
 
 _SAME_RUN_GAP_NS = 60 * 10**9  # ranks of one job are traced together: spans further apart than this are separate runs
 
@@ -274,6 +274,7 @@ def load(
     strict: bool = False,
     after_parse: Callable[[pl.DataFrame, int, TraceMeta, bool], Any] | None = None,
     keep_events: bool = True,
+    prefer: str | None = None,
 ) -> Job:
     """Load trace files and directories of them into a Job.  ``progress(done, total, meta)``
     after each file; ``bytes_progress(done, total)`` in bytes on disk as the files are read (within
@@ -289,6 +290,11 @@ def load(
     walking a directory that are JSON but not traces, or (unless ``strict``) cannot be read,
     are skipped with a warning.  A cache that cannot be used is one warning; the job loads
     without it.
+
+    A job may hold a Kineto trace and an nsys export of the same rank (one run recorded by
+    both): a rank's events come from one source, the richer Kineto trace (op shapes, FLOPs)
+    or the format ``prefer`` names ("kineto", "nsys"); the other file is left out with a
+    warning naming both.
     """
     files, from_dirs, warnings = discover(paths, strict=strict)
     if not files:
@@ -308,7 +314,7 @@ def load(
             if not isinstance(err, TraceInputError):
                 raise err
             skip = (
-                isinstance(err, UnsupportedFormat)
+                isinstance(err, (UnsupportedFormat, NotATrace))
                 or err.problem.startswith("not a trace")
                 or (isinstance(err, UnreadableError) and not strict)
             )
@@ -383,10 +389,50 @@ def load(
         h.file = fi
     metas = [h.meta for h in kept]
     _assign_ranks([files[i] for i in order], metas, warnings, lambda fi: kept[fi].pids())
+    kept = _one_source_per_rank(kept, prefer, warnings)
+    for fi, h in enumerate(kept):
+        h.file = fi
+    metas = [h.meta for h in kept]
+    _shared_ranks(metas, warnings)
     separate = _separate_runs(metas, [h.span for h in kept])
     if separate:
         warnings.append(separate)
     return Job(handles=kept, warnings=warnings, separate_runs=separate, cache_warnings=cache_warnings)
+
+
+SOURCES = ("kineto", "nsys")  # the formats one rank may be recorded in; the first is the richer (op shapes, FLOPs)
+
+
+def _one_source_per_rank(handles: list[RankHandle], prefer: str | None, warnings: list[str]) -> list[RankHandle]:
+    """The handles with one format per rank: where a rank has files of several formats (a
+    Kineto trace and an nsys export of one run), those of ``prefer`` (else the richer Kineto)
+    are kept and each other file is left out with a warning naming both."""
+    if prefer is not None and prefer not in SOURCES:
+        from tracelens.model.errors import UsageError
+
+        raise UsageError(f"prefer {prefer!r}: give one of {', '.join(SOURCES)}")
+    formats: dict[int, set[str]] = {}
+    for h in handles:
+        formats.setdefault(h.meta.rank, set()).add(h.meta.format)
+    mixed = {r: f for r, f in formats.items() if len(f) > 1}
+    if not mixed:
+        return handles
+    order = ([prefer] if prefer else []) + [f for f in SOURCES if f != prefer]
+
+    def chosen(r: int) -> str:
+        return next((f for f in order if f in mixed[r]), sorted(mixed[r])[0])
+
+    why = (f"--prefer {prefer}" if prefer else "the richer source: Kineto records op shapes and FLOPs; --prefer nsys takes the export")
+    out = []
+    for h in handles:
+        r = h.meta.rank
+        if r in mixed and h.meta.format != chosen(r):
+            by = [k.path for k in handles if k.meta.rank == r and k.meta.format == chosen(r)]
+            warnings.append(f"{h.path} ({h.meta.format}) left out: rank {r} is also in {', '.join(by)} ({chosen(r)}), and "
+                            f"a rank's events come from one source ({why})")
+        else:
+            out.append(h)
+    return out
 
 
 def _size(f: Path) -> int:

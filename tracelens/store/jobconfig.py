@@ -49,7 +49,9 @@ KEYS: dict[str, tuple[tuple[type, ...], str]] = {
     "hidden": ((int,), "hidden size"),
     "step_range": ((str,), "regex: host ranges to use as steps"),
     "data_range": ((str,), "regex: host ranges that load data"),
+    "prefer": ((str,), "the source of a rank recorded both ways: 'kineto' (default: op shapes, FLOPs) or 'nsys'"),
 }
+CHOICES = {"prefer": ("kineto", "nsys")}  # the settings that take one of a few words
 # the settings (and the CLI's flags of the same names) that must be finite and positive
 POSITIVE = ("peak_tflops", "model_flops_per_step", "params", "tokens_per_step", "seq_len", "layers", "hidden")
 
@@ -101,6 +103,8 @@ def read(path: str | Path) -> dict[str, object]:
             raise SettingsError(str(path), f"job setting {key!r} must be positive, not {value!r}")
         if isinstance(value, str) and not value.strip():
             raise SettingsError(str(path), f"job setting {key!r} is empty")
+        if key in CHOICES and value not in CHOICES[key]:
+            raise SettingsError(str(path), f"job setting {key!r} must be one of {', '.join(map(repr, CHOICES[key]))}, not {value!r}")
         out[key] = float(value) if float in types else value
     return out
 

@@ -19,7 +19,14 @@ _PROFILER_STEM_N = re.compile(
     r"(?:(?:pytorch|torch|kineto|chrome|gpu|pt|profiler)[-_])?(?:trace|traces|profile|profiler|prof|kineto|worker)[-_](\d{1,5})",
     re.IGNORECASE,
 )
-_STEM_SUFFIXES = re.compile(r"(?:\.\d+)?(?:\.pt\.trace)?\.json(?:\.gz)?$", re.IGNORECASE)  # torch's ".<ms>.pt.trace.json"
+# torch's ".<ms>.pt.trace.json"; an nsys export's ".sqlite"
+_STEM_SUFFIXES = re.compile(r"(?:(?:\.\d+)?(?:\.pt\.trace)?\.json(?:\.gz)?|\.sqlite)$", re.IGNORECASE)
+# where a file's own rank would have been: a Kineto trace's distributedInfo, an nsys export's recorded environment
+_NSYS_NO_RANK = "the export records no RANK, OMPI_COMM_WORLD_RANK, PMI_RANK, SLURM_PROCID or LOCAL_RANK in its process's environment"
+
+
+def _nowhere(m: TraceMeta) -> str:
+    return _NSYS_NO_RANK if m.format == "nsys" else "no rank in distributedInfo"
 
 
 def _name_rank(path: Path) -> tuple[int, bool] | None:
@@ -55,7 +62,8 @@ def _assign_ranks(files: list[Path], metas: list[TraceMeta], warnings: list[str]
                     got = None
             if got is not None:
                 m.rank, m.rank_source = got[0], "filename"
-                m.warnings.append(f"no rank in distributedInfo; rank {got[0]} taken from the file name")
+                if m.format != "nsys" or len(metas) > 1:  # one export alone: its rank matters to nothing
+                    m.warnings.append(f"{_nowhere(m)}; rank {got[0]} taken from the file name")
     taken = {m.rank for m in metas if m.rank is not None}
     nxt = 0
     for i, m in enumerate(metas):
@@ -66,7 +74,10 @@ def _assign_ranks(files: list[Path], metas: list[TraceMeta], warnings: list[str]
             taken.add(nxt)
             why = f" ({pid_named[i]} in the name is the process id of its events, not a rank)" if i in pid_named else ""
             if len(metas) > 1 or (m.world_size or 1) > 1:  # one file of a one-rank job is rank 0: nothing to warn about
-                m.warnings.append(f"no rank in distributedInfo or the file name{why}; rank {nxt} given by file order")
+                m.warnings.append(f"{_nowhere(m)} or the file name{why}; rank {nxt} given by file order")
+
+def _shared_ranks(metas: list[TraceMeta], warnings: list[str]) -> None:
+    """A warning for each rank that more than one file claims."""
     by_rank: dict[int, list[str]] = {}
     for m in metas:
         by_rank.setdefault(m.rank, []).append(m.path)

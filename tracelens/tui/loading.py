@@ -60,7 +60,7 @@ class JobLoad:
         from tracelens.store.job import load
 
         return load(self.paths, use_cache=self.use_cache, jobs=self.jobs, progress=progress, bytes_progress=bytes_progress,
-                    strict=self.strict, after_parse=after_parse)
+                    strict=self.strict, prefer=getattr(self.options, "prefer", None), after_parse=after_parse)
 
     def _run(self) -> None:
         try:

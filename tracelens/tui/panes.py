@@ -241,7 +241,14 @@ class KernelsPane(Vertical):
             Column("above_peak", "", _peak_flag),
             Column("arithmetic_intensity", "FLOP/B", lambda v: f"{v:,.0f}", True),
             Column("bound", "bound"),
-        ], views.matmul_rows(self.report), id="matmuls-table", empty="no matmul shapes recorded (record_shapes=True)")
+        ], views.matmul_rows(self.report), id="matmuls-table", empty=_no_shapes(self.report))
+
+
+def _no_shapes(report: dict[str, Any]) -> str:
+    """Why the matmul table is empty: Kineto records shapes with record_shapes=True; nsys never does."""
+    if report.get("inputs") and all(i.get("format") == "nsys" for i in report["inputs"]):
+        return "no matmul shapes: an nsys export records no op shapes (record the job with the PyTorch profiler for them)"
+    return "no matmul shapes recorded (record_shapes=True)"
 
 
 class CommPane(Vertical):
@@ -297,6 +304,11 @@ class TimelinePane(Vertical):
         for k, c in KCLASS_COLOURS.items():
             legend.append("■", style=c)
             legend.append(f"{k} ")
+        if any(t.is_host for t in self.timeline.tracks):  # nsys ranks' host rows
+            from tracelens.tui.widgets.timeline import _HOST
+
+            legend.append("■", style=_HOST)
+            legend.append("NVTX ranges (host) ")
         yield Static(legend, id="legend")
         steps = {r["rank"]: [(s["step"], s["name"], s["start_ns"], s["start_ns"] + s["dur_ns"]) for s in r["steps"]]
                  for r in self.report["ranks"]}
@@ -402,6 +414,14 @@ RANK_COLUMNS = [
     Column("bubble", "bubble", fmt_pct, True),
     Column("straggler", "straggler", lambda v: "STRAGGLER" if v else ""),
 ]
+SOURCE_COLUMN = Column("source", "source", lambda v: v or "?")
+
+
+def rank_columns(report: dict) -> list[Column]:
+    """The ranks table's columns: with each rank's source (kineto, nsys) when the job has nsys exports."""
+    return RANK_COLUMNS[:1] + [SOURCE_COLUMN] + RANK_COLUMNS[1:] if views.shows_sources(report) else RANK_COLUMNS
+
+
 # The views, in tab order (key i+1 shows view i): (pane id, title, widget factory taking the report
 # dict and the timeline).  A new view (critical path, pipeline) is one more entry here.
 VIEWS: list[tuple[str, str, Any]] = []
@@ -424,7 +444,7 @@ STEPS_TITLE = "steps, all ranks (enter: the step's timeline)"
 VIEWS += [
     ("overview", "Overview", lambda report, timeline: OverviewPane(report)),
     ("ranks", "Ranks", lambda report, timeline: TableWithWaterfall(report, FilterTable(
-        "ranks (enter: the rank's steps)", RANK_COLUMNS, views.rank_rows(report), id="ranks-table"), id="ranks-body")),
+        "ranks (enter: the rank's steps)", rank_columns(report), views.rank_rows(report), id="ranks-table"), id="ranks-body")),
     ("steps", "Steps", lambda report, timeline: TableWithWaterfall(report, FilterTable(
         STEPS_TITLE, STEP_COLUMNS, views.step_rows(report), id="steps-table"), id="steps-body")),
     ("kernels", "Kernels", lambda report, timeline: KernelsPane(report)),

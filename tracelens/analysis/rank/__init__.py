@@ -46,6 +46,13 @@ from tracelens.model.units import fmt_ns
 _STEP_NUM = re.compile(r"#(\d+)$")
 
 
+# what the Kineto wording ("no ProfilerStep spans", "record_shapes=False") would misstate for an nsys export
+NSYS_NO_STEPS = ("no step ranges (NVTX ranges named ProfilerStep#N, step, train_step, iteration ...; or give "
+                 "--step-range REGEX naming the NVTX ranges that are steps)")
+NSYS_NO_SHAPES = ("an nsys export records no op shapes: model FLOPs and MFU unknown (give --model-flops-per-step, or "
+                  "--params with --tokens-per-step)")
+
+
 def _step_spans(df: pl.DataFrame, options: Options) -> tuple[pl.DataFrame, int | None]:
     """(name, step, start, end) of the steps, on the thread that records them."""
     if options.step_range:
@@ -143,7 +150,8 @@ def _analyze_rank(df: pl.DataFrame, fi: int, meta, options: Options) -> RankResu
             schema={"name": pl.String, "step": pl.Int64, "start": pl.Int64, "end": pl.Int64},
         )
         gpu_rows = gpu_rows.with_columns(pl.lit(0, pl.Int64).alias("_step"))
-        lead = "no steps match the selection" if (options.step_range or options.steps) else "no ProfilerStep spans"
+        lead = ("no steps match the selection" if (options.step_range or options.steps)
+                else NSYS_NO_STEPS if meta.format == "nsys" else "no ProfilerStep spans")
         if k0 is not None:
             # no steps: the window is the GPU's activity, from its first start to its last end (the
             # host's lead-in before the first kernel and its tail after the last are not GPU idle)
@@ -314,8 +322,12 @@ def _analyze_rank(df: pl.DataFrame, fi: int, meta, options: Options) -> RankResu
     step_flops, step_ideal, recompute_flops, source, fwarn = _step_flops(df, counted, spans, options, spec, recomp,
                                                                          linked if known_mm is not None else None, names)
     if fwarn:
+        if meta.format == "nsys" and fwarn.startswith("shapes were not recorded"):
+            fwarn = NSYS_NO_SHAPES  # no record_shapes in nsys: what is true of an export
         warnings.append(f"{meta.path}: {fwarn}")
     if has_gpu and spec is None and why:
+        if meta.format == "nsys" and "deviceProperties" in why:
+            why = "the export describes no GPU (no TARGET_INFO_GPU table): give --gpu NAME"
         warnings.append(f"{meta.path}: MFU unknown: {why}")
     peak = spec.peak(spec.reference_dtype) if spec else None
     steps = [

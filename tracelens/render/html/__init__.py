@@ -178,12 +178,15 @@ def _ranks(d: dict[str, Any]) -> str:
     if verdict and verdict[0] != "found":
         out.append(f'<p class="muted">straggler ranks: {escape(verdict[1])}</p>')
     trs = []
+    src = views.shows_sources(d)  # a job with nsys exports: which source fed each rank
     for r in rows:
-        trs.append("<tr>" + _td(r["rank"]) + _td(r["device"], cls="") + _td(r["steps"]) + _td(r["step_ns"], fmt_ns(r["step_ns"]))
+        cell = _td(None, r["source"] or "?", cls="") if src else ""
+        trs.append("<tr>" + _td(r["rank"]) + cell + _td(r["device"], cls="") + _td(r["steps"]) + _td(r["step_ns"], fmt_ns(r["step_ns"]))
                    + _td(r["mfu"], fmt_pct(r["mfu"], 2)) + _td(r["idle"], fmt_pct(r["idle"])) + _td(r["exposed_comm"], fmt_pct(r["exposed_comm"]))
                    + _td(r["bubble"], fmt_pct(r["bubble"])) + _td(None, "straggler" if r["straggler"] else "", cls="bad") + "</tr>")
-    out.append(_table([("rank", True), ("device", False), ("steps", True), ("step time", True), ("MFU", True), ("idle", True),
-                       ("exp. comm", True), ("bubble", True), ("", False)], trs))
+    out.append(_table([("rank", True)] + ([("source", False)] if src else []) + [
+        ("device", False), ("steps", True), ("step time", True), ("MFU", True), ("idle", True),
+        ("exp. comm", True), ("bubble", True), ("", False)], trs))
     out.append(_rank_waterfalls(d))
     return "".join(out)
 

@@ -31,6 +31,7 @@ HEADER = 2  # the time axis and the step row
 _LEVELS = "▁▂▃▄▅▆▇█"
 _DIM = Style(color="grey35")
 _IDLE_HL = Style(color="#e01b24", dim=True)
+_HOST = "#62a0ea"  # an nsys rank's NVTX row (not a kernel class)
 
 
 def _glyph(busy: float) -> str:
@@ -123,8 +124,8 @@ class TimelineView(Widget, can_focus=True):
         self.t0, self.t1 = start - pad, end + pad
         self.highlight = set(highlight or ())
         self.hl_window = hl_window
-        if rank is not None:
-            idx = next((i for i, t in enumerate(self.tracks) if t.rank == rank), None)
+        if rank is not None:  # its GPU row (an nsys rank's NVTX row comes first)
+            idx = next((i for i, t in enumerate(self.tracks) if t.rank == rank and not t.is_host), None)
             if idx is not None:
                 self.sel = idx
                 self.top = max(0, min(idx, len(self.tracks) - self.rows))
@@ -249,15 +250,17 @@ class TimelineView(Widget, can_focus=True):
         track = self.tracks[self.sel]
         t = self.cell_time(self.cursor)
         cell = (self.t1 - self.t0) / self.data_width
-        head = (f"{track.label} (device {track.device}) at {fmt_offset(t - tl.start)} · window {fmt_ns(self.t1 - self.t0)}, "
+        where = "host, NVTX ranges" if track.is_host else f"device {track.device}"
+        head = (f"{track.label} ({where}) at {fmt_offset(t - tl.start)} · window {fmt_ns(self.t1 - self.t0)}, "
                 f"{fmt_ns(int(cell))}/cell")
         if track.is_union:
             busy = tl.busy_ns(track.id, self.t0, self.t1)
             return head + f" · GPU busy {100 * busy / max(1, self.t1 - self.t0):.1f}% of the window"
         ev = tl.event_at(track.id, t, slack=int(cell / 2))
         if ev is None:
-            return head + " · idle"
-        return head + f" · {ev['kclass']}: {ev['name'][:120]} ({fmt_ns(ev['dur_ns'])})"
+            return head + (" · no range" if track.is_host else " · idle")
+        what = "range" if track.is_host else ev["kclass"]
+        return head + f" · {what}: {ev['name'][:120]} ({fmt_ns(ev['dur_ns'])})"
 
     def _moved(self) -> None:
         self.refresh()
@@ -283,7 +286,7 @@ class TimelineView(Widget, can_focus=True):
         if row >= len(tracks):
             return Strip.blank(width)
         track = tracks[row]
-        label_style = Style(bold=True, color="#c0bfbc" if track.is_union else None)
+        label_style = Style(bold=True, color="#c0bfbc" if track.is_union else _HOST if track.is_host else None)
         if row == self.sel:
             label_style += Style(reverse=True)
         segs = [Segment(f"{track.label:<{LABEL_W - 1}.{LABEL_W - 1}} ", label_style)]
@@ -301,7 +304,7 @@ class TimelineView(Widget, can_focus=True):
                 if self.highlight and c.kclass not in self.highlight and c.kclass != "busy":
                     style = _DIM
                 else:
-                    style = Style(color=KCLASS_COLOURS.get(c.kclass, "grey70"))
+                    style = Style(color=_HOST if track.is_host else KCLASS_COLOURS.get(c.kclass, "grey70"))
             if col == self.cursor:
                 style = (style or Style()) + Style(bgcolor="grey30")
             if style is run_style or style == run_style:
