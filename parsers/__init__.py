@@ -117,7 +117,12 @@ def sniff(path: Path) -> str:
 class Parser(Protocol):
     """What a parser module holds: its format ``NAME`` (what ``sniff`` says), ``PARSER_VERSION``
     (part of the cache key: bump it when the table a parse gives changes) and ``parse``, which
-    reads one file into an ``EVENT_SCHEMA`` frame and its ``TraceMeta``, or raises ParseError."""
+    reads one file into an ``EVENT_SCHEMA`` frame and its ``TraceMeta``, or raises ParseError.
+
+    A format whose one file may hold several ranks (an nsys export of several GPU processes or
+    devices) also has ``parts(path) -> list[dict]`` (each with its ``index``; a list of one or
+    none: the file is one rank) and takes ``parse(path, part=...)`` for one of them; the store
+    then gives each part its own handle, cache entry (its key ends in ``-p<index>``) and rank."""
 
     NAME: str
     PARSER_VERSION: str

@@ -93,3 +93,69 @@ def from_kineto(df: pl.DataFrame, path: Path, pid: int = 4242) -> Path:
         ex.insert("NVTX_EVENTS", start=r["ts_ns"], end=r["ts_ns"] + r["dur_ns"], eventType=59, text=r["name"],
                   globalTid=global_tid(pid, r["tid"] & 0xFFFFFF), domainId=0)
     return ex.close()
+
+
+GEMM = "ampere_sgemm_128x64_nn"
+ALLREDUCE = "ncclDevKernel_AllReduce_Sum_f32_RING_LL"
+STEP_NS = 10_000_000
+
+
+def several_ranks(path: Path, procs: list[tuple[int, list[int]]], *, steps: int = 3, nccl_ranges: bool = True,
+                  env: dict[int, dict[str, str]] | None = None, other_process: bool = True) -> Path:
+    """An export of several ranks in one file, as ``nsys profile torchrun ...`` writes: each
+    (pid, devices) of ``procs`` is a process driving those GPUs.  Per step and device: a GEMM
+    kernel (its length differs per pid and device, so that ranks differ) and an all-reduce kernel,
+    each launched by ``cudaLaunchKernel`` on the process's main thread (correlation ids count per
+    process, as CUPTI's do); per step and process a ``ProfilerStep#N`` NVTX range and an OS runtime
+    call; with ``nccl_ranges``, NCCL's ``ncclAllReduce`` range (domain NCCL, registered string)
+    around each all-reduce launch.  ``env``: pid -> environment variables, written to a
+    per-process ``PROCESS_ENVIRONMENT(globalPid, name, value)`` table.  ``other_process``: a
+    process with NVTX ranges and no GPU work (a launcher) is in the export too."""
+    tables = ("CUPTI_ACTIVITY_KIND_KERNEL", "CUPTI_ACTIVITY_KIND_RUNTIME", "NVTX_EVENTS", "OSRT_API")
+    ex = Export(path, tables)
+    grid = dict(registersPerThread=32, gridX=1, gridY=1, gridZ=1, blockX=128, blockY=1, blockZ=1, staticSharedMemory=0,
+                dynamicSharedMemory=0, localMemoryPerThread=0, localMemoryTotal=0, gridId=0)
+    launch, wait = ex.string("cudaLaunchKernel_v7000"), ex.string("pthread_cond_wait")
+    nccl_name = ex.string("ncclAllReduce")
+    if env:
+        ex.con.execute("CREATE TABLE PROCESS_ENVIRONMENT (globalPid INTEGER, name TEXT, value TEXT)")
+    if other_process:
+        ex.con.execute("INSERT INTO PROCESSES VALUES (?, ?, ?)", (global_tid(99, 0), 99, "torchrun"))
+        ex.insert("NVTX_EVENTS", start=0, end=STEP_NS * steps, eventType=59, text="launcher", globalTid=global_tid(99, 99),
+                  domainId=0)
+    for pid, devices in procs:
+        gpid, tid = global_tid(pid, 0), global_tid(pid, pid)
+        ex.con.execute("INSERT INTO PROCESSES VALUES (?, ?, ?)", (gpid, pid, "python"))
+        ex.insert("ThreadNames", nameId=ex.string(f"pt_main_{pid}"), priority=0, globalTid=tid)
+        for k, v in (env or {}).get(pid, {}).items():
+            ex.con.execute("INSERT INTO PROCESS_ENVIRONMENT VALUES (?, ?, ?)", (gpid, k, v))
+        if nccl_ranges:
+            ex.insert("NVTX_EVENTS", start=0, eventType=75, text="NCCL", globalTid=tid, domainId=1)
+        corr = 0
+        for s in range(steps):
+            t0 = STEP_NS * s + 1_000
+            ex.insert("NVTX_EVENTS", start=t0, end=t0 + STEP_NS - 2_000, eventType=59, text=f"ProfilerStep#{s}",
+                      globalTid=tid, domainId=0)
+            ex.insert("OSRT_API", start=t0 + 9_000_000, end=t0 + 9_500_000, eventClass=27, globalTid=tid, nameId=wait,
+                      returnValue=0, nestingLevel=0, callchainId=0)
+            for n, d in enumerate(devices):
+                at = t0 + 10_000 + 20_000 * n
+                gemm = 3_000_000 + 100_000 * (pid % 7) + 50_000 * d  # per rank
+                corr += 1
+                ex.insert("CUPTI_ACTIVITY_KIND_RUNTIME", start=at, end=at + 5_000, eventClass=0, globalTid=tid,
+                          correlationId=corr, nameId=launch, returnValue=0)
+                ex.insert("CUPTI_ACTIVITY_KIND_KERNEL", start=at + 20_000, end=at + 20_000 + gemm, deviceId=d, contextId=1,
+                          streamId=7, correlationId=corr, globalPid=gpid, demangledName=ex.string(GEMM),
+                          shortName=ex.string(GEMM), **grid)
+                at = t0 + 100_000 + 20_000 * n
+                corr += 1
+                if nccl_ranges:
+                    ex.insert("NVTX_EVENTS", start=at - 1_000, end=at + 8_000, eventType=59, textId=nccl_name, globalTid=tid,
+                              domainId=1)
+                ex.insert("CUPTI_ACTIVITY_KIND_RUNTIME", start=at, end=at + 5_000, eventClass=0, globalTid=tid,
+                          correlationId=corr, nameId=launch, returnValue=0)
+                start = t0 + 20_000 + 3_700_000 + 100_000 * (pid % 7) + 50_000 * d  # after the GEMM: its wait differs
+                ex.insert("CUPTI_ACTIVITY_KIND_KERNEL", start=start, end=t0 + 6_000_000, deviceId=d, contextId=1, streamId=13,
+                          correlationId=corr, globalPid=gpid, demangledName=ex.string(ALLREDUCE),
+                          shortName=ex.string(ALLREDUCE), **grid)
+    return ex.close()

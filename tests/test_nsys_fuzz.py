@@ -11,7 +11,7 @@ from pathlib import Path
 
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from tracelens.parsers.nsys import parse
+from tracelens.parsers.nsys import parse, parts
 from tracelens.parsers.nsys.schema import WANTED
 
 from tests.conftest import real_traces
@@ -33,6 +33,18 @@ def _check(path: Path) -> None:
         assert e.path == str(path) and e.problem and "\n" not in e.problem
         return
     validate(df)
+    try:  # the ranks it holds (a damaged globalPid or deviceId can make several), each parsed
+        listed = parts(path)
+    except TraceInputError as e:
+        assert e.path == str(path) and e.problem and "\n" not in e.problem
+        return
+    for part in listed[:3] if len(listed) > 1 else ():
+        try:
+            df, meta = parse(path, part=part)
+        except TraceInputError as e:
+            assert e.path == str(path) and e.problem and "\n" not in e.problem
+            continue
+        validate(df)
 
 
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])

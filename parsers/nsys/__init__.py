@@ -3,16 +3,20 @@ table, as from a Kineto trace, so that nothing downstream knows which source a r
 
 ``schema``     probes the tables and columns (nsys 2021.x to 2025.x differ), one warning naming
                what was missing
+``split``      the ranks inside one export: one per (process, device) with kernels
 ``read``       one SQL query per table, pushed down to SQLite (columns, process filter and the
                ``StringIds`` lookups in the database), fetched in batches into polars
 ``normalise``  those frames -> ``EVENT_SCHEMA`` (kinds, names and kernel classes as Kineto's)
 
-Ranks: the parser contract is one frame per file, and an export is one rank when one process
-ran GPU work.  With several such processes, the one with the most kernel time is the rank and a
-warning names the others (export them separately: ``nsys profile -o rank%q{RANK}``).  The rank
-number comes from that process's environment where the export records it (``RANK``,
-``OMPI_COMM_WORLD_RANK``, ``PMI_RANK``, ``SLURM_PROCID``, ``LOCAL_RANK``), else from the file
-name or the order (tracelens.store.ranks).  Collectives: NCCL kernels are ``comm`` by name;
+Ranks: one per (process, device) that ran kernels (``split``).  An export of one such pair is
+one rank (``parse(path)``); one of several (``nsys profile torchrun ...``: one process per GPU,
+or a process driving several GPUs) is several ranks: ``parts(path)`` lists them and
+``parse(path, part=...)`` reads one, so that the store gives each its own handle, cache entry and
+rank.  ``parse(path)`` of such an export still reads one rank, the process with the most kernel
+time, and a warning names the others.  The rank number comes from the process's environment
+where the export records it (``RANK``, ``OMPI_COMM_WORLD_RANK``, ``PMI_RANK``, ``SLURM_PROCID``,
+``LOCAL_RANK``), else from the file name (an export of one rank) or the order
+(tracelens.store.ranks).  Collectives: NCCL kernels are ``comm`` by name;
 NCCL's NVTX ranges (domain ``NCCL``) are the collective records carried onto them, and the
 sequence numbers are each collective's order within its type on the rank (NVTX payloads are
 not decoded: ``attributes["seq_source"]``).
@@ -38,7 +42,7 @@ from tracelens.model.errors import NotATrace, ParseError, TraceInputError, Unrea
 if TYPE_CHECKING:
     from tracelens.model.schema import TraceMeta
 
-__all__ = ["NAME", "PARSER_VERSION", "describe", "parse", "sqlite_uri", "target_gpus"]
+__all__ = ["NAME", "PARSER_VERSION", "describe", "parse", "parts", "sqlite_uri", "target_gpus"]
 
 
 def sqlite_uri(path: Path) -> str:
@@ -169,23 +173,63 @@ NAME = "nsys"  # the format name sniff() gives these files
 PARSER_VERSION = "1.1"  # bump when the table a parse caches changes
 
 
-def parse(path: str | Path, *, keep_python: bool = False, keep_args: bool = True,
-          progress: Callable[[int], None] | None = None) -> tuple[pl.DataFrame, TraceMeta]:
-    """Parse one nsys SQLite export into (event frame, TraceMeta); ParseError (one line) on a
-    file that is not a readable nsys export.  ``keep_python`` and ``keep_args`` are the Kineto
-    parser's options: nsys records neither Python frames nor op arguments."""
+def parts(path: str | Path) -> list[dict[str, Any]]:
+    """The ranks this export holds: one per (process, device) that ran kernels (``parts``:
+    ``index``, ``of``, ``proc``, ``pid``, ``device``, ``kernel_ns``), by pid then device; one
+    aggregate query.  A listing of one (or none) means the export is one rank: ``parse(path)``.
+    ParseError on a file that is not a readable nsys export."""
+    from .schema import is_nsys, probe
+    from .split import listing
+
     path = Path(path)
     con = _connect(path)
     try:
+        p = probe(con)
+        if not is_nsys(p):
+            raise NotATrace(str(path), "an SQLite database, but not an Nsight Systems export (no StringIds and export "
+                                       "metadata tables): export the report with `nsys export --type sqlite`")
+        found, _ = listing(con, p)
+    except TraceInputError:
+        raise
+    except sqlite3.DatabaseError as e:
+        raise ParseError(str(path), f"not a readable SQLite export ({_one_line(e)})") from None
+    except (MemoryError, KeyboardInterrupt):
+        raise
+    except Exception as e:  # never let a malformed export surface as a traceback
+        raise ParseError(str(path), f"unreadable nsys export ({type(e).__name__}: {_one_line(e)})") from e
+    finally:
+        con.close()
+    n = len(found)
+    return [{"index": k, "of": n, **{c: r[c] for c in ("proc", "pid", "device", "kernel_ns")}} for k, r in enumerate(found)]
+
+
+def parse(path: str | Path, *, keep_python: bool = False, keep_args: bool = True,
+          progress: Callable[[int], None] | None = None, part: int | dict[str, Any] | None = None,
+          ) -> tuple[pl.DataFrame, TraceMeta]:
+    """Parse one nsys SQLite export into (event frame, TraceMeta); ParseError (one line) on a
+    file that is not a readable nsys export.  ``keep_python`` and ``keep_args`` are the Kineto
+    parser's options: nsys records neither Python frames nor op arguments.
+
+    ``part``: one rank of an export that holds several (an entry of ``parts(path)``, or its
+    index): that process's events on that device (``parsers.nsys.split`` says which host rows
+    go with it).  Without it, the export is one rank: the process with most kernel time."""
+    path = Path(path)
+    if isinstance(part, int) and not isinstance(part, bool):
+        listed = parts(path)
+        if not 0 <= part < len(listed):
+            raise ParseError(str(path), f"no part {part} in this export (it holds {len(listed)})")
+        part = listed[part]
+    con = _connect(path)
+    try:
         try:
-            return _parse(con, path, progress)
+            return _parse(con, path, progress, part)
         except sqlite3.DatabaseError as e:
             if "decode" not in str(e).lower():
                 raise
         from .read import lenient_text
 
         lenient_text(con)  # a string that is not UTF-8: read them all again, leniently
-        df, meta = _parse(con, path, progress)
+        df, meta = _parse(con, path, progress, part)
         meta.warnings.append("the export holds text that is not valid UTF-8: read with replacement characters")
         return df, meta
     except TraceInputError:
@@ -204,7 +248,8 @@ def _one_line(e: BaseException) -> str:
     return (str(e).strip().splitlines() or [""])[0][:300]
 
 
-def _parse(con: sqlite3.Connection, path: Path, progress: Callable[[int], None] | None) -> tuple[pl.DataFrame, TraceMeta]:
+def _parse(con: sqlite3.Connection, path: Path, progress: Callable[[int], None] | None,
+           part: dict[str, Any] | None = None) -> tuple[pl.DataFrame, TraceMeta]:
     from collections import Counter
 
     from tracelens.model.schema import TraceMeta
@@ -227,11 +272,24 @@ def _parse(con: sqlite3.Connection, path: Path, progress: Callable[[int], None] 
     meta = TraceMeta(path=spath, format=NAME, source=NAME, parser="tracelens.parsers.nsys", parser_version=PARSER_VERSION,
                      size_bytes=size, trace_schema=p.schema_version and f"export {p.schema_version}")
     w = p.warning()
-    if w:
+    if w and (part is None or part["index"] == 0):  # the file's: said once, by its first part
         meta.warnings.append(w)
-    # the rank: one process (the one with most GPU time when several ran GPU work)
-    gpu_procs = read.gpu_processes(con, p)
-    if gpu_procs:
+    # the rank: one (process, device) of several; or the process (the one with most GPU time when
+    # several ran GPU work)
+    gpu_procs = [] if part is not None else read.gpu_processes(con, p)
+    if part is not None:
+        proc, pid = part["proc"], part["pid"]
+        meta.attributes["nsys_part"] = {k: part[k] for k in ("index", "of", "pid", "device")}
+        if part["index"] == 0:
+            from .split import label, listing
+
+            _, left = listing(con, p)
+            if left:
+                meta.warnings.append(
+                    f"{len(left)} process/device pair(s) with copies or fills but no kernel make no rank: "
+                    + ", ".join(f"{label(q)} ({q['busy_ns'] / 1e6:.3f} ms)" for q in left[:6])
+                    + (f" and {len(left) - 6} more" if len(left) > 6 else ""))
+    elif gpu_procs:
         proc, pid = gpu_procs[0][0], gpu_procs[0][1]
         if len(gpu_procs) > 1:
             others = ", ".join(f"pid {q[1]} ({q[2] / 1e6:.1f} ms of kernels)" for q in gpu_procs[1:6])
@@ -251,12 +309,17 @@ def _parse(con: sqlite3.Connection, path: Path, progress: Callable[[int], None] 
 
     counts: Counter[str] = Counter()
     ranges, domains, marks = read.nvtx(con, p, proc, step)
-    parts = [
-        nz.kernels(read.kernels(con, p, proc, step), counts),
-        nz.memcpys(read.memcpys(con, p, proc, step), counts),
-        nz.memsets(read.memsets(con, p, proc, step), counts),
-        nz.syncs(read.syncs(con, p, proc, step), counts),
-        nz.runtime(read.runtime(con, p, proc, step), counts),
+    gpu = [read.kernels(con, p, proc, step), read.memcpys(con, p, proc, step), read.memsets(con, p, proc, step),
+           read.syncs(con, p, proc, step)]
+    calls = read.runtime(con, p, proc, step)
+    if part is not None:
+        gpu, calls, ranges = _on_device(gpu, calls, ranges, domains, part["device"])
+    frames = [
+        nz.kernels(gpu[0], counts),
+        nz.memcpys(gpu[1], counts),
+        nz.memsets(gpu[2], counts),
+        nz.syncs(gpu[3], counts),
+        nz.runtime(calls, counts),
         nz.nvtx(ranges, domains, counts),
         nz.host_calls(read.host_calls(con, p, "OSRT_API", proc, step), "osrt", counts),
         nz.host_calls(read.host_calls(con, p, "CUBLAS_EVENTS", proc, step), "cublas", counts),
@@ -264,8 +327,8 @@ def _parse(con: sqlite3.Connection, path: Path, progress: Callable[[int], None] 
     ]
     for what, n in sorted(counts.items()):
         meta.warnings.append(f"{n} {what} were dropped" if "without" in what and "named" not in what else f"{n} {what}")
-    df = nz.assemble(parts)
-    _fill_meta(con, p, meta, proc, pid, marks, domains)
+    df = nz.assemble(frames)
+    _fill_meta(con, p, meta, proc, pid, marks, domains, part)
     if df.height == 0:
         meta.warnings.append("the export holds no timed events of its process")
     else:
@@ -290,9 +353,43 @@ def _parse(con: sqlite3.Connection, path: Path, progress: Callable[[int], None] 
     return df.with_columns(pl.lit(-1 if meta.rank is None else meta.rank, dtype=pl.Int32).alias("rank")), meta
 
 
+def _on_device(gpu: list[pl.DataFrame], calls: pl.DataFrame, ranges: pl.DataFrame, domains: dict[int, str],
+               device: int) -> tuple[list[pl.DataFrame], pl.DataFrame, pl.DataFrame]:
+    """A part's GPU rows (its process's on ``device``), CUDA calls (all of its process's but those
+    that launched work on its other devices: correlation ids are unique within a process) and
+    NVTX ranges (all of its process's but NCCL's ranges around launches for its other devices
+    only, so that a collective is counted on the device it ran on)."""
+    from .normalise import NCCL_DOMAIN
+
+    other = [g.filter(pl.col("device") != device).select("correlation") for g in gpu]
+    other = pl.concat(other).drop_nulls().unique()
+    kept = [g.filter(pl.col("device") == device) for g in gpu]
+    if not other.height:
+        return kept, calls, ranges
+    theirs = calls.join(other, on="correlation", how="semi")
+    calls = calls.join(other, on="correlation", how="anti", nulls_equal=False)
+    nccl = [d for d, n in domains.items() if n == NCCL_DOMAIN]
+    if nccl and ranges.height:
+        ranges = ranges.with_row_index("_r")
+        spans = (ranges.filter(pl.col("domain").is_in(nccl)).select("_r", "pid", "tid", pl.col("ts_ns").alias("_rs"),
+                                                                    pl.col("end_ns").alias("_re"))
+                 .drop_nulls(["pid", "tid", "_rs"]).sort("_rs"))
+
+        def around(launches: pl.DataFrame) -> pl.DataFrame:  # the NCCL ranges each launch of ``launches`` is inside
+            at = launches.select("pid", "tid", "ts_ns").drop_nulls().sort("ts_ns")
+            hit = at.join_asof(spans, left_on="ts_ns", right_on="_rs", by=["pid", "tid"], strategy="backward",
+                               check_sortedness=False)
+            return hit.filter(pl.col("_re") >= pl.col("ts_ns")).select("_r").unique()
+
+        drop = around(theirs).join(around(calls), on="_r", how="anti")
+        ranges = ranges.join(drop, on="_r", how="anti").sort("_r").drop("_r") if drop.height else ranges.drop("_r")
+    return kept, calls, ranges
+
+
 def _fill_meta(con: sqlite3.Connection, p, meta: TraceMeta, proc: int | None, pid: int | None, marks: int,
-               domains: dict[int, str]) -> None:
+               domains: dict[int, str], part: dict[str, Any] | None = None) -> None:
     from . import read
+    from .split import process_environment, unquote
 
     meta.base_time_ns = read.session_start(con, p)
     meta.threads = read.threads(con, p, proc)
@@ -303,7 +400,11 @@ def _fill_meta(con: sqlite3.Connection, p, meta: TraceMeta, proc: int | None, pi
         meta.attributes["nvtx_marks"] = marks  # instants: not in the event table
     if domains:
         meta.attributes["nvtx_domains"] = ", ".join(sorted(set(domains.values())))
-    env = read.environment(con, p)
+    # a part's rank from its own process's environment; the captured one (META_DATA_CAPTURE) is the
+    # launched process's, which is every part's parent when there are several (torchrun)
+    env = process_environment(con, p, proc, pid, read.RANK_VARS + read.WORLD_VARS)
+    if part is None or part["of"] <= 1:
+        env = {**{k: unquote(v) for k, v in read.environment(con, p).items()}, **env}
     for var in read.RANK_VARS:
         v = env.get(var)
         if v is None:

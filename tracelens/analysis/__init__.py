@@ -113,8 +113,9 @@ def analyze(job: Job, options: Options | None = None, engine=None) -> Analysis:
     total = sum(r.gpu.window for r in ranks if r.gpu is not None)
     slow = strag.stragglers(table, len(metas), total_ns=total // max(len(ranks), 1))
     check = strag.straggler_check(table, len(metas), world)
-    inputs = tuple(
-        {"path": m.path, "format": m.format, "rank": m.rank, "size_bytes": m.size_bytes} for m in metas
+    inputs = tuple(  # a rank from a file of several (an nsys export of several GPU processes): which part
+        {"path": m.path, "format": m.format, "rank": m.rank, "size_bytes": m.size_bytes,
+         **({"part": m.attributes["nsys_part"]} if isinstance(m.attributes.get("nsys_part"), dict) else {})} for m in metas
     )
     return finish_job(Analysis(  # the job's derived values last: to_dict only serialises
         inputs=inputs,

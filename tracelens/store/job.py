@@ -37,6 +37,9 @@ class RankHandle:
     parquet: Path | None = None
     frame: pl.DataFrame | None = None
     keep_python: bool = False
+    # one rank of a file that holds several (an nsys export of several processes or GPUs): its
+    # parser's part (the entry of its listing, or its index there); None for a file that is one rank
+    part: Any = None
     # what ``load``'s ``after_parse`` made of the events right after their parse (in the worker
     # that parsed them): the analysis's summary of this rank, keyed by what it was made with
     summary: Any = field(default=None, repr=False)
@@ -61,7 +64,7 @@ class RankHandle:
         except (OSError, pl.exceptions.PolarsError):
             if self.frame is not None:
                 raise
-        df, _ = parse_file(self.path, use_cache=False, keep_python=self.keep_python)
+        df, _ = parse_file(self.path, use_cache=False, keep_python=self.keep_python, part=self.part)
         df = with_file(df, self.file, self.meta.rank)
         return df.select(columns) if columns is not None else df
 
@@ -121,8 +124,8 @@ class Job:
 
     @property
     def all_warnings(self) -> list[str]:
-        """Job-level warnings, then every file's own, each naming its file."""
-        return self.warnings + [f"{m.path}: {w}" for m in self.metas for w in m.warnings]
+        """Job-level warnings, then every file's own, each naming its file (and part)."""
+        return self.warnings + [f"{input_label(m)}: {w}" for m in self.metas for w in m.warnings]
 
     @property
     def ranks(self) -> list[int]:
@@ -157,6 +160,21 @@ class Job:
         return self.handles[file].read(columns)
 
 
+def input_label(meta: TraceMeta) -> str:
+    """The file a rank came from, and which part of it when the file holds several ranks."""
+    part = meta.attributes.get("nsys_part")
+    if isinstance(part, dict) and (part.get("of") or 0) > 1:
+        return f"{meta.path} [pid {part.get('pid')}, device {part.get('device')}]"
+    return meta.path
+
+
+def _part_index(part: Any) -> int | None:
+    """The index of a parser's part (an entry of its listing, or the index itself)."""
+    if part is None:
+        return None
+    return part if isinstance(part, int) else int(part["index"])
+
+
 def _parser_for(path: Path):
     """(format, parser) of a trace file (the parsers' registry); UnsupportedFormat when tracelens
     cannot analyse it (an nsys SQLite export: recognised, ``tracelens info`` reads its GPUs)."""
@@ -166,9 +184,11 @@ def _parser_for(path: Path):
     return fmt, parser_for(fmt, path)
 
 
-def _lookup(path: Path, keep_python: bool, notes: list[tuple[str, str]], read: bool = False) -> tuple[str | None, tuple[Any, TraceMeta] | None]:
+def _lookup(path: Path, keep_python: bool, notes: list[tuple[str, str]], read: bool = False,
+            part: Any = None) -> tuple[str | None, tuple[Any, TraceMeta] | None]:
     """(cache key, (Parquet path, meta) of its entry or None) for a trace file (with ``read``,
-    (frame, meta)); the key is None when the cache cannot be used for it (said in ``notes``)."""
+    (frame, meta)); the key is None when the cache cannot be used for it (said in ``notes``).
+    ``part``: one rank of a file that holds several (its key ends in ``-p<index>``)."""
     from tracelens.store import cache
 
     fmt, parser = _parser_for(path)
@@ -183,6 +203,16 @@ def _lookup(path: Path, keep_python: bool, notes: list[tuple[str, str]], read: b
     if h is None:
         return None, None
     key = f"{h}-{fmt}-{parser.PARSER_VERSION}{'-py' if keep_python else ''}"
+    if part is not None:
+        key += f"-p{_part_index(part)}"
+    return key, _get(key, path, notes, read)
+
+
+def _get(key: str, path: Path, notes: list[tuple[str, str]], read: bool = False) -> tuple[Any, TraceMeta] | None:
+    """The cache entry stored under ``key`` for ``path`` (None: none, or it was corrupt and removed,
+    or the cache cannot be read: said in ``notes``)."""
+    from tracelens.store import cache
+
     try:
         hit = cache.get(key) if read else cache.lookup(key)
     except cache.CorruptEntry as e:
@@ -191,17 +221,44 @@ def _lookup(path: Path, keep_python: bool, notes: list[tuple[str, str]], read: b
         hit = None
     except OSError as e:
         notes.append(("cache", _cache_off(e)))
-        return None, None
+        return None
     if hit is not None:
         hit[1].path = str(path)
-    return key, hit
+    return hit
+
+
+def _split(path: Path, parser: Any, key: str | None, notes: list[tuple[str, str]]) -> list[tuple[Any, str | None, Any]] | None:
+    """The ranks of a file that holds several (a parser with ``parts``, an nsys export of several
+    GPU processes or devices): (part, its cache key, its cache entry or None) each; None for a
+    file that is one rank.  Parts all in the cache are known from their entries (no query of the
+    file); otherwise the parser lists them (its error, if any, is its parse's to say)."""
+    lister = getattr(parser, "parts", None)
+    if lister is None:
+        return None
+    if key is not None:
+        first = _get(f"{key}-p0", path, notes)
+        of = (first[1].attributes.get("nsys_part") or {}).get("of") if first is not None else None
+        if isinstance(of, int) and of > 1:
+            hits = [first] + [_get(f"{key}-p{k}", path, notes) for k in range(1, of)]
+            if all(h is not None for h in hits):
+                return [(k, f"{key}-p{k}", h) for k, h in enumerate(hits)]
+    try:
+        listed = lister(path)
+    except TraceInputError:
+        return None
+    if len(listed) <= 1:
+        return None
+    return [(part, None if key is None else f"{key}-p{k}",
+             None if key is None else _get(f"{key}-p{k}", path, notes)) for k, part in enumerate(listed)]
 
 
 def _parse(path: Path, key: str | None, keep_python: bool, progress: Callable[[int], None] | None,
-           notes: list[tuple[str, str]]) -> tuple[pl.DataFrame, TraceMeta, bool]:
-    """Parse a trace file and, with a ``key``, store it in the cache: (frame, meta, stored)."""
+           notes: list[tuple[str, str]], part: Any = None) -> tuple[pl.DataFrame, TraceMeta, bool]:
+    """Parse a trace file (or one ``part`` of it) and, with a ``key``, store it in the cache:
+    (frame, meta, stored)."""
     _, parser = _parser_for(path)
-    df, meta = parser.parse(path, keep_python=keep_python, progress=progress)
+    more = {} if part is None else {"part": part}
+    df, meta = parser.parse(path, keep_python=keep_python, progress=progress, **more)
     stored = False
     if key is not None:
         from tracelens.store import cache
@@ -218,8 +275,9 @@ def _parse(path: Path, key: str | None, keep_python: bool, progress: Callable[[i
 
 def parse_file(path: str | Path, *, use_cache: bool = True, keep_python: bool = False,
                progress: Callable[[int], None] | None = None,
-               notes: list[tuple[str, str]] | None = None) -> tuple[pl.DataFrame, TraceMeta]:
-    """Parse one file through the cache (sniffing its format); ``progress(bytes)``: how far into
+               notes: list[tuple[str, str]] | None = None, part: Any = None) -> tuple[pl.DataFrame, TraceMeta]:
+    """Parse one file (``part``: one rank of a file that holds several, as its parser lists
+    them) through the cache (sniffing its format); ``progress(bytes)``: how far into
     the file (on disk) the parser is.  What the job's warnings should say about the cache is
     appended to ``notes`` as (kind, text): "cache" when the cache cannot be used (the parse
     goes on without it), "corrupt" when this file's entry failed its checks and was re-parsed."""
@@ -227,10 +285,10 @@ def parse_file(path: str | Path, *, use_cache: bool = True, keep_python: bool = 
     notes = [] if notes is None else notes
     key = None
     if use_cache:
-        key, hit = _lookup(path, keep_python, notes, read=True)
+        key, hit = _lookup(path, keep_python, notes, read=True, part=part)
         if hit is not None:
             return hit
-    df, meta, _ = _parse(path, key, keep_python, progress, notes)
+    df, meta, _ = _parse(path, key, keep_python, progress, notes, part)
     return df, meta
 
 
@@ -246,15 +304,19 @@ def _parse_task(args: tuple) -> tuple[TraceMeta, pl.DataFrame | None, list[tuple
     said about the cache, whether the cache took it, and (``after_parse(frame, file, meta,
     several)`` when one is given: the rank's analysis, run where its events already are; the
     file's span and pids, for the load's own questions)."""
-    path, key, keep_python, progress, keep_frame, after_parse, keep_events, i, several = args
+    path, key, keep_python, progress, keep_frame, after_parse, keep_events, i, several, part, guess = args
     notes: list[tuple[str, str]] = []
-    df, meta, stored = _parse(Path(path), key, keep_python, progress, notes)
+    df, meta, stored = _parse(Path(path), key, keep_python, progress, notes, part)
     facts = _facts_of(df)
     made = None
     if after_parse is not None:
         # the rank as far as this file says it (distributedInfo, else its name: ranks._assign_ranks'
-        # first rule); one given by the order of several files is known only after the load
-        rank = meta.rank if meta.rank is not None else rank_from_name(Path(path), facts["pids"])
+        # first rule; a part of a file: its order there when the file is the job's only one); one
+        # given by the order of several files is known only after the load
+        if meta.rank is not None or part is not None:
+            rank = meta.rank if meta.rank is not None else guess
+        else:
+            rank = rank_from_name(Path(path), facts["pids"])
         if rank is None and not several:  # a lone file is rank 0 by the order rule
             rank = 0
         made = after_parse(with_file(df, i, rank), i, replace(meta, rank=rank), several)
@@ -299,7 +361,7 @@ def load(
     files, from_dirs, warnings = discover(paths, strict=strict)
     if not files:
         raise TraceInputError(".", "no input files")
-    handles: dict[int, RankHandle] = {}
+    handles: dict[int, RankHandle] = {}  # by item: a file, or one rank of a file that holds several
     notes: dict[int, list[tuple[str, str]]] = {}  # file -> what its lookup and parse said about the cache
     if use_cache:
         from tracelens.store import cache
@@ -309,7 +371,8 @@ def load(
     total = sum(sizes)
     done = [0]  # bytes of the files recorded
 
-    def record(i: int, handle: RankHandle | None, err: BaseException | None) -> None:
+    def record(i: int, j: int | None, handle: RankHandle | None, err: BaseException | None, share: int = 1) -> None:
+        """File ``i``'s item ``j`` (None: the whole file, before it is split) loaded, or what went wrong."""
         if err is not None:
             if not isinstance(err, TraceInputError):
                 raise err
@@ -319,56 +382,70 @@ def load(
                 or (isinstance(err, UnreadableError) and not strict)
             )
             if files[i] in from_dirs and skip:
-                warnings.append(f"{err.path}: skipped ({err.problem})")
+                said = f"{err.path}: skipped ({err.problem})"
+                if said not in warnings:  # once for a file, however many of its parts met it
+                    warnings.append(said)
                 return
             raise err
-        assert handle is not None
-        handles[i] = handle
-        done[0] += sizes[i]
+        assert handle is not None and j is not None
+        handles[j] = handle
+        done[0] += share
         if progress is not None:
-            progress(len(handles), len(files), handle.meta)
+            progress(len(handles), len(plan), handle.meta)
         if bytes_progress is not None:
             bytes_progress(done[0], total)
 
-    # cache hits are read here; what must be parsed goes to the engine
-    todo: list[tuple[int, str | None]] = []
+    # the job's items: each file, or each rank of a file that holds several (an nsys export of
+    # several GPU processes or devices), with its cache key and entry; cache hits are read here,
+    # what must be parsed goes to the engine
+    plan: list[tuple[int, Any, str | None, Any]] = []  # (file, part or None, cache key, cache entry)
     for i, f in enumerate(files):
         got = notes[i] = []
         cache_off = any(k == "cache" for n in notes.values() for k, _ in n)  # once it failed, the rest go without
-        if not use_cache or cache_off:
-            try:
-                _parser_for(f)
-            except TraceInputError as e:
-                record(i, None, e)
-            else:
-                todo.append((i, None))
-            continue
         try:
-            key, hit = _lookup(f, keep_python, got)
+            _, parser = _parser_for(f)
+            key, hit = (None, None) if not use_cache or cache_off else _lookup(f, keep_python, got)
         except TraceInputError as e:
-            record(i, None, e)
+            record(i, None, None, e)
             continue
-        if hit is not None:
-            record(i, RankHandle(i, hit[1], parquet=hit[0], keep_python=keep_python), None)
+        split = None if hit is not None else _split(f, parser, key, got)
+        if split is None:
+            plan.append((i, None, key, hit))
         else:
-            todo.append((i, key))
-    engine = choose(jobs, sum(sizes[i] for i, _ in todo), len(todo))
+            plan.extend((i, part, k, h) for part, k, h in split)
+    per_file = {i: sum(1 for q in plan if q[0] == i) for i, *_ in plan}
+
+    def share(j: int) -> int:  # the bytes of a file, spread over its parts
+        i = plan[j][0]
+        return sizes[i] // per_file[i] + (sizes[i] % per_file[i] if plan[j][1] is not None and
+                                           _part_index(plan[j][1]) == per_file[i] - 1 else 0)
+
+    todo: list[int] = []
+    for j, (i, part, key, hit) in enumerate(plan):
+        if hit is not None:
+            record(i, j, RankHandle(j, hit[1], parquet=hit[0], keep_python=keep_python, part=part), None, share(j))
+        else:
+            todo.append(j)
+    engine = choose(jobs, sum(share(j) for j in todo), len(todo))
     local = isinstance(engine, LocalEngine)  # in this process: the parse can say how far into its file it is
 
-    def inner(i: int) -> Callable[[int], None] | None:
+    def inner(j: int) -> Callable[[int], None] | None:
         if bytes_progress is None or not local:
             return None
-        return lambda n: bytes_progress(done[0] + n, total)
+        return lambda n: bytes_progress(done[0] + n * share(j) // max(sizes[plan[j][0]], 1), total)
 
     # one file parsed here: its frame stays with its handle (also cached), so that the analysis does
     # not read back what was just written; with more, each rank's events wait in the cache
     keep_frame = local and len(todo) == 1 and (after_parse is None or keep_events)
-    several = len(files) > 1
-    work = [(str(files[i]), key, keep_python, inner(i), keep_frame, after_parse, keep_events, i, several) for i, key in todo]
-    for j, res in engine.map(_parse_task, work):
-        i, key = todo[j]
+    several = len(plan) > 1
+    lone = len(files) == 1  # a part's rank is its order in the file when the file is the job's only one
+    work = [(str(files[plan[j][0]]), plan[j][2], keep_python, inner(j), keep_frame, after_parse, keep_events, j, several,
+             plan[j][1], _part_index(plan[j][1]) if lone else None) for j in todo]
+    for t, res in engine.map(_parse_task, work):
+        j = todo[t]
+        i, part, key, _ = plan[j]
         if isinstance(res, BaseException):
-            record(i, None, res)
+            record(i, j, None, res)
             continue
         meta, df, got, stored, (made, facts) = res
         notes[i].extend(got)
@@ -376,8 +453,9 @@ def load(
 
         cached = cache.parquet_path(key) if stored and key is not None else None
         # df None: in the cache (read from there when asked for), or not kept (parsed again if asked for)
-        record(i, RankHandle(i, meta, parquet=cached, frame=df, keep_python=keep_python, summary=made, _facts=facts), None)
-    said = [n for i in sorted(notes) for n in notes[i]]
+        record(i, j, RankHandle(j, meta, parquet=cached, frame=df, keep_python=keep_python, part=part, summary=made,
+                                _facts=facts), None, share(j))
+    said = list(dict.fromkeys(n for i in sorted(notes) for n in notes[i]))
     cache_warnings = [text for kind, text in said if kind == "corrupt"]
     cache_warnings += next(([text] for kind, text in said if kind == "cache"), [])  # one, however many files met it
     warnings.extend(cache_warnings)
@@ -388,7 +466,7 @@ def load(
     for fi, h in enumerate(kept):
         h.file = fi
     metas = [h.meta for h in kept]
-    _assign_ranks([files[i] for i in order], metas, warnings, lambda fi: kept[fi].pids())
+    _assign_ranks([files[plan[j][0]] for j in order], metas, warnings, lambda fi: kept[fi].pids())
     kept = _one_source_per_rank(kept, prefer, warnings)
     for fi, h in enumerate(kept):
         h.file = fi

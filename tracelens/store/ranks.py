@@ -1,5 +1,7 @@
-"""Which rank each file of a job is: distributedInfo, else an explicit file-name pattern, else
-the file order (with a warning)."""
+"""Which rank each file of a job is: distributedInfo (an nsys export: its process's recorded
+environment), else an explicit file-name pattern, else the file order (with a warning).  A file
+that holds several ranks (an nsys export of several GPU processes or devices) is one item per
+rank, in the file's order; its name gives none of their ranks."""
 
 from __future__ import annotations
 
@@ -29,6 +31,13 @@ def _nowhere(m: TraceMeta) -> str:
     return _NSYS_NO_RANK if m.format == "nsys" else "no rank in distributedInfo"
 
 
+def _part(m: TraceMeta) -> dict | None:
+    """Which rank of its file a meta is, when the file holds several (an nsys export of several
+    GPU processes or devices: ``attributes["nsys_part"]``); None for a file that is one rank."""
+    part = m.attributes.get("nsys_part")
+    return part if isinstance(part, dict) and (part.get("of") or 0) > 1 else None
+
+
 def _name_rank(path: Path) -> tuple[int, bool] | None:
     """(rank, whether an explicit "rank" pattern said it) from the file name, or None."""
     m = _RANK_IN_NAME.search(path.name)
@@ -54,7 +63,7 @@ def _assign_ranks(files: list[Path], metas: list[TraceMeta], warnings: list[str]
     ``pids(i)``: the host process ids of file i's events (read only where a name's number may be one)."""
     pid_named: dict[int, int] = {}  # file -> the number in its name that is its process id
     for i, (f, m) in enumerate(zip(files, metas)):
-        if m.rank is None:
+        if m.rank is None and _part(m) is None:  # a file of several ranks: its name says none of theirs
             got = _name_rank(f)
             if got is not None and not got[1] and pids is not None:
                 if got[0] in set(pids(i)):
@@ -73,7 +82,13 @@ def _assign_ranks(files: list[Path], metas: list[TraceMeta], warnings: list[str]
             m.rank, m.rank_source = nxt, "order"
             taken.add(nxt)
             why = f" ({pid_named[i]} in the name is the process id of its events, not a rank)" if i in pid_named else ""
-            if len(metas) > 1 or (m.world_size or 1) > 1:  # one file of a one-rank job is rank 0: nothing to warn about
+            part = _part(m)
+            if part is not None:
+                m.warnings.append(
+                    f"the export records no RANK, OMPI_COMM_WORLD_RANK, PMI_RANK, SLURM_PROCID or LOCAL_RANK of process "
+                    f"pid {part.get('pid')} (one of its {part.get('of')} GPU processes and devices, ordered by pid then "
+                    f"device); rank {nxt} given by that order")
+            elif len(metas) > 1 or (m.world_size or 1) > 1:  # one file of a one-rank job is rank 0: nothing to warn about
                 m.warnings.append(f"{_nowhere(m)} or the file name{why}; rank {nxt} given by file order")
 
 def _shared_ranks(metas: list[TraceMeta], warnings: list[str]) -> None:
