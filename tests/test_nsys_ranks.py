@@ -46,8 +46,9 @@ def test_parts_listed_by_pid_then_device(exports):
     assert [(p["pid"], p["device"], p["index"], p["of"]) for p in nsys.parts(exports["both"])] == [
         (301, 0, 0, 4), (302, 1, 1, 4), (403, 2, 2, 4), (403, 3, 3, 4)]
     assert [(p["pid"], p["device"]) for p in nsys.parts(exports["gpus"])] == [(401, 0), (401, 1)]
-    for p in nsys.parts(exports["both"]):  # the listing's kernel time is sqlite3's
-        assert p["kernel_ns"] == _kernels(exports["both"], p["pid"], p["device"])[1]
+    pairs = _q(exports["both"], "SELECT group_concat(p || ':' || d) FROM (SELECT DISTINCT (globalPid >> 24) & 16777215 AS p, "
+                                "deviceId AS d FROM CUPTI_ACTIVITY_KIND_KERNEL ORDER BY 1, 2)")[0]
+    assert pairs == ",".join(f"{p['pid']}:{p['device']}" for p in nsys.parts(exports["both"]))
 
 
 @pytest.mark.parametrize("which", ["procs", "gpus", "both"])
@@ -180,3 +181,23 @@ def test_parse_of_a_part_by_index_and_a_bad_index(exports):
     assert meta.attributes["nsys_part"]["device"] == 1 and set(df.filter(pl.col("kind") == "kernel").get_column("device")) == {1}
     with pytest.raises(nsys.ParseError, match="no part 5"):
         nsys.parse(exports["gpus"], part=5)
+
+
+def test_copies_without_kernels_make_no_rank(exports):
+    from tests.nsys_build import global_tid, table_sql
+
+    path = exports["procs"]
+    con = sqlite3.connect(path)
+    con.execute(table_sql()["CUPTI_ACTIVITY_KIND_MEMCPY"])
+    con.execute("INSERT INTO CUPTI_ACTIVITY_KIND_MEMCPY (start, end, deviceId, contextId, streamId, correlationId, globalPid, "
+                "bytes, copyKind, deprecatedSrcId, srcKind, dstKind, srcDeviceId, srcContextId, dstDeviceId, dstContextId) "
+                "VALUES (5, 9, 5, 1, 7, 999, ?, 64, 1, 0, 0, 2, 0, 0, 5, 1)", (global_tid(302, 0),))
+    con.commit()
+    con.close()
+    listed = nsys.parts(path)
+    assert [(p["pid"], p["device"]) for p in listed] == [(301, 0), (302, 1)]
+    assert listed[0]["left_out"] == [{"proc": global_tid(302, 0) >> 24, "pid": 302, "device": 5}]
+    job = load([path], use_cache=False)
+    said = [w for w in job.all_warnings if "make no rank" in w]
+    assert len(said) == 1 and "pid 302, device 5" in said[0]
+    assert all(h.read().filter(pl.col("kind") == "memcpy").height == 0 for h in job.handles)

@@ -174,9 +174,9 @@ PARSER_VERSION = "1.1"  # bump when the table a parse caches changes
 
 
 def parts(path: str | Path) -> list[dict[str, Any]]:
-    """The ranks this export holds: one per (process, device) that ran kernels (``parts``:
-    ``index``, ``of``, ``proc``, ``pid``, ``device``, ``kernel_ns``), by pid then device; one
-    aggregate query.  A listing of one (or none) means the export is one rank: ``parse(path)``.
+    """The ranks this export holds: one per (process, device) that ran kernels (``index``, ``of``,
+    ``proc``, ``pid``, ``device``; the first also ``left_out``: the pairs with copies or fills
+    but no kernel), by pid then device; one ``SELECT DISTINCT`` per GPU table.  A listing of one (or none) means the export is one rank: ``parse(path)``.
     ParseError on a file that is not a readable nsys export."""
     from .schema import is_nsys, probe
     from .split import listing
@@ -188,7 +188,7 @@ def parts(path: str | Path) -> list[dict[str, Any]]:
         if not is_nsys(p):
             raise NotATrace(str(path), "an SQLite database, but not an Nsight Systems export (no StringIds and export "
                                        "metadata tables): export the report with `nsys export --type sqlite`")
-        found, _ = listing(con, p)
+        found, left = listing(con, p)
     except TraceInputError:
         raise
     except sqlite3.DatabaseError as e:
@@ -200,7 +200,7 @@ def parts(path: str | Path) -> list[dict[str, Any]]:
     finally:
         con.close()
     n = len(found)
-    return [{"index": k, "of": n, **{c: r[c] for c in ("proc", "pid", "device", "kernel_ns")}} for k, r in enumerate(found)]
+    return [{"index": k, "of": n, **r, **({"left_out": left} if k == 0 and left else {})} for k, r in enumerate(found)]
 
 
 def parse(path: str | Path, *, keep_python: bool = False, keep_args: bool = True,
@@ -280,15 +280,14 @@ def _parse(con: sqlite3.Connection, path: Path, progress: Callable[[int], None] 
     if part is not None:
         proc, pid = part["proc"], part["pid"]
         meta.attributes["nsys_part"] = {k: part[k] for k in ("index", "of", "pid", "device")}
-        if part["index"] == 0:
-            from .split import label, listing
+        left = part.get("left_out") or []
+        if left:
+            from .split import label
 
-            _, left = listing(con, p)
-            if left:
-                meta.warnings.append(
-                    f"{len(left)} process/device pair(s) with copies or fills but no kernel make no rank: "
-                    + ", ".join(f"{label(q)} ({q['busy_ns'] / 1e6:.3f} ms)" for q in left[:6])
-                    + (f" and {len(left) - 6} more" if len(left) > 6 else ""))
+            meta.warnings.append(
+                f"{len(left)} process/device pair(s) with copies or fills but no kernel make no rank (their copies and "
+                "fills are not in the event table): " + ", ".join(label(q) for q in left[:6])
+                + (f" and {len(left) - 6} more" if len(left) > 6 else ""))
     elif gpu_procs:
         proc, pid = gpu_procs[0][0], gpu_procs[0][1]
         if len(gpu_procs) > 1:
