@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import re
 import sqlite3
+import struct
 from functools import lru_cache
 from pathlib import Path
 
@@ -100,8 +101,42 @@ ALLREDUCE = "ncclDevKernel_AllReduce_Sum_f32_RING_LL"
 STEP_NS = 10_000_000
 
 
+NCCL_ALLREDUCE_SCHEMA = (1 << 24) + 5  # NCCL's static schema ids: 2^24 + its NVTX_SID (5: AllReduce)
+NCCL_REDOP_ENUM = (1 << 24) + 11
+# the AllReduce payload as this builder lays it out: (entry name, NVTX entry type, offset); the
+# parser reads whatever layout the schema tables give
+ALLREDUCE_ENTRIES = (("NCCL communicator ID", 18, 0), ("Message size [bytes]", 22, 8), ("Reduction operation", NCCL_REDOP_ENUM, 16),
+                     ("No. of ranks", 5, 20))
+
+
+def nccl_blob(comm: int, nbytes: int, redop: int, nranks: int, domain: int = 1) -> bytes:
+    """An NCCL AllReduce NVTX payload as FORMATS.md 1.6 documents it (no real export with NCCL
+    payloads is available here): a 32-byte little-endian header (domain id, schema id, payload
+    size, total size) and the struct of ``ALLREDUCE_ENTRIES``."""
+    body = struct.pack("<QQiI", comm, nbytes, redop, nranks)
+    return struct.pack("<QQQQ", domain, NCCL_ALLREDUCE_SCHEMA, len(body), 32 + len(body)) + body
+
+
+def _payload_tables(ex: Export) -> None:
+    """NVTX_EVENTS.binaryData and the payload schema tables, with FORMATS.md 1.6's columns."""
+    ex.con.execute("ALTER TABLE NVTX_EVENTS ADD COLUMN binaryData TEXT")
+    ex.con.execute("CREATE TABLE NVTX_PAYLOAD_SCHEMAS (domainId INTEGER, schemaId INTEGER, name TEXT, type INTEGER, flags INTEGER, "
+                   "numEntries INTEGER, payloadSize INTEGER, alignTo INTEGER)")
+    ex.con.execute("CREATE TABLE NVTX_PAYLOAD_SCHEMA_ENTRIES (domainId INTEGER, schemaId INTEGER, idx INTEGER, flags INTEGER, "
+                   "type INTEGER, name TEXT, description TEXT, arrayOrUnionDetail INTEGER, offset INTEGER)")
+    ex.con.execute("CREATE TABLE NVTX_PAYLOAD_ENUM_ENTRIES (domainId INTEGER, schemaId INTEGER, idx INTEGER, name TEXT, "
+                   "value INTEGER, isFlag INTEGER)")
+    ex.con.execute("INSERT INTO NVTX_PAYLOAD_SCHEMAS VALUES (1, ?, 'NCCL AllReduce', 1, 0, ?, 24, 0)",
+                   (NCCL_ALLREDUCE_SCHEMA, len(ALLREDUCE_ENTRIES)))
+    ex.con.executemany("INSERT INTO NVTX_PAYLOAD_SCHEMA_ENTRIES VALUES (1, ?, ?, 0, ?, ?, NULL, NULL, ?)",
+                       [(NCCL_ALLREDUCE_SCHEMA, i, t, n, o) for i, (n, t, o) in enumerate(ALLREDUCE_ENTRIES)])
+    ex.con.executemany("INSERT INTO NVTX_PAYLOAD_ENUM_ENTRIES VALUES (1, ?, ?, ?, ?, 0)",
+                       [(NCCL_REDOP_ENUM, i, n, i) for i, n in enumerate(("Sum", "Prod", "Max", "Min", "Avg"))])
+
+
 def several_ranks(path: Path, procs: list[tuple[int, list[int]]], *, steps: int = 3, nccl_ranges: bool = True,
-                  env: dict[int, dict[str, str]] | None = None, other_process: bool = True) -> Path:
+                  env: dict[int, dict[str, str]] | None = None, other_process: bool = True,
+                  comms: dict[int, list[int]] | None = None, blob=nccl_blob) -> Path:
     """An export of several ranks in one file, as ``nsys profile torchrun ...`` writes: each
     (pid, devices) of ``procs`` is a process driving those GPUs.  Per step and device: a GEMM
     kernel (its length differs per pid and device, so that ranks differ) and an all-reduce kernel,
@@ -110,13 +145,18 @@ def several_ranks(path: Path, procs: list[tuple[int, list[int]]], *, steps: int 
     call; with ``nccl_ranges``, NCCL's ``ncclAllReduce`` range (domain NCCL, registered string)
     around each all-reduce launch.  ``env``: pid -> environment variables, written to a
     per-process ``PROCESS_ENVIRONMENT(globalPid, name, value)`` table.  ``other_process``: a
-    process with NVTX ranges and no GPU work (a launcher) is in the export too."""
+    process with NVTX ranges and no GPU work (a launcher) is in the export too.  ``comms``: pid ->
+    the NCCL communicators (their 64-bit ids) of its all-reduces in each step, in call order; each
+    NCCL range then carries a typed payload (``blob(comm, bytes, redop, nranks)``, 4 KiB x the
+    step + 1, Sum, the number of processes) in ``binaryData``, described by the payload tables."""
     tables = ("CUPTI_ACTIVITY_KIND_KERNEL", "CUPTI_ACTIVITY_KIND_RUNTIME", "NVTX_EVENTS", "OSRT_API")
     ex = Export(path, tables)
     grid = dict(registersPerThread=32, gridX=1, gridY=1, gridZ=1, blockX=128, blockY=1, blockZ=1, staticSharedMemory=0,
                 dynamicSharedMemory=0, localMemoryPerThread=0, localMemoryTotal=0, gridId=0)
     launch, wait = ex.string("cudaLaunchKernel_v7000"), ex.string("pthread_cond_wait")
     nccl_name = ex.string("ncclAllReduce")
+    if comms:
+        _payload_tables(ex)
     if env:
         ex.con.execute("CREATE TABLE PROCESS_ENVIRONMENT (globalPid INTEGER, name TEXT, value TEXT)")
     if other_process:
@@ -147,15 +187,20 @@ def several_ranks(path: Path, procs: list[tuple[int, list[int]]], *, steps: int 
                 ex.insert("CUPTI_ACTIVITY_KIND_KERNEL", start=at + 20_000, end=at + 20_000 + gemm, deviceId=d, contextId=1,
                           streamId=7, correlationId=corr, globalPid=gpid, demangledName=ex.string(GEMM),
                           shortName=ex.string(GEMM), **grid)
-                at = t0 + 100_000 + 20_000 * n
-                corr += 1
-                if nccl_ranges:
-                    ex.insert("NVTX_EVENTS", start=at - 1_000, end=at + 8_000, eventType=59, textId=nccl_name, globalTid=tid,
-                              domainId=1)
-                ex.insert("CUPTI_ACTIVITY_KIND_RUNTIME", start=at, end=at + 5_000, eventClass=0, globalTid=tid,
-                          correlationId=corr, nameId=launch, returnValue=0)
-                start = t0 + 20_000 + 3_700_000 + 100_000 * (pid % 7) + 50_000 * d  # after the GEMM: its wait differs
-                ex.insert("CUPTI_ACTIVITY_KIND_KERNEL", start=start, end=t0 + 6_000_000, deviceId=d, contextId=1, streamId=13,
-                          correlationId=corr, globalPid=gpid, demangledName=ex.string(ALLREDUCE),
-                          shortName=ex.string(ALLREDUCE), **grid)
+                for c, comm in enumerate((comms or {}).get(pid) or [None]):
+                    at = t0 + 100_000 + 20_000 * n + 40_000 * c
+                    corr += 1
+                    if nccl_ranges:
+                        data = None if comm is None else blob(comm, 4096 * (s + 1), 0, len(procs))
+                        ex.insert("NVTX_EVENTS", start=at - 1_000, end=at + 8_000, eventType=59, textId=nccl_name,
+                                  globalTid=tid, domainId=1, **({} if comm is None else {"binaryData": data}))
+                    ex.insert("CUPTI_ACTIVITY_KIND_RUNTIME", start=at, end=at + 5_000, eventClass=0, globalTid=tid,
+                              correlationId=corr, nameId=launch, returnValue=0)
+                    start = t0 + 20_000 + 3_700_000 + 100_000 * (pid % 7) + 50_000 * d  # after the GEMM: its wait differs
+                    end = t0 + 6_000_000
+                    if c:  # the next all-reduces, one after the other
+                        start, end = t0 + 5_000_000 + 1_000_000 * c + 100_000 * (pid % 3), t0 + 5_600_000 + 1_000_000 * c
+                    ex.insert("CUPTI_ACTIVITY_KIND_KERNEL", start=start, end=end, deviceId=d, contextId=1, streamId=13,
+                              correlationId=corr, globalPid=gpid, demangledName=ex.string(ALLREDUCE),
+                              shortName=ex.string(ALLREDUCE), **grid)
     return ex.close()

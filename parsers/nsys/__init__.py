@@ -6,6 +6,7 @@ table, as from a Kineto trace, so that nothing downstream knows which source a r
 ``split``      the ranks inside one export: one per (process, device) with kernels
 ``read``       one SQL query per table, pushed down to SQLite (columns, process filter and the
                ``StringIds`` lookups in the database), fetched in batches into polars
+``payload``    NCCL's typed NVTX payloads (communicator, size, ranks), decoded in polars
 ``normalise``  those frames -> ``EVENT_SCHEMA`` (kinds, names and kernel classes as Kineto's)
 
 Ranks: one per (process, device) that ran kernels (``split``).  An export of one such pair is
@@ -17,9 +18,10 @@ time, and a warning names the others.  The rank number comes from the process's 
 where the export records it (``RANK``, ``OMPI_COMM_WORLD_RANK``, ``PMI_RANK``, ``SLURM_PROCID``,
 ``LOCAL_RANK``), else from the file name (an export of one rank) or the order
 (tracelens.store.ranks).  Collectives: NCCL kernels are ``comm`` by name;
-NCCL's NVTX ranges (domain ``NCCL``) are the collective records carried onto them, and the
-sequence numbers are each collective's order within its type on the rank (NVTX payloads are
-not decoded: ``attributes["seq_source"]``).
+NCCL's NVTX ranges (domain ``NCCL``) are the collective records carried onto them; their typed
+payloads (NCCL >= 2.16 in recent nsys, ``payload``) give each its communicator, size and ranks,
+and the sequence numbers are each collective's order within its communicator and type on the
+rank (within its type alone without payloads, said in a warning; ``attributes["seq_source"]``).
 
 The export is opened read-only through an escaped ``immutable`` URI: no journal, WAL or lock
 file is ever created beside it.
@@ -170,7 +172,7 @@ def _gpu_dicts(con: sqlite3.Connection) -> list[dict[str, Any]]:
 # ---- the parser ------------------------------------------------------------------------------
 
 NAME = "nsys"  # the format name sniff() gives these files
-PARSER_VERSION = "1.1"  # bump when the table a parse caches changes
+PARSER_VERSION = "1.2"  # bump when the table a parse caches changes
 
 
 def parts(path: str | Path) -> list[dict[str, Any]]:
@@ -308,6 +310,7 @@ def _parse(con: sqlite3.Connection, path: Path, progress: Callable[[int], None] 
 
     counts: Counter[str] = Counter()
     ranges, domains, marks = read.nvtx(con, p, proc, step)
+    ranges, decoded = _nccl_payloads(con, p, proc, ranges, domains, meta)
     gpu = [read.kernels(con, p, proc, step), read.memcpys(con, p, proc, step), read.memsets(con, p, proc, step),
            read.syncs(con, p, proc, step)]
     calls = read.runtime(con, p, proc, step)
@@ -335,10 +338,21 @@ def _parse(con: sqlite3.Connection, path: Path, progress: Callable[[int], None] 
     df = _attach_comm_records(df, meta)
     if "seq_source" in meta.attributes and df.select((pl.col("kclass") == "comm").any()).item():
         has_nccl_ranges = df.select(pl.col("kind").is_in(["collective", "p2p"]).any()).item()
-        meta.attributes["seq_source"] = (
-            "derived: order within the collective type on this rank (NCCL's NVTX ranges name each collective; their "
-            "communicator payloads are not decoded)" if has_nccl_ranges
-            else "derived: order within the collective type on this rank (from the kernel names: no NCCL NVTX ranges)")
+        if decoded:
+            meta.attributes["seq_source"] = (
+                "derived: order within the communicator and collective type on this rank (NCCL's NVTX ranges name each "
+                "collective, their payloads its communicator, size and ranks)")
+        elif has_nccl_ranges:
+            meta.attributes["seq_source"] = (
+                "derived: order within the collective type on this rank (NCCL's NVTX ranges name each collective; they "
+                "carry no payload here)")
+            meta.warnings.append(
+                "NCCL's NVTX ranges carry no payloads in this export (NCCL before 2.16, or an nsys without "
+                "NVTX_EVENTS.binaryData and its payload schemas): collectives are matched across ranks by their order "
+                "within their type, whatever their communicator")
+        else:
+            meta.attributes["seq_source"] = (
+                "derived: order within the collective type on this rank (from the kernel names: no NCCL NVTX ranges)")
     cmap = read.cuda_device_map(con, p, pid)
     _device(df, meta)
     if meta.device_id is not None and meta.device_name is None and meta.device_id in cmap:
@@ -350,6 +364,26 @@ def _parse(con: sqlite3.Connection, path: Path, progress: Callable[[int], None] 
     if progress is not None:
         progress(size)
     return df.with_columns(pl.lit(-1 if meta.rank is None else meta.rank, dtype=pl.Int32).alias("rank")), meta
+
+
+def _nccl_payloads(con: sqlite3.Connection, p, proc: int | None, ranges: pl.DataFrame, domains: dict[int, str],
+                   meta: TraceMeta) -> tuple[pl.DataFrame, int]:
+    """The process's NVTX ranges with what NCCL's payloads say of each collective (``group``,
+    ``bytes``, ``group_size``, ``args``; FORMATS.md 1.6, ``payload``), and how many were decoded."""
+    from . import payload
+    from .normalise import NCCL_DOMAIN
+
+    ids = [d for d, n in domains.items() if n == NCCL_DOMAIN]
+    if not ids or not payload.available(p) or not ranges.height:
+        return ranges, 0
+    got, n, bad = payload.nccl(con, p, proc, ids)
+    if bad:
+        meta.warnings.append(f"{bad} of the {n} NCCL NVTX payloads do not fit their schema (an undescribed schema, or a blob "
+                             "too short for its fields): skipped, those collectives matched by order")
+    if not got.height:
+        return ranges, 0
+    joined = ranges.join(got, on=payload.KEY, how="left", nulls_equal=False)
+    return joined, got.height
 
 
 def _on_device(gpu: list[pl.DataFrame], calls: pl.DataFrame, ranges: pl.DataFrame, domains: dict[int, str],
