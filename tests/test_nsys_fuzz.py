@@ -113,7 +113,8 @@ def test_adbc_refusals_read_through_sqlite3(tmp_path):
         ex.insert("CUPTI_ACTIVITY_KIND_KERNEL", start=10 * i, end=10 * i + 5, deviceId=0, contextId=1, streamId=7, correlationId=i,
                   globalPid=gpid, demangledName=bad, shortName=bad, registersPerThread=32, gridX=1, gridY=1, gridZ=1, blockX=1,
                   blockY=1, blockZ=1, staticSharedMemory=0, dynamicSharedMemory=0, localMemoryPerThread=0, localMemoryTotal=0, gridId=0)
-    rows = [(i, i + 1, 59, None, gtid) for i in range(5000)] + [(6000, 6001, 59, "late text", gtid)]
+    n = read.BATCH + 10  # more than the first batch ADBC infers the column types from
+    rows = [(i, i + 1, 59, None, gtid) for i in range(n)] + [(n, n + 1, 59, "late text", gtid)]
     ex.con.executemany("INSERT INTO NVTX_EVENTS (start, end, eventType, text, globalTid) VALUES (?, ?, ?, ?, ?)", rows)
     path = ex.close()
     df, meta = _parse_both(path)

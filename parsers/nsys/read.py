@@ -102,6 +102,9 @@ class Db:
         cols = ", ".join(f"CAST({_quote(n)} AS BLOB) AS {_quote(n)}" if dt == pl.String else _quote(n) for n, dt in schema.items())
         st = _adbc.AdbcStatement(self._adbc())
         try:
+            # batches of BATCH rows (the driver's default, 1024, leaves a thousand chunks per million rows); a
+            # column's type is inferred from the first batch
+            st.set_options(**{"adbc.sqlite.query.batch_rows": str(BATCH)})
             st.set_sql_query(f"SELECT {cols} FROM ({sql})")
             stream, _ = st.execute_query()
             df = pl.DataFrame(stream)
