@@ -175,17 +175,17 @@ def parse(path: str | Path, *, keep_python: bool = False, keep_args: bool = True
     file that is not a readable nsys export.  ``keep_python`` and ``keep_args`` are the Kineto
     parser's options: nsys records neither Python frames nor op arguments."""
     path = Path(path)
-    con = _connect(path)
+    from . import read
+
+    db = read.Db(_connect(path), sqlite_uri(path))
     try:
         try:
-            return _parse(con, path, progress)
+            return _parse(db, path, progress)
         except sqlite3.DatabaseError as e:
             if "decode" not in str(e).lower():
                 raise
-        from .read import lenient_text
-
-        lenient_text(con)  # a string that is not UTF-8: read them all again, leniently
-        df, meta = _parse(con, path, progress)
+        read.lenient_text(db)  # a string that is not UTF-8: read them all again, leniently
+        df, meta = _parse(db, path, progress)
         meta.warnings.append("the export holds text that is not valid UTF-8: read with replacement characters")
         return df, meta
     except TraceInputError:
@@ -197,14 +197,15 @@ def parse(path: str | Path, *, keep_python: bool = False, keep_args: bool = True
     except Exception as e:  # never let a malformed export surface as a traceback
         raise ParseError(str(path), f"unreadable nsys export ({type(e).__name__}: {_one_line(e)})") from e
     finally:
-        con.close()
+        db.close()
+        db.con.close()
 
 
 def _one_line(e: BaseException) -> str:
     return (str(e).strip().splitlines() or [""])[0][:300]
 
 
-def _parse(con: sqlite3.Connection, path: Path, progress: Callable[[int], None] | None) -> tuple[pl.DataFrame, TraceMeta]:
+def _parse(db, path: Path, progress: Callable[[int], None] | None) -> tuple[pl.DataFrame, TraceMeta]:
     from collections import Counter
 
     from tracelens.model.schema import TraceMeta
@@ -216,6 +217,7 @@ def _parse(con: sqlite3.Connection, path: Path, progress: Callable[[int], None] 
     from .schema import EVENT_TABLES, is_nsys, probe
 
     spath = str(path)
+    con = db.con
     p = probe(con)
     if not is_nsys(p):
         raise NotATrace(spath, "an SQLite database, but not an Nsight Systems export (no StringIds and export metadata "
@@ -229,8 +231,17 @@ def _parse(con: sqlite3.Connection, path: Path, progress: Callable[[int], None] 
     w = p.warning()
     if w:
         meta.warnings.append(w)
-    # the rank: one process (the one with most GPU time when several ran GPU work)
-    gpu_procs = read.gpu_processes(con, p)
+    done = [0]
+
+    def step(n: int) -> None:  # progress in bytes of the file, spread over the rows read
+        done[0] += n
+        if progress is not None:
+            progress(min(size, done[0] * 64))
+
+    counts: Counter[str] = Counter()
+    # the GPU tables of every process, the rank's process picked from them (the one with most kernel time)
+    kernels, memcpys, memsets = read.kernels(db, p, step), read.memcpys(db, p, step), read.memsets(db, p, step)
+    gpu_procs = read.gpu_processes(kernels, memcpys, memsets)
     if gpu_procs:
         proc, pid = gpu_procs[0][0], gpu_procs[0][1]
         if len(gpu_procs) > 1:
@@ -242,26 +253,21 @@ def _parse(con: sqlite3.Connection, path: Path, progress: Callable[[int], None] 
     else:
         proc = read.busiest_host_process(con, p)
         pid = None if proc is None else proc & 0xFFFFFF
-    done = [0]
-
-    def step(n: int) -> None:  # progress in bytes of the file, spread over the rows read
-        done[0] += n
-        if progress is not None:
-            progress(min(size, done[0] * 64))
-
-    counts: Counter[str] = Counter()
-    ranges, domains, marks = read.nvtx(con, p, proc, step)
-    parts = [
-        nz.kernels(read.kernels(con, p, proc, step), counts),
-        nz.memcpys(read.memcpys(con, p, proc, step), counts),
-        nz.memsets(read.memsets(con, p, proc, step), counts),
-        nz.syncs(read.syncs(con, p, proc, step), counts),
-        nz.runtime(read.runtime(con, p, proc, step), counts),
-        nz.nvtx(ranges, domains, counts),
-        nz.host_calls(read.host_calls(con, p, "OSRT_API", proc, step), "osrt", counts),
-        nz.host_calls(read.host_calls(con, p, "CUBLAS_EVENTS", proc, step), "cublas", counts),
-        nz.host_calls(read.host_calls(con, p, "CUDNN_EVENTS", proc, step), "cudnn", counts),
-    ]
+    kernels, memcpys, memsets = (read.of_process(f, proc) for f in (kernels, memcpys, memsets))
+    ranges, domains, marks = read.nvtx(db, p, proc, step)
+    calls = read.runtime(db, p, proc, step)
+    hosts = {t: read.host_calls(db, p, t, proc, step) for t in ("OSRT_API", "CUBLAS_EVENTS", "CUDNN_EVENTS")}
+    names = _names(db, kernels, [calls.get_column("name_id"), ranges.get_column("text_id"),
+                                 *(h.get_column("name_id") for h in hosts.values())])
+    parts = [nz.kernels(kernels, names, counts)]
+    del kernels
+    parts += [nz.memcpys(memcpys, counts), nz.memsets(memsets, counts), nz.syncs(read.syncs(db, p, proc, step), counts),
+              nz.runtime(calls, names, counts)]
+    del calls, memcpys, memsets
+    parts.append(nz.nvtx(ranges, names, domains, counts))
+    del ranges
+    for t, cat in (("OSRT_API", "osrt"), ("CUBLAS_EVENTS", "cublas"), ("CUDNN_EVENTS", "cudnn")):
+        parts.append(nz.host_calls(hosts.pop(t), names, cat, counts))
     for what, n in sorted(counts.items()):
         meta.warnings.append(f"{n} {what} were dropped" if "without" in what and "named" not in what else f"{n} {what}")
     df = nz.assemble(parts)
@@ -288,6 +294,23 @@ def _parse(con: sqlite3.Connection, path: Path, progress: Callable[[int], None] 
     if progress is not None:
         progress(size)
     return df.with_columns(pl.lit(-1 if meta.rank is None else meta.rank, dtype=pl.Int32).alias("rank")), meta
+
+
+def _names(db, kernels: pl.DataFrame, ids: list[pl.Series]) -> pl.DataFrame:
+    """The StringIds strings the rows refer to, read once (a small id -> name frame): a kernel's
+    short and mangled names only where the one before does not name a text string (as SQL's
+    ``coalesce`` of the lookups would read them)."""
+    from . import read
+
+    names = read.strings(db, pl.concat([kernels.get_column("name_id0").unique(), *(i.unique() for i in ids)]))
+    rest = kernels.select("name_id1", "name_id2").filter(~kernels.get_column("name_id0").is_in(names.get_column("id").implode()))
+    for c in ("name_id1", "name_id2"):
+        if rest.height == 0:
+            break
+        more = read.strings(db, rest.get_column(c))
+        names = pl.concat([names, more]).unique(subset="id", keep="first", maintain_order=True)
+        rest = rest.filter(~rest.get_column(c).is_in(names.get_column("id").implode()))
+    return names
 
 
 def _fill_meta(con: sqlite3.Connection, p, meta: TraceMeta, proc: int | None, pid: int | None, marks: int,
