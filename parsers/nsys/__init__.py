@@ -121,7 +121,7 @@ def describe(path: str | Path) -> dict[str, Any]:
                 if row and row[0] is not None:
                     capture.update(start_ns=row[0], end_ns=row[1], source="events")
         procs = []
-        for proc, pid, kernel_ns in read.gpu_processes(con, p):
+        for proc, pid, kernel_ns in read.gpu_processes_sql(con, p):
             procs.append({"pid": pid, "name": read.process_name(con, p, proc), "kernel_ns": kernel_ns,
                           "devices": _process_devices(con, p, proc)})
         return {"path": str(path), "format": NAME, "nsys_version": p.version, "export_schema": p.schema_version,

@@ -314,6 +314,22 @@ def gpu_processes(kernels: pl.DataFrame, memcpys: pl.DataFrame, memsets: pl.Data
     return [(r[0], r[1], int(r[2])) for r in g.select("proc", "pid", "kt").iter_rows()]
 
 
+def gpu_processes_sql(con: sqlite3.Connection, p: Probe) -> list[tuple[int | None, int, int]]:
+    """``gpu_processes`` computed in SQLite, without reading the tables (``tracelens info``): the
+    sums are ``total()`` (a float: a damaged export's huge times cannot overflow them)."""
+    parts = []
+    for t in ("CUPTI_ACTIVITY_KIND_KERNEL", "CUPTI_ACTIVITY_KIND_MEMCPY", "CUPTI_ACTIVITY_KIND_MEMSET"):
+        if p.has(t):
+            parts.append(f"SELECT {PROC.format(c='globalPid')} AS proc, {PID.format(c='globalPid')} AS pid, "
+                         f"CASE WHEN typeof(start) = 'integer' AND typeof(end) = 'integer' AND end > start "
+                         f"THEN end - start ELSE 0 END AS d, {int(t.endswith('KERNEL'))} AS k FROM {t}")
+    if not parts:
+        return []
+    sql = (f"SELECT proc, max(pid), total(CASE WHEN k = 1 THEN d ELSE 0 END) AS kt, total(d) FROM ({' UNION ALL '.join(parts)}) "
+           "GROUP BY proc ORDER BY kt DESC, 4 DESC, proc")
+    return [(r[0], r[1], int(r[2])) for r in con.execute(sql)]
+
+
 def busiest_host_process(con: sqlite3.Connection, p: Probe) -> int | None:
     """The process with the most NVTX ranges, runtime and OS calls (an export without GPU work)."""
     parts = [f"SELECT {PROC.format(c='globalTid')} AS proc FROM {t}" for t in
