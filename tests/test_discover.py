@@ -326,12 +326,15 @@ def test_opening_an_nsys_path_never_creates_a_file(tmp_path, case):
 
 
 def test_every_sqlite_connect_goes_through_the_uri():
-    """The one place that opens SQLite is parsers/nsys.py's _connect (with the escaped URI)."""
+    """The places that open SQLite are parsers/nsys's _connect and its ADBC reader, both with the
+    escaped read-only URI (the reader is given sqlite_uri(path) by parse)."""
     from tests.conftest import ROOT
 
     hits = []
     for p in [*ROOT.glob("tracelens/**/*.py"), *ROOT.glob("parsers/**/*.py")]:
         for i, line in enumerate(p.read_text().splitlines()):
-            if "sqlite3.connect(" in line:
+            if "sqlite3.connect(" in line or "sqlite.connect(" in line or "AdbcDatabase(" in line or "Db(" in line:
                 hits.append((p.relative_to(ROOT).as_posix(), line.strip()))
-    assert hits == [("parsers/nsys/__init__.py", "return sqlite3.connect(sqlite_uri(path), uri=True)")]
+    assert sorted(hits) == [("parsers/nsys/__init__.py", "db = read.Db(_connect(path), sqlite_uri(path))"),
+                            ("parsers/nsys/__init__.py", "return sqlite3.connect(sqlite_uri(path), uri=True)"),
+                            ("parsers/nsys/read.py", "self._db = _adbc_sqlite.connect(self.uri)")]

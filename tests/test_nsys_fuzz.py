@@ -1,6 +1,7 @@
 """The nsys parser never crashes: a real export with random tables dropped, columns nulled, garbage
 values (text, blobs, invalid UTF-8, huge numbers) written into them, or its bytes cut, gives a frame
-that follows EVENT_SCHEMA or one ParseError / TraceInputError line."""
+that follows EVENT_SCHEMA or one ParseError / TraceInputError line, the same through ADBC's SQLite
+driver and through sqlite3 alone."""
 
 from __future__ import annotations
 
@@ -9,9 +10,11 @@ import sqlite3
 import tempfile
 from pathlib import Path
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from tracelens.parsers.nsys import parse, parts
+from polars.testing import assert_frame_equal
+from tracelens.parsers.nsys import parse, parts, read
 from tracelens.parsers.nsys.schema import WANTED
 
 from tests.conftest import real_traces
@@ -26,25 +29,44 @@ GARBAGE = st.one_of(st.none(), st.text(max_size=20), st.binary(max_size=20), st.
                     st.floats(allow_nan=True), st.just(b"\xff\xfe invalid utf-8 \x80"))
 
 
+def _parse_both(path: Path, part=None):
+    """parse(path) (or one part of it) through ADBC (the default) and through sqlite3 alone: the same
+    frame, warnings and error."""
+    out = []
+    for adbc in (True, False):
+        saved, read.ADBC = read.ADBC, adbc and read.ADBC
+        try:
+            out.append(parse(path, part=part))
+        except TraceInputError as e:
+            out.append(e)
+        finally:
+            read.ADBC = saved
+    a, b = out
+    if isinstance(a, TraceInputError) or isinstance(b, TraceInputError):
+        assert (type(a), str(a)) == (type(b), str(b))
+    else:
+        assert_frame_equal(a[0], b[0])
+        assert a[1] == b[1]
+    return a
+
+
 def _check(path: Path) -> None:
-    try:
-        df, meta = parse(path)
-    except TraceInputError as e:
-        assert e.path == str(path) and e.problem and "\n" not in e.problem
+    got = _parse_both(path)
+    if isinstance(got, TraceInputError):
+        assert got.path == str(path) and got.problem and "\n" not in got.problem
         return
-    validate(df)
-    try:  # the ranks it holds (a damaged globalPid or deviceId can make several), each parsed
+    validate(got[0])
+    try:  # the ranks it holds (a damaged globalPid or deviceId can make several), each parsed, by both readers
         listed = parts(path)
     except TraceInputError as e:
         assert e.path == str(path) and e.problem and "\n" not in e.problem
         return
     for part in listed[:3] if len(listed) > 1 else ():
-        try:
-            df, meta = parse(path, part=part)
-        except TraceInputError as e:
-            assert e.path == str(path) and e.problem and "\n" not in e.problem
+        got = _parse_both(path, part)
+        if isinstance(got, TraceInputError):
+            assert got.path == str(path) and got.problem and "\n" not in got.problem
             continue
-        validate(df)
+        validate(got[0])
 
 
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -87,3 +109,55 @@ def test_cut_and_noisy_bytes(seed, frac, noise):
         path = Path(d) / "x.sqlite"
         path.write_bytes(data[:at] + noise + data[at + len(noise):] if noise else data[:at])
         _check(path)
+
+
+def test_adbc_refusals_read_through_sqlite3(tmp_path):
+    """What ADBC cannot read as given (a text column NULL for its first batch of rows, then text; text
+    that is not UTF-8, in a kernel's name and an NVTX range) is read again through sqlite3: the
+    same frame as sqlite3 alone gives, invalid text read with replacement characters."""
+    from tests.nsys_build import Export, global_tid
+
+    ex = Export(tmp_path / "x.sqlite", ("CUPTI_ACTIVITY_KIND_KERNEL", "NVTX_EVENTS"))
+    gpid, gtid = global_tid(7, 0), global_tid(7, 7)
+    bad = ex.string("placeholder")
+    ex.con.execute("UPDATE StringIds SET value = CAST(? AS TEXT) WHERE id = ?", (b"k\xff\xfe", bad))
+    for i in range(3):
+        ex.insert("CUPTI_ACTIVITY_KIND_KERNEL", start=10 * i, end=10 * i + 5, deviceId=0, contextId=1, streamId=7, correlationId=i,
+                  globalPid=gpid, demangledName=bad, shortName=bad, registersPerThread=32, gridX=1, gridY=1, gridZ=1, blockX=1,
+                  blockY=1, blockZ=1, staticSharedMemory=0, dynamicSharedMemory=0, localMemoryPerThread=0, localMemoryTotal=0, gridId=0)
+    n = read.BATCH + 10  # more than the first batch ADBC infers the column types from
+    rows = [(i, i + 1, 59, None, gtid) for i in range(n)] + [(n, n + 1, 59, "late text", gtid)]
+    ex.con.executemany("INSERT INTO NVTX_EVENTS (start, end, eventType, text, globalTid) VALUES (?, ?, ?, ?, ?)", rows)
+    path = ex.close()
+    df, meta = _parse_both(path)
+    assert "late text" in df.get_column("name").cast(str).to_list()
+    assert any("not valid UTF-8" in w for w in meta.warnings)
+    assert df.filter(df.get_column("kind") == "kernel").get_column("name").cast(str).to_list() == ["k\ufffd\ufffd"] * 3
+    clean = tmp_path / "clean.sqlite"  # the late text alone: ADBC refuses the NVTX table, sqlite3 reads it
+    con = sqlite3.connect(path)
+    con.execute("DELETE FROM CUPTI_ACTIVITY_KIND_KERNEL")
+    con.commit()
+    con.execute("VACUUM INTO ?", (str(clean),))
+    con.close()
+    refused = []
+    saved = read.Db.close
+    read.Db.close = lambda self: (refused.append(self.fallbacks), saved(self))[1]
+    try:
+        df, meta = _parse_both(clean)
+    finally:
+        read.Db.close = saved
+    assert not any("UTF-8" in w for w in meta.warnings) and "late text" in df.get_column("name").cast(str).to_list()
+    if read.ADBC:
+        assert refused[0] >= 1
+
+
+@pytest.mark.parametrize("name", SEEDS)
+def test_shared_exports_same_through_both_readers(name):
+    saved = read.Db.close
+    refused = []
+    read.Db.close = lambda self: (refused.append(self.fallbacks), saved(self))[1]
+    try:
+        _parse_both(real_traces() / "nsys" / name)
+    finally:
+        read.Db.close = saved
+    assert refused[0] == 0  # ADBC read every table of the shared exports itself

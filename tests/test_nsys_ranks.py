@@ -201,3 +201,35 @@ def test_copies_without_kernels_make_no_rank(exports):
     said = [w for w in job.all_warnings if "make no rank" in w]
     assert len(said) == 1 and "pid 302, device 5" in said[0]
     assert all(h.read().filter(pl.col("kind") == "memcpy").height == 0 for h in job.handles)
+
+
+@pytest.mark.parametrize("which", ["procs", "gpus", "both", "payloads"])
+def test_parts_same_through_both_readers(exports, which, tmp_path):
+    """Each part (and the whole-file parse) gives the same frame and TraceMeta through ADBC's SQLite
+    driver as through sqlite3 alone; ADBC reads every table itself (NCCL payload blobs included)."""
+    from polars.testing import assert_frame_equal
+    from tracelens.parsers.nsys import read
+
+    path = (several_ranks(tmp_path / "pay.sqlite", TWO_PROCS, comms={301: [7, 0xF00000000000000A], 302: [0xF00000000000000A, 7]})
+            if which == "payloads" else exports[which])
+    refused = []
+    saved_close = read.Db.close
+    read.Db.close = lambda self: (refused.append(self.fallbacks), saved_close(self))[1]
+    try:
+        for part in [None, *nsys.parts(path)]:
+            got = []
+            for adbc in (True, False):
+                saved, read.ADBC = read.ADBC, adbc and read.ADBC
+                try:
+                    got.append(nsys.parse(path, part=part))
+                finally:
+                    read.ADBC = saved
+            (a, ma), (b, mb) = got
+            assert_frame_equal(a, b)
+            assert ma == mb
+            if which == "payloads" and part is not None:
+                assert a.filter(pl.col("kind") == "collective").get_column("group").null_count() == 0
+    finally:
+        read.Db.close = saved_close
+    if read.ADBC:
+        assert not any(refused[::2])  # the ADBC runs (every other close) fell back on no table

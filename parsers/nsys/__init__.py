@@ -4,8 +4,8 @@ table, as from a Kineto trace, so that nothing downstream knows which source a r
 ``schema``     probes the tables and columns (nsys 2021.x to 2025.x differ), one warning naming
                what was missing
 ``split``      the ranks inside one export: one per (process, device) with kernels
-``read``       one SQL query per table, pushed down to SQLite (columns, process filter and the
-               ``StringIds`` lookups in the database), fetched in batches into polars
+``read``       one SQL query per table, pushed down to SQLite (columns, process filter), read as
+               Arrow through ADBC (sqlite3 where ADBC refuses); names as ``StringIds`` ids, read once
 ``payload``    NCCL's typed NVTX payloads (communicator, size, ranks), decoded in polars
 ``normalise``  those frames -> ``EVENT_SCHEMA`` (kinds, names and kernel classes as Kineto's)
 
@@ -127,7 +127,7 @@ def describe(path: str | Path) -> dict[str, Any]:
                 if row and row[0] is not None:
                     capture.update(start_ns=row[0], end_ns=row[1], source="events")
         procs = []
-        for proc, pid, kernel_ns in read.gpu_processes(con, p):
+        for proc, pid, kernel_ns in read.gpu_processes_sql(con, p):
             procs.append({"pid": pid, "name": read.process_name(con, p, proc), "kernel_ns": kernel_ns,
                           "devices": _process_devices(con, p, proc)})
         return {"path": str(path), "format": NAME, "nsys_version": p.version, "export_schema": p.schema_version,
@@ -178,7 +178,8 @@ PARSER_VERSION = "1.2"  # bump when the table a parse caches changes
 def parts(path: str | Path) -> list[dict[str, Any]]:
     """The ranks this export holds: one per (process, device) that ran kernels (``index``, ``of``,
     ``proc``, ``pid``, ``device``; the first also ``left_out``: the pairs with copies or fills
-    but no kernel), by pid then device; one ``SELECT DISTINCT`` per GPU table.  A listing of one (or none) means the export is one rank: ``parse(path)``.
+    but no kernel), by pid then device; one ``SELECT DISTINCT`` per GPU table (in SQLite: no
+    rows read).  A listing of one (or none) means the export is one rank: ``parse(path)``.
     ParseError on a file that is not a readable nsys export."""
     from .schema import is_nsys, probe
     from .split import listing
@@ -221,17 +222,17 @@ def parse(path: str | Path, *, keep_python: bool = False, keep_args: bool = True
         if not 0 <= part < len(listed):
             raise ParseError(str(path), f"no part {part} in this export (it holds {len(listed)})")
         part = listed[part]
-    con = _connect(path)
+    from . import read
+
+    db = read.Db(_connect(path), sqlite_uri(path))
     try:
         try:
-            return _parse(con, path, progress, part)
+            return _parse(db, path, progress, part)
         except sqlite3.DatabaseError as e:
             if "decode" not in str(e).lower():
                 raise
-        from .read import lenient_text
-
-        lenient_text(con)  # a string that is not UTF-8: read them all again, leniently
-        df, meta = _parse(con, path, progress, part)
+        read.lenient_text(db)  # a string that is not UTF-8: read them all again, leniently
+        df, meta = _parse(db, path, progress, part)
         meta.warnings.append("the export holds text that is not valid UTF-8: read with replacement characters")
         return df, meta
     except TraceInputError:
@@ -243,14 +244,15 @@ def parse(path: str | Path, *, keep_python: bool = False, keep_args: bool = True
     except Exception as e:  # never let a malformed export surface as a traceback
         raise ParseError(str(path), f"unreadable nsys export ({type(e).__name__}: {_one_line(e)})") from e
     finally:
-        con.close()
+        db.close()
+        db.con.close()
 
 
 def _one_line(e: BaseException) -> str:
     return (str(e).strip().splitlines() or [""])[0][:300]
 
 
-def _parse(con: sqlite3.Connection, path: Path, progress: Callable[[int], None] | None,
+def _parse(db, path: Path, progress: Callable[[int], None] | None,
            part: dict[str, Any] | None = None) -> tuple[pl.DataFrame, TraceMeta]:
     from collections import Counter
 
@@ -263,6 +265,7 @@ def _parse(con: sqlite3.Connection, path: Path, progress: Callable[[int], None] 
     from .schema import EVENT_TABLES, is_nsys, probe
 
     spath = str(path)
+    con = db.con
     p = probe(con)
     if not is_nsys(p):
         raise NotATrace(spath, "an SQLite database, but not an Nsight Systems export (no StringIds and export metadata "
@@ -276,11 +279,19 @@ def _parse(con: sqlite3.Connection, path: Path, progress: Callable[[int], None] 
     w = p.warning()
     if w and (part is None or part["index"] == 0):  # the file's: said once, by its first part
         meta.warnings.append(w)
-    # the rank: one (process, device) of several; or the process (the one with most GPU time when
-    # several ran GPU work)
-    gpu_procs = [] if part is not None else read.gpu_processes(con, p)
+    done = [0]
+
+    def step(n: int) -> None:  # progress in bytes of the file, spread over the rows read
+        done[0] += n
+        if progress is not None:
+            progress(min(size, done[0] * 64))
+
+    counts: Counter[str] = Counter()
+    # the rank: one (process, device) of several (its process's GPU rows, the process filtered in
+    # SQL); or the process with most kernel time, picked from the GPU tables of every process
     if part is not None:
         proc, pid = part["proc"], part["pid"]
+        kernels, memcpys, memsets = (f(db, p, step, proc=proc) for f in (read.kernels, read.memcpys, read.memsets))
         meta.attributes["nsys_part"] = {k: part[k] for k in ("index", "of", "pid", "device")}
         left = part.get("left_out") or []
         if left:
@@ -290,43 +301,40 @@ def _parse(con: sqlite3.Connection, path: Path, progress: Callable[[int], None] 
                 f"{len(left)} process/device pair(s) with copies or fills but no kernel make no rank (their copies and "
                 "fills are not in the event table): " + ", ".join(label(q) for q in left[:6])
                 + (f" and {len(left) - 6} more" if len(left) > 6 else ""))
-    elif gpu_procs:
-        proc, pid = gpu_procs[0][0], gpu_procs[0][1]
-        if len(gpu_procs) > 1:
-            others = ", ".join(f"pid {q[1]} ({q[2] / 1e6:.1f} ms of kernels)" for q in gpu_procs[1:6])
-            more = f" and {len(gpu_procs) - 6} more" if len(gpu_procs) > 6 else ""
-            meta.warnings.append(
-                f"{len(gpu_procs)} processes ran GPU work in this export: this rank is pid {pid} ({gpu_procs[0][2] / 1e6:.1f} ms "
-                f"of kernels, the most); left out: {others}{more} (one export per rank: `nsys profile -o rank%q{{RANK}}`)")
     else:
-        proc = read.busiest_host_process(con, p)
-        pid = None if proc is None else proc & 0xFFFFFF
-    done = [0]
-
-    def step(n: int) -> None:  # progress in bytes of the file, spread over the rows read
-        done[0] += n
-        if progress is not None:
-            progress(min(size, done[0] * 64))
-
-    counts: Counter[str] = Counter()
-    ranges, domains, marks = read.nvtx(con, p, proc, step)
-    ranges, decoded = _nccl_payloads(con, p, proc, ranges, domains, meta)
-    gpu = [read.kernels(con, p, proc, step), read.memcpys(con, p, proc, step), read.memsets(con, p, proc, step),
-           read.syncs(con, p, proc, step)]
-    calls = read.runtime(con, p, proc, step)
+        kernels, memcpys, memsets = read.kernels(db, p, step), read.memcpys(db, p, step), read.memsets(db, p, step)
+        gpu_procs = read.gpu_processes(kernels, memcpys, memsets)
+        if gpu_procs:
+            proc, pid = gpu_procs[0][0], gpu_procs[0][1]
+            if len(gpu_procs) > 1:
+                others = ", ".join(f"pid {q[1]} ({q[2] / 1e6:.1f} ms of kernels)" for q in gpu_procs[1:6])
+                more = f" and {len(gpu_procs) - 6} more" if len(gpu_procs) > 6 else ""
+                meta.warnings.append(
+                    f"{len(gpu_procs)} processes ran GPU work in this export: this rank is pid {pid} ({gpu_procs[0][2] / 1e6:.1f} "
+                    f"ms of kernels, the most); left out: {others}{more} (one export per rank: `nsys profile -o rank%q{{RANK}}`)")
+        else:
+            proc = read.busiest_host_process(con, p)
+            pid = None if proc is None else proc & 0xFFFFFF
+    kernels, memcpys, memsets = (read.of_process(f, proc) for f in (kernels, memcpys, memsets))
+    ranges, domains, marks = read.nvtx(db, p, proc, step)
+    ranges, decoded = _nccl_payloads(db, p, proc, ranges, domains, meta)
+    syncs = read.syncs(db, p, proc, step)
+    calls = read.runtime(db, p, proc, step)
     if part is not None:
-        gpu, calls, ranges = _on_device(gpu, calls, ranges, domains, part["device"])
-    frames = [
-        nz.kernels(gpu[0], counts),
-        nz.memcpys(gpu[1], counts),
-        nz.memsets(gpu[2], counts),
-        nz.syncs(gpu[3], counts),
-        nz.runtime(calls, counts),
-        nz.nvtx(ranges, domains, counts),
-        nz.host_calls(read.host_calls(con, p, "OSRT_API", proc, step), "osrt", counts),
-        nz.host_calls(read.host_calls(con, p, "CUBLAS_EVENTS", proc, step), "cublas", counts),
-        nz.host_calls(read.host_calls(con, p, "CUDNN_EVENTS", proc, step), "cudnn", counts),
-    ]
+        (kernels, memcpys, memsets, syncs), calls, ranges = _on_device([kernels, memcpys, memsets, syncs], calls, ranges,
+                                                                       domains, part["device"])
+    hosts = {t: read.host_calls(db, p, t, proc, step) for t in ("OSRT_API", "CUBLAS_EVENTS", "CUDNN_EVENTS")}
+    names = _names(db, kernels, [calls.get_column("name_id"), ranges.get_column("text_id"),
+                                 *(h.get_column("name_id") for h in hosts.values())])
+    frames = [nz.kernels(kernels, names, counts)]
+    del kernels
+    frames += [nz.memcpys(memcpys, counts), nz.memsets(memsets, counts), nz.syncs(syncs, counts),
+               nz.runtime(calls, names, counts)]
+    del calls, memcpys, memsets, syncs
+    frames.append(nz.nvtx(ranges, names, domains, counts))
+    del ranges
+    for t, cat in (("OSRT_API", "osrt"), ("CUBLAS_EVENTS", "cublas"), ("CUDNN_EVENTS", "cudnn")):
+        frames.append(nz.host_calls(hosts.pop(t), names, cat, counts))
     for what, n in sorted(counts.items()):
         meta.warnings.append(f"{n} {what} were dropped" if "without" in what and "named" not in what else f"{n} {what}")
     df = nz.assemble(frames)
@@ -366,7 +374,7 @@ def _parse(con: sqlite3.Connection, path: Path, progress: Callable[[int], None] 
     return df.with_columns(pl.lit(-1 if meta.rank is None else meta.rank, dtype=pl.Int32).alias("rank")), meta
 
 
-def _nccl_payloads(con: sqlite3.Connection, p, proc: int | None, ranges: pl.DataFrame, domains: dict[int, str],
+def _nccl_payloads(db, p, proc: int | None, ranges: pl.DataFrame, domains: dict[int, str],
                    meta: TraceMeta) -> tuple[pl.DataFrame, int]:
     """The process's NVTX ranges with what NCCL's payloads say of each collective (``group``,
     ``bytes``, ``group_size``, ``args``; FORMATS.md 1.6, ``payload``), and how many were decoded."""
@@ -376,7 +384,7 @@ def _nccl_payloads(con: sqlite3.Connection, p, proc: int | None, ranges: pl.Data
     ids = [d for d, n in domains.items() if n == NCCL_DOMAIN]
     if not ids or not payload.available(p) or not ranges.height:
         return ranges, 0
-    got, n, bad = payload.nccl(con, p, proc, ids)
+    got, n, bad = payload.nccl(db, p, proc, ids)
     if bad:
         meta.warnings.append(f"{bad} of the {n} NCCL NVTX payloads do not fit their schema (an undescribed schema, or a blob "
                              "too short for its fields): skipped, those collectives matched by order")
@@ -417,6 +425,23 @@ def _on_device(gpu: list[pl.DataFrame], calls: pl.DataFrame, ranges: pl.DataFram
         drop = around(theirs).join(around(calls), on="_r", how="anti")
         ranges = ranges.join(drop, on="_r", how="anti").sort("_r").drop("_r") if drop.height else ranges.drop("_r")
     return kept, calls, ranges
+
+
+def _names(db, kernels: pl.DataFrame, ids: list[pl.Series]) -> pl.DataFrame:
+    """The StringIds strings the rows refer to, read once (a small id -> name frame): a kernel's
+    short and mangled names only where the one before does not name a text string (as SQL's
+    ``coalesce`` of the lookups would read them)."""
+    from . import read
+
+    names = read.strings(db, pl.concat([kernels.get_column("name_id0").unique(), *(i.unique() for i in ids)]))
+    rest = kernels.select("name_id1", "name_id2").filter(~kernels.get_column("name_id0").is_in(names.get_column("id").implode()))
+    for c in ("name_id1", "name_id2"):
+        if rest.height == 0:
+            break
+        more = read.strings(db, rest.get_column(c))
+        names = pl.concat([names, more]).unique(subset="id", keep="first", maintain_order=True)
+        rest = rest.filter(~rest.get_column(c).is_in(names.get_column("id").implode()))
+    return names
 
 
 def _fill_meta(con: sqlite3.Connection, p, meta: TraceMeta, proc: int | None, pid: int | None, marks: int,

@@ -22,6 +22,7 @@ import sqlite3
 
 import polars as pl
 
+from .read import Db
 from .schema import Probe
 
 HEADER = 32
@@ -50,12 +51,12 @@ def _cols(con: sqlite3.Connection, table: str) -> set[str]:
     return {r[1] for r in con.execute(f"PRAGMA table_info({table})")}
 
 
-def nccl(con: sqlite3.Connection, p: Probe, proc: int | None, domain_ids: list[int]) -> tuple[pl.DataFrame, int, int]:
+def nccl(db: Db, p: Probe, proc: int | None, domain_ids: list[int]) -> tuple[pl.DataFrame, int, int]:
     """(the decoded payloads of the process's NCCL ranges: their start, end and thread (to find
     them among the ranges) with ``group``, ``bytes``, ``group_size`` and ``args``; ranges with a
-    blob; blobs skipped)."""
-    from .read import fetch
-
+    blob; blobs skipped).  The small schema tables through sqlite3, the blobs through the reader
+    (``read.Db``: Arrow through ADBC, else sqlite3)."""
+    con = db.con
     empty = pl.DataFrame(schema=OUT_SCHEMA)
     if not domain_ids or not available(p):
         return empty, 0, 0
@@ -75,11 +76,10 @@ def nccl(con: sqlite3.Connection, p: Probe, proc: int | None, domain_ids: list[i
             con.execute(f"SELECT schemaId, value, name FROM {ENUM_ENTRIES} WHERE typeof(schemaId) = 'integer' AND "
                         "typeof(value) = 'integer' AND typeof(name) = 'text'").fetchall(),
             schema=enums.schema, orient="row").unique(["type", "raw"], keep="first")
-    sql = (f"SELECT start, end, globalTid & 16777215, domainId, CAST(binaryData AS BLOB) FROM NVTX_EVENTS "
-           f"WHERE (globalTid >> 24) IS ? AND domainId IN ({doms}) AND eventType IN (59, 60) AND binaryData IS NOT NULL "
-           "AND typeof(start) = 'integer' AND typeof(end) = 'integer'")
-    blobs = fetch(con, sql, {"ts_ns": pl.Int64, "end_ns": pl.Int64, "tid": pl.Int64, "domain": pl.Int64, "blob": pl.Binary},
-                  (proc,))
+    sql = (f"SELECT start AS ts_ns, end AS end_ns, globalTid & 16777215 AS tid, domainId AS domain, CAST(binaryData AS BLOB) "
+           f"AS blob FROM NVTX_EVENTS WHERE (globalTid >> 24) IS {'NULL' if proc is None else int(proc)} AND domainId IN ({doms}) "
+           "AND eventType IN (59, 60) AND binaryData IS NOT NULL AND typeof(start) = 'integer' AND typeof(end) = 'integer'")
+    blobs = db.frame(sql, {"ts_ns": pl.Int64, "end_ns": pl.Int64, "tid": pl.Int64, "domain": pl.Int64, "blob": pl.Binary})
     if not blobs.height:
         return empty, 0, 0
     blobs = blobs.with_row_index("_r").with_columns(
