@@ -32,6 +32,7 @@ def status(key):
 what, path, reader = sys.argv[1:4]
 if hasattr(read, "ADBC"):
     read.ADBC = read.ADBC and reader == "adbc"
+    read.ADBC_MIN_BYTES = 0  # measure the reader asked for, whatever the size
 elif reader == "adbc":
     sys.exit("this tree has no ADBC reader")
 base = status("VmRSS:")

@@ -337,4 +337,4 @@ def test_every_sqlite_connect_goes_through_the_uri():
                 hits.append((p.relative_to(ROOT).as_posix(), line.strip()))
     assert sorted(hits) == [("parsers/nsys/__init__.py", "db = read.Db(_connect(path), sqlite_uri(path))"),
                             ("parsers/nsys/__init__.py", "return sqlite3.connect(sqlite_uri(path), uri=True)"),
-                            ("parsers/nsys/read.py", "self._db = _adbc_sqlite.connect(self.uri)")]
+                            ("parsers/nsys/read.py", "self._db = adbc_driver_sqlite.connect(self.uri)")]

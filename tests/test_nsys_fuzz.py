@@ -34,13 +34,14 @@ def _parse_both(path: Path, part=None):
     frame, warnings and error."""
     out = []
     for adbc in (True, False):
-        saved, read.ADBC = read.ADBC, adbc and read.ADBC
+        saved = read.ADBC, read.ADBC_MIN_BYTES
+        read.ADBC, read.ADBC_MIN_BYTES = adbc and read.ADBC, 0  # ADBC for every export, however small
         try:
             out.append(parse(path, part=part))
         except TraceInputError as e:
             out.append(e)
         finally:
-            read.ADBC = saved
+            read.ADBC, read.ADBC_MIN_BYTES = saved
     a, b = out
     if isinstance(a, TraceInputError) or isinstance(b, TraceInputError):
         assert (type(a), str(a)) == (type(b), str(b))
