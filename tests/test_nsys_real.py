@@ -250,3 +250,24 @@ def test_rank_from_the_recorded_environment(tmp_path):
     df, meta = parse(ex.close())
     assert (meta.rank, meta.rank_source, meta.world_size) == (3, "environment RANK", 8)
     assert df.get_column("rank").to_list() == [3] and df.get_column("name").to_list() == ["step#0"]
+
+
+def test_adbc_reads_only_big_exports(monkeypatch):
+    """ADBC's reader costs more than it saves on a small export: under read.ADBC_MIN_BYTES the
+    tables go through sqlite3 (no ADBC connection is opened); at or above it, through ADBC. The
+    size is the database's own (page_count x page_size)."""
+    from tracelens.parsers.nsys import _connect, read, sqlite_uri
+
+    path = real_traces() / "nsys" / "nvfuser_test_matmul_h200_nsys2024.6.2.sqlite"
+    opened = []
+    real = read.Db._adbc
+    monkeypatch.setattr(read.Db, "_adbc", lambda self: (opened.append(1), real(self))[1])
+    db = read.Db(_connect(path), sqlite_uri(path))
+    assert 0 < db._size() == path.stat().st_size < read.ADBC_MIN_BYTES
+    db.close()
+    parse(path)
+    assert opened == []
+    if read.ADBC:
+        monkeypatch.setattr(read, "ADBC_MIN_BYTES", 0)
+        parse(path)
+        assert opened

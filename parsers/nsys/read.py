@@ -84,8 +84,8 @@ class Db:
         """The database's size in bytes (its pages: no stat of a path)."""
         if self._bytes is None:
             try:
-                (pages,), (size,) = self.con.execute("PRAGMA page_count").fetchall(), self.con.execute("PRAGMA page_size").fetchall()
-                self._bytes = int(pages) * int(size)
+                pages = self.con.execute("PRAGMA page_count").fetchone()[0]
+                self._bytes = int(pages) * int(self.con.execute("PRAGMA page_size").fetchone()[0])
             except (sqlite3.Error, TypeError, ValueError):
                 self._bytes = 0
         return self._bytes
