@@ -20,12 +20,11 @@ from __future__ import annotations
 
 import sqlite3
 from collections.abc import Callable
+from importlib.util import find_spec
 
 import polars as pl
 
 from .schema import Probe, _quote
-
-from importlib.util import find_spec
 
 # optional at run time (without it every table is read through sqlite3), imported when a big
 # export is first read through it (``Db._adbc``): ~25 ms that a small export does not pay
