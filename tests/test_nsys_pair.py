@@ -6,19 +6,19 @@ records a new pair when an nsys with its importer is installed (CI has none)."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
-import shutil
+import os
 import sqlite3
 from pathlib import Path
-
-import pytest
 
 from tests.conftest import ROOT, SAMPLE_TRACES
 from tracelens import cli
 from tracelens.model.errors import EXIT_OK
 
-PAIR = SAMPLE_TRACES / "nsys_pair"
+# the committed pair; TRACELENS_NSYS_PAIR=DIR runs these tests on a pair re-recorded by
+# benchmarks/record_nsys_pair.py DIR (with the wider tolerance of a new recording)
+RERECORDED = os.environ.get("TRACELENS_NSYS_PAIR")
+PAIR = Path(RERECORDED) if RERECORDED else SAMPLE_TRACES / "nsys_pair"
 KINETO, NSYS = PAIR / "rank-0.json.gz", PAIR / "rank-0.sqlite"
 DATA = ["--data-range", "^data$"]  # the NVTX range around next(loader)
 TOL_NS = 200_000  # per step: the two profilers stamp its edges a Python call apart (README)
@@ -91,7 +91,7 @@ def test_export_holds_the_ranges_sqlite_counts():
 
 
 def test_kineto_and_nsys_reports_agree(tmp_path):
-    _agree(_report(KINETO, tmp_path, *DATA), _report(NSYS, tmp_path, *DATA))
+    _agree(_report(KINETO, tmp_path, *DATA), _report(NSYS, tmp_path, *DATA), tol=RERECORD_TOL_NS if RERECORDED else TOL_NS)
 
 
 def test_data_range_is_what_finds_nsys_data_loading(tmp_path):
@@ -110,27 +110,3 @@ def test_the_directory_is_one_rank_from_one_source(tmp_path):
     assert any("rank-0.sqlite (nsys) left out" in w for w in d["warnings"])
     n = _report(PAIR, tmp_path, "--prefer", "nsys", *DATA)
     assert n["ranks"][0]["path"].endswith("rank-0.sqlite")
-
-
-def _recorder():
-    spec = importlib.util.spec_from_file_location("record_nsys_pair", ROOT / "benchmarks" / "record_nsys_pair.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
-
-
-@pytest.mark.slow
-def test_record_a_new_pair(tmp_path):
-    """Re-record when this machine has an nsys that can import its capture (QdstrmImporter beside
-    it), a C compiler and torch; the same agreement on the new pair."""
-    pytest.importorskip("torch")
-    rec = _recorder()
-    nsys = rec.nsys_binary()
-    if nsys is None:
-        pytest.skip("no nsys CLI (set NSYS)")
-    if not (Path(nsys).resolve().parent.parent / "host-linux-x64" / "QdstrmImporter").is_file():
-        pytest.skip(f"{nsys} has no host-linux-x64/QdstrmImporter beside it (nsys cannot import its capture)")
-    if shutil.which("cc") is None:
-        pytest.skip("no C compiler for the NVTX shim")
-    kineto, export = rec.record(tmp_path / "pair", nsys)
-    _agree(_report(kineto, tmp_path, *DATA), _report(export, tmp_path, *DATA), tol=RERECORD_TOL_NS)
