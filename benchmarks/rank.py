@@ -68,6 +68,7 @@ STAGES = [
     ("tracelens.analysis.rank.idle", "_IdleAttribution.run"),
     ("tracelens.analysis.rank.idle", "_IdleAttribution.dl_host"),
     ("tracelens.analysis.rank.recompute", "find"),
+    ("tracelens.analysis.rank.critical", "step_paths"),
     ("tracelens.analysis.rank.segments", "cut"),
     ("tracelens.analysis.rank.segments", "cut_frames"),
     ("tracelens.analysis.rank.flops", "count"),
