@@ -163,7 +163,7 @@ def _path(df: pl.DataFrame, meta) -> critical.StepPath:
     """The path through the span of all the frame's events."""
     lo, hi = df.select(pl.col("ts_ns").min().alias("lo"), (pl.col("ts_ns") + pl.col("dur_ns")).max().alias("hi")).row(0)
     _, main = _step_spans(df, Options())
-    (p,) = critical.step_paths(df, 0, [(lo, hi)], main, Names(df))
+    (p,) = critical.step_paths(df, 0, [(lo, hi)], main, Names(df), with_rows=True)
     assert p.length_ns == hi - lo == sum(p.by_category_ns.values())
     return p
 

@@ -274,8 +274,9 @@ def _edges(host: pl.DataFrame, gpu: pl.DataFrame, dsync: pl.DataFrame, nodes: pl
 
 
 def step_paths(df: pl.DataFrame, device: int | None, windows: list[tuple[int, int]], main_tid: int | None,
-               names: Names) -> list[StepPath]:
-    """The critical path of each window (a step's GPU window, in order)."""
+               names: Names, with_rows: bool = False) -> list[StepPath]:
+    """The critical path of each window (a step's GPU window, in order); ``with_rows``: with the
+    rows of the events on it (``StepPath.rows``, for tests)."""
     host, gpu, dsync = _events(df, device, names)
     n_win = len(windows)
     if host.height + gpu.height == 0:
@@ -350,9 +351,11 @@ def step_paths(df: pl.DataFrame, device: int | None, windows: list[tuple[int, in
     for r in (top.select("k", "name", "kind", "cat", "ns", "ts_ns").iter_rows(named=True) if top.height else ()):  # TOP_EVENTS per window
         tops[r["k"]].append({"name": r["name"], "kind": r["kind"], "category": r["cat"], "ns": int(r["ns"]), "ts_ns": r["ts_ns"]})
     nodes_on = dict(counts.iter_rows())
-    on_path = (members.join(nodes.select(pl.col("o").alias("node"), "_row"), on="node")
-               .group_by("k").agg(pl.col("_row").unique().sort()))
-    rows_of = {k: tuple(r) for k, r in on_path.iter_rows()}  # one list per window
+    rows_of = {}
+    if with_rows:
+        on_path = (members.join(nodes.select(pl.col("o").alias("node"), "_row"), on="node")
+                   .group_by("k").agg(pl.col("_row").unique().sort()))
+        rows_of = {k: tuple(r) for k, r in on_path.iter_rows()}  # one list per window
     out = []
     for k, (s, e) in enumerate(windows):
         by = dict(sorted(cats[k].items(), key=lambda kv: (-kv[1], kv[0])))
