@@ -22,6 +22,8 @@ from tracelens.analysis.rank import _step_spans, critical
 from tracelens.analysis.rank.names import Names
 from tracelens.store.job import load
 
+ON = Options(critical_path=True)  # off by default (--critical-path)
+
 
 def X(cat, name, ts, dur, pid=1, tid=1, **args):
     return {"ph": "X", "cat": cat, "name": name, "pid": pid, "tid": tid, "ts": ts, "dur": dur, "args": args}
@@ -43,7 +45,7 @@ def write(tmp_path, events, name="rank-0.json"):
 
 def path_of(tmp_path, events) -> tuple[dict, dict]:
     """The report's critical path of the one rank, and its one step's."""
-    d = analyze(load([write(tmp_path, events)], use_cache=False)).to_dict()
+    d = analyze(load([write(tmp_path, events)], use_cache=False), ON).to_dict()
     cp = d["ranks"][0]["critical_path"]
     (step,) = cp["steps"]
     assert step["length_ns"] == d["ranks"][0]["steps"][0]["dur_ns"] == sum(step["by_category_ns"].values())
@@ -119,6 +121,13 @@ def test_sync_bound_step_follows_the_event_edges(tmp_path):
     assert step["by_category_ns"]["compute_elementwise"] == 75_000 and step["by_category_ns"]["sync"] == 5_000
 
 
+def test_off_by_default(tmp_path):
+    ev = [X("user_annotation", "ProfilerStep#1", 0, 100), X("cpu_op", "aten::A", 0, 40), L(30, 5, 1),
+          K("sm90_xmma_gemm_a", 38, 2, corr=1)]
+    d = analyze(load([write(tmp_path, ev)], use_cache=False)).to_dict()
+    assert d["ranks"][0]["critical_path"] is None and "critical_path" not in d["job"]
+
+
 def _fresh(tmp_path):
     d = tmp_path / "other"
     d.mkdir(exist_ok=True)
@@ -129,11 +138,11 @@ def test_hta_event_sync_traces():
     # HTA's cuda_event_sync traces: the cudaEventSynchronize waits for the spin kernel recorded
     # before it (Event Sync names the record), and the path goes through that kernel
     for p in real_trace_files("hta/critical_path/cuda_event_sync", "hta/critical_path/cuda_event_sync_multi_stream"):
-        d = analyze(load([p], use_cache=False)).to_dict()
+        d = analyze(load([p], use_cache=False), ON).to_dict()
         for r in d["ranks"]:
             for s, c in zip(r["steps"], r["critical_path"]["steps"]):
                 assert c["length_ns"] == s["dur_ns"] == sum(c["by_category_ns"].values())
-    d = analyze(load(real_trace_files("hta/critical_path/cuda_event_sync"), use_cache=False)).to_dict()
+    d = analyze(load(real_trace_files("hta/critical_path/cuda_event_sync"), use_cache=False), ON).to_dict()
     (c,) = d["ranks"][0]["critical_path"]["steps"]
     assert c["top_events"][0]["name"].startswith("at::cuda::(anonymous namespace)::spin_kernel")
     assert c["by_category_ns"]["sync"] > 0
@@ -146,7 +155,7 @@ def test_length_is_the_step_time_on_every_shared_trace(folder):
             job = load([p], use_cache=False)
         except Exception:  # unreadable on purpose (bad-input samples): the parser's tests cover them
             continue
-        d = analyze(job).to_dict()
+        d = analyze(job, ON).to_dict()
         for r in d["ranks"]:
             cp = r["critical_path"]
             assert cp is not None, p

@@ -85,7 +85,8 @@ class Analysis:
                 "clock_alignment": self.clock_method,
                 "separate_runs": self.separate_runs,
                 "straggler_check": dict(job.straggler_check),
-                "critical_path": _fresh(job.critical_path),
+                # only with --critical-path (Options.critical_path): absent, as before it, otherwise
+                **({"critical_path": _fresh(job.critical_path)} if job.critical_path is not None else {}),
             },
             "ranks": [_rank_dict(r) for r in self.ranks],
             "communication": _fresh(job.communication),
