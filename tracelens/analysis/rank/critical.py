@@ -60,6 +60,7 @@ from typing import Any
 import polars as pl
 
 from tracelens.analysis.rank.names import Names
+from tracelens.model.schema import EVENT_SCHEMA, KCLASSES
 
 # the host kinds that are nodes (the ProfilerStep spans are not: they hold the whole step)
 HOST_KINDS = ["cpu_op", "annotation", "python", "runtime", "sync", "dataloader", "collective", "p2p"]
@@ -72,6 +73,12 @@ TOP_EVENTS = 5
 
 # edge categories
 _CPU, _DL, _LAUNCH, _SYNC, _IDLE = "cpu", "data_loading", "launch_overhead", "sync", "idle"
+# every category as an Enum: the edges and path segments carry a small integer, not a string
+CAT = pl.Enum([*CATEGORIES, *(f"compute_{k}" for k in KCLASSES if k not in ("comm", "memcpy", "memset"))])
+
+
+def _c(cat: str) -> pl.Expr:
+    return pl.lit(cat, dtype=CAT)
 
 
 @dataclass(frozen=True)
@@ -90,16 +97,16 @@ class StepPath:
                 "top_events": [dict(e) for e in self.top_events]}
 
 
-_COL_TYPES = {"pid": pl.Int64, "tid": pl.Int64, "kind": pl.String, "cat": pl.String, "copy": pl.Boolean, "autograd": pl.Boolean,
+_COL_TYPES = {"pid": pl.Int64, "tid": pl.Int64, "kind": EVENT_SCHEMA["kind"], "cat": CAT, "copy": pl.Boolean, "autograd": pl.Boolean,
               "stream": pl.Int64, "correlation": pl.Int64}
 
 
 def _gpu_category() -> pl.Expr:
     kc = pl.col("kclass").cast(pl.String)
     return (
-        pl.when(pl.col("kind").is_in(["memcpy", "memset"]) | kc.is_in(["memcpy", "memset"])).then(pl.lit("memcpy"))
-        .when(kc == "comm").then(pl.lit("exposed_comm"))
-        .otherwise(pl.lit("compute_") + kc.fill_null("other"))
+        pl.when(pl.col("kind").is_in(["memcpy", "memset"]) | kc.is_in(["memcpy", "memset"])).then(_c("memcpy"))
+        .when(kc == "comm").then(_c("exposed_comm"))
+        .otherwise((pl.lit("compute_") + kc.fill_null("other")).cast(CAT, strict=False).fill_null(_c("compute_other")))
     )
 
 
@@ -109,11 +116,11 @@ def _events(df: pl.DataFrame, device: int | None, names: Names) -> tuple[pl.Data
     timed = pl.col("ts_ns").is_not_null() & pl.col("dur_ns").is_not_null()
     mine = pl.lit(True) if device is None else (pl.col("device") == device)
     host = lf.filter(pl.col("tid").is_not_null() & pl.col("kind").is_in(HOST_KINDS) & timed).select(
-        "_row", "pid", "tid", pl.col("kind").cast(pl.String), "ts_ns", "dur_ns", "correlation",
-        pl.when(pl.col("kind") == "dataloader").then(pl.lit(_DL))
-        .when(pl.col("kind") == "sync").then(pl.lit(_SYNC))
-        .when((pl.col("kind") == "runtime") & names.like(LAUNCH_RE)).then(pl.lit(_LAUNCH))
-        .otherwise(pl.lit(_CPU)).alias("cat"),
+        "_row", "pid", "tid", "kind", "ts_ns", "dur_ns", "correlation",
+        pl.when(pl.col("kind") == "dataloader").then(_c(_DL))
+        .when(pl.col("kind") == "sync").then(_c(_SYNC))
+        .when((pl.col("kind") == "runtime") & names.like(LAUNCH_RE)).then(_c(_LAUNCH))
+        .otherwise(_c(_CPU)).alias("cat"),
         ((pl.col("kind") == "runtime") & names.like(r"(?i)memcpy")).alias("copy"),
         ((pl.col("kind") == "cpu_op") & names.like(AUTOGRAD_RE)).any().over("pid", "tid").alias("autograd"),
     )
@@ -160,7 +167,7 @@ def _edges(host: pl.DataFrame, gpu: pl.DataFrame, dsync: pl.DataFrame, nodes: pl
     ``owner``: the row in ``df`` of the event the segment is charged to (null: none)."""
     hn = nodes.filter(~pl.col("dev"))  # host points, with their event's columns
     gn = nodes.filter(pl.col("dev"))
-    schema = {"v": pl.Int64, "u": pl.Int64, "cat": pl.String, "owner": pl.UInt32}
+    schema = {"v": pl.Int64, "u": pl.Int64, "cat": CAT, "owner": pl.UInt32}
     out: list[pl.LazyFrame] = []
 
     # per thread: the previous point.  The interval after a start is its event's; after an end, the
@@ -170,12 +177,12 @@ def _edges(host: pl.DataFrame, gpu: pl.DataFrame, dsync: pl.DataFrame, nodes: pl
     same_prev = (pl.col("tid") == pl.col("tid").shift(1)) & (pl.col("pid") == pl.col("pid").shift(1))
     same_next = (pl.col("tid") == pl.col("tid").shift(-1)) & (pl.col("pid") == pl.col("pid").shift(-1))
     after_cat = (pl.when(~pl.col("end")).then(pl.col("cat"))
-                 .when(same_next & pl.col("end").shift(-1)).then(pl.col("cat").shift(-1)).otherwise(pl.lit(_CPU)))
+                 .when(same_next & pl.col("end").shift(-1)).then(pl.col("cat").shift(-1)).otherwise(_c(_CPU)))
     after_owner = (pl.when(~pl.col("end")).then(pl.col("_row"))
                    .when(same_next & pl.col("end").shift(-1)).then(pl.col("_row").shift(-1)).otherwise(None))
     if bool((host.get_column("cat") == _DL).any()):  # the running count of DataLoader spans open (balanced per thread)
         in_dl = (pl.when(pl.col("cat") == _DL).then(pl.when(pl.col("end")).then(-1).otherwise(1)).otherwise(0).cum_sum() > 0)
-        after_cat = pl.when(in_dl).then(pl.lit(_DL)).otherwise(after_cat)
+        after_cat = pl.when(in_dl).then(_c(_DL)).otherwise(after_cat)
     th = th.with_columns(after_cat.alias("_icat"), after_owner.alias("_iown"))
     out.append(
         th.lazy().select(
@@ -195,10 +202,10 @@ def _edges(host: pl.DataFrame, gpu: pl.DataFrame, dsync: pl.DataFrame, nodes: pl
             out.append(on_main.join_asof(on_part.filter(pl.col("end")).select(pl.col("o").alias("u"), "pid"), left_on="o",
                                          right_on="u", by="pid", strategy="backward", allow_exact_matches=False,
                                          check_sortedness=False)
-                       .lazy().select(pl.col("o").alias("v"), "u", pl.lit(_CPU).alias("cat"), pl.lit(None).alias("owner")))
+                       .lazy().select(pl.col("o").alias("v"), "u", _c(_CPU).alias("cat"), pl.lit(None).alias("owner")))
             out.append(on_part.join_asof(on_main.select(pl.col("o").alias("u"), "pid"), left_on="o", right_on="u", by="pid",
                                          strategy="backward", allow_exact_matches=False, check_sortedness=False)
-                       .lazy().select(pl.col("o").alias("v"), "u", pl.lit(_CPU).alias("cat"), pl.lit(None).alias("owner")))
+                       .lazy().select(pl.col("o").alias("v"), "u", _c(_CPU).alias("cat"), pl.lit(None).alias("owner")))
     # an activity's end after its start
     gs = gn.filter(~pl.col("end")).select(pl.col("o").alias("_s"), "_row", "stream", "ts_ns", "dur_ns", "correlation", "cat")
     ge = gn.filter(pl.col("end")).select(pl.col("o").alias("_e"), "_row")
@@ -210,21 +217,21 @@ def _edges(host: pl.DataFrame, gpu: pl.DataFrame, dsync: pl.DataFrame, nodes: pl
                                              pl.col("_row").alias("_crow")).unique("correlation", keep="first")
     ce = calls.filter(pl.col("end")).select(
         "correlation", pl.col("o").alias("_ce"), pl.col("_row").alias("_crow2"),
-        pl.when((pl.col("kind") == "sync") | pl.col("copy")).then(pl.lit(_SYNC))
+        pl.when((pl.col("kind") == "sync") | pl.col("copy")).then(_c(_SYNC))
         .otherwise(pl.col("cat")).alias("_ccat"))
     ce = ce.unique("correlation", keep="first")
     acts = acts.join(cs, on="correlation", how="left")
     out.append(acts.lazy().filter(pl.col("_cs").is_not_null()).select(
-        pl.col("_s").alias("v"), pl.col("_cs").alias("u"), pl.lit(_LAUNCH).alias("cat"), pl.col("_crow").alias("owner")))
+        pl.col("_s").alias("v"), pl.col("_cs").alias("u"), _c(_LAUNCH).alias("cat"), pl.col("_crow").alias("owner")))
     # (a launch call that outlasts its kernel is launch overhead; a copy the host waits for, sync)
     out.append(acts.lazy().join(ce.lazy(), on="correlation").select(
         pl.col("_ce").alias("v"), pl.col("_e").alias("u"),
-        pl.when(pl.col("_ccat") == _LAUNCH).then(pl.lit(_LAUNCH)).otherwise(pl.lit(_SYNC)).alias("cat"),
+        pl.when(pl.col("_ccat") == _LAUNCH).then(_c(_LAUNCH)).otherwise(_c(_SYNC)).alias("cat"),
         pl.col("_crow2").alias("owner")))
     # per stream: the previous activity's end
     acts = acts.with_columns(pl.col("_cts").fill_null(pl.col("ts_ns")).alias("_lts"))  # when it was launched
     prev = acts.lazy().sort("_s").select(
-        pl.col("_s").alias("v"), pl.col("_e").shift(1).over("stream").alias("u"), pl.lit(_LAUNCH).alias("cat"),
+        pl.col("_s").alias("v"), pl.col("_e").shift(1).over("stream").alias("u"), _c(_LAUNCH).alias("cat"),
         pl.col("_row").alias("owner"))
     out.append(prev.filter(pl.col("u").is_not_null()))
     by_launch = acts.select("stream", "_lts", "_s", "_e").sort("_lts")
@@ -252,7 +259,7 @@ def _edges(host: pl.DataFrame, gpu: pl.DataFrame, dsync: pl.DataFrame, nodes: pl
         dev_s = syncs.filter(~(is_stream | is_event).fill_null(False)).sort("v").join_asof(
             ends.select("u"), left_on="v", right_on="u", strategy="backward", allow_exact_matches=False)
         for f in (stream_s, event_s, dev_s):
-            out.append(f.lazy().select("v", "u", pl.lit(_SYNC).alias("cat"), "owner"))
+            out.append(f.lazy().select("v", "u", _c(_SYNC).alias("cat"), "owner"))
     # cudaEventRecord -> cudaStreamWaitEvent: the first activity launched on the waiting stream
     # after the wait call starts after the last one launched on the recorded stream before the record
     waits = dsync.filter((pl.col("name").cast(pl.String) == "Stream Wait Event") & (pl.col("wait_stream") >= 0)).join(
@@ -264,7 +271,7 @@ def _edges(host: pl.DataFrame, gpu: pl.DataFrame, dsync: pl.DataFrame, nodes: pl
         dst = src.filter(pl.col("u").is_not_null()).sort("_cts").join_asof(
             by_launch.select("stream", "_lts", "_s"), left_on="_cts", right_on="_lts", by="stream", strategy="forward",
             check_sortedness=False)
-        out.append(dst.lazy().select(pl.col("_s").alias("v"), "u", pl.lit(_SYNC).alias("cat"), pl.col("_crow").alias("owner")))
+        out.append(dst.lazy().select(pl.col("_s").alias("v"), "u", _c(_SYNC).alias("cat"), pl.col("_crow").alias("owner")))
     edges = pl.concat([e.select([pl.col(k).cast(t) for k, t in schema.items()]) for e in out])
     return (
         edges.filter(pl.col("u").is_not_null() & pl.col("v").is_not_null() & (pl.col("u") < pl.col("v")))
@@ -287,10 +294,11 @@ def step_paths(df: pl.DataFrame, device: int | None, windows: list[tuple[int, in
     n = nodes.height
     t = nodes.get_column("t")
     # each node's last-arriving dependency (null for none) and that edge's category and event
-    pred = pl.DataFrame({"v": pl.arange(0, n, eager=True, dtype=pl.Int64)}).join(edges, on="v", how="left").sort("v")
-    cat = pred.get_column("cat")
-    owner = pred.get_column("owner")
-    p0 = pred.get_column("u")
+    # (scattered into arrays indexed by node: each node has at most one such edge)
+    at = edges.get_column("v")
+    p0 = pl.repeat(None, n, dtype=pl.Int64, eager=True).scatter(at, edges.get_column("u"))
+    cat = pl.repeat(None, n, dtype=CAT, eager=True).scatter(at, edges.get_column("cat"))
+    owner = pl.repeat(None, n, dtype=pl.UInt32, eager=True).scatter(at, edges.get_column("owner"))
     # the jump table: a node with no dependency points at a sentinel (n) that is before every window
     jump = p0.fill_null(n).append(pl.Series([n], dtype=pl.Int64))
     tj = t.append(pl.Series([-(1 << 62)], dtype=pl.Int64))
@@ -327,11 +335,11 @@ def step_paths(df: pl.DataFrame, device: int | None, windows: list[tuple[int, in
         pl.when(pl.col("_u").is_not_null()).then(t.gather(seg.get_column("_u").fill_null(0))).otherwise(None).alias("_ut"))
     seg = seg.with_columns(
         (pl.col("_t") - pl.max_horizontal(pl.col("_ut").fill_null(pl.col("t0")), pl.col("t0"))).alias("ns"),
-        pl.when(pl.col("_u").is_null()).then(pl.lit(_IDLE)).otherwise(pl.col("cat")).alias("cat"),
+        pl.when(pl.col("_u").is_null()).then(_c(_IDLE)).otherwise(pl.col("cat")).alias("cat"),
     )
     ztime = z.with_columns(t.gather(z.get_column("node")).alias("_zt"))
     tails = win.join(ztime, on="k", how="left").select(
-        "k", pl.lit(_IDLE).alias("cat"), (pl.col("t1") - pl.col("_zt").fill_null(pl.col("t0"))).alias("ns"))
+        "k", _c(_IDLE).alias("cat"), (pl.col("t1") - pl.col("_zt").fill_null(pl.col("t0"))).alias("ns"))
     parts = pl.concat([seg.select("k", "cat", "ns"), tails]).filter(pl.col("ns") > 0)
     by_cat = parts.group_by("k", "cat").agg(pl.col("ns").sum()).sort("k", "cat")
     counts = members.group_by("k").len()
@@ -343,6 +351,7 @@ def step_paths(df: pl.DataFrame, device: int | None, windows: list[tuple[int, in
             df.get_column("name").gather(rows).cast(pl.String).alias("name"),
             df.get_column("kind").gather(rows).cast(pl.String).alias("kind"),
             df.get_column("ts_ns").gather(rows).alias("ts_ns"),
+            pl.col("cat").cast(pl.String),
         ).sort(["k", "ns", "ts_ns", "name", "cat"], descending=[False, True, False, False, False], nulls_last=True) \
             .group_by("k", maintain_order=True).head(TOP_EVENTS)
     cats: list[dict[str, int]] = [{} for _ in range(n_win)]
