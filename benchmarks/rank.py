@@ -1,7 +1,7 @@
 """The per-rank analysis next to the parse: how long ``_analyze_rank`` (and the whole ``analyze``)
 takes on a trace, as a share of its cold parse, and where that time goes.
 
-    python benchmarks/rank.py [TRACE ...] [--repeat 7] [--cpu] [--stages] [--profile N] [--json OUT]
+    python benchmarks/rank.py [TRACE ...] [--repeat 7] [--cpu] [--stages] [--profile N] [--json OUT] [--critical-path]
 
 Per trace, in one process (polars warmed by the first round), ``--repeat`` rounds of: a cold
 load (``load([path], use_cache=False)``: read, gunzip, parse, no cache), ``_analyze_rank`` of
@@ -68,6 +68,7 @@ STAGES = [
     ("tracelens.analysis.rank.idle", "_IdleAttribution.run"),
     ("tracelens.analysis.rank.idle", "_IdleAttribution.dl_host"),
     ("tracelens.analysis.rank.recompute", "find"),
+    ("tracelens.analysis.rank.critical", "step_paths"),
     ("tracelens.analysis.rank.segments", "cut"),
     ("tracelens.analysis.rank.segments", "cut_frames"),
     ("tracelens.analysis.rank.flops", "count"),
@@ -159,6 +160,7 @@ def main() -> int:
     ap.add_argument("--stages", action="store_true")
     ap.add_argument("--profile", type=int, default=0)
     ap.add_argument("--json", type=Path)
+    ap.add_argument("--critical-path", action="store_true", help="with the critical path (Options.critical_path)")
     args = ap.parse_args()
     from tracelens.analysis import analyze
     from tracelens.analysis.rank import _analyze_rank
@@ -179,7 +181,7 @@ def main() -> int:
             t0 = clock()
             tr = load([path], use_cache=False, jobs=1)
             parse.append(clock() - t0)
-            opts = Options()
+            opts = Options(critical_path=args.critical_path)
             ev = tr.handles[0].read()  # the rank's frame, as analyze's map reads it
             acc: dict[str, float] = defaultdict(float)
             t0 = clock()
@@ -200,7 +202,7 @@ def main() -> int:
             whole.append(clock() - t0)
         nq = [0]
         with query_counter(nq):
-            _analyze_rank(ev, 0, tr.metas[0], Options())
+            _analyze_rank(ev, 0, tr.metas[0], Options(critical_path=args.critical_path))
         p, r, w = (statistics.median(x) for x in (parse, rank, whole))
         row = {"trace": path.name, "json_mb": round(mb, 1), "events": ev.height, "parse_s": p, "rank_s": r,
                "analyze_s": w, "rank_share": r / p, "analyze_share": w / p, "runs": args.repeat,
@@ -215,7 +217,7 @@ def main() -> int:
         if args.profile:
             prof = cProfile.Profile()
             prof.enable()
-            _analyze_rank(ev, 0, tr.metas[0], Options())
+            _analyze_rank(ev, 0, tr.metas[0], Options(critical_path=args.critical_path))
             prof.disable()
             s = io.StringIO()
             pstats.Stats(prof, stream=s).sort_stats("tottime").print_stats(args.profile)

@@ -312,7 +312,7 @@ def test_every_split_sums_and_order_does_not_matter(kernels, loaders, syncs, n_s
         with tempfile.TemporaryDirectory() as d:
             p = Path(d) / "rank-0.json"
             p.write_text(json.dumps({"traceEvents": events}))
-            out = analyze(load([p], use_cache=False)).to_dict()
+            out = analyze(load([p], use_cache=False), Options(critical_path=True)).to_dict()  # the critical path too
         out["inputs"] = out["ranks"][0]["path"] = None
         out["warnings"] = [w.replace(str(p), "<trace>") for w in out["warnings"]]
         return out

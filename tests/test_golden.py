@@ -23,6 +23,8 @@ CASES = {
     "resnet50_v100_2021": ["tests/data/traces/kineto-tbplugin/samples/resnet50_num_workers_0"],
     # B200, rank 0 of 8, AllGather with full collective args, FLOPs from shapes
     "b200_eager": ["tests/data/traces/amd-tracelens/b200/eager_trace.json.gz"],
+    # the same ResNet-50 with --critical-path: the path's categories and top events pinned (off by default)
+    "resnet50_v100_2021_critical_path": ["tests/data/traces/kineto-tbplugin/samples/resnet50_num_workers_0", "--critical-path"],
 }
 
 

@@ -57,6 +57,21 @@ def test_a_hit_is_the_fresh_report_byte_for_byte(job, fmt, tmp_path, capsys, mon
     assert err_fresh == err_first == err_second  # the same warnings on stderr
 
 
+def test_a_report_with_and_without_the_critical_path_are_cached_apart(trace, tmp_path, capsys, monkeypatch, _isolated_cache):
+    import orjson
+
+    plain, _ = run([str(trace)], tmp_path / "a.json", capsys)
+    crit, _ = run([str(trace), "--critical-path"], tmp_path / "b.json", capsys)
+    assert len(entries(_isolated_cache)) == 2
+    assert orjson.loads(plain)["ranks"][0]["critical_path"] is None
+    assert orjson.loads(crit)["ranks"][0]["critical_path"]["length_ns"] > 0
+    import tracelens.analysis
+
+    monkeypatch.setattr(tracelens.analysis, "analyze", lambda *a, **k: pytest.fail("analysed again"))
+    assert run([str(trace)], tmp_path / "c.json", capsys)[0] == plain  # each one served from its own entry
+    assert run([str(trace), "--critical-path"], tmp_path / "d.json", capsys)[0] == crit
+
+
 def test_a_hit_imports_neither_polars_nor_the_analysis(trace, _isolated_cache):
     code = ("import sys; from tracelens.cli import main; rc = main(['report', sys.argv[1], '-o', sys.argv[2]]); "
             "print(rc, 'polars' in sys.modules, 'tracelens.analysis' in sys.modules)")
@@ -80,6 +95,7 @@ def test_what_the_report_is_made_of_changes_the_key(trace, tmp_path, capsys, mon
     assert key(options={"gpu": None, "include_warmup": False, "given": ()}) == k0  # options left at their defaults
     assert key(options={"gpu": "A100", "given": (("gpu", "x/tracelens.toml"),)}) != key(options={"gpu": "A100"})  # where it came from
     assert key(keep_python=True) != k0 and key(strict=True) != k0
+    assert key(options={"critical_path": True}) != k0 and key(options={"critical_path": False}) == k0
     monkeypatch.setenv("TRACELENS_MAX_INFLATE", "100")  # a limit changes what a parse keeps
     assert key() != k0
     monkeypatch.delenv("TRACELENS_MAX_INFLATE")

@@ -46,6 +46,9 @@ def _analysis_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--step-range", metavar="REGEX", help="use host ranges whose name matches REGEX as the steps")
     p.add_argument("--data-range", metavar="REGEX", help="host ranges whose name matches REGEX load data (besides DataLoader __next__)")
     p.add_argument("--include-warmup", action="store_true", help="count the first step in the totals too")
+    p.add_argument("--critical-path", action="store_true",
+                   help="each step's critical path: the chain of waits that set its time, by category (cpu, launch overhead, "
+                        "compute, exposed comm, sync, ...) and its longest events (off by default: about doubles the analysis time)")
     p.add_argument("--gpu", metavar="NAME", help="take peaks from this GPU (e.g. 'H100 SXM', 'MI300X') instead of the trace's")
     p.add_argument("--peak-tflops", type=float, metavar="X", help="reference dense peak in TFLOP/s for MFU")
     p.add_argument("--model-flops-per-step", type=float, metavar="F", help="model FLOPs of one step per GPU (else counted from shapes)")
@@ -375,7 +378,7 @@ def _option_values(args: argparse.Namespace, steps: tuple[int, int] | None) -> d
     settings give: plain values, so that the report cache's key needs no analysis import."""
     return dict(
         steps=steps, step_range=args.step_range, data_range=args.data_range, include_warmup=args.include_warmup,
-        gpu=args.gpu, peak_tflops=args.peak_tflops, model_flops_per_step=args.model_flops_per_step,
+        critical_path=getattr(args, "critical_path", False), gpu=args.gpu, peak_tflops=args.peak_tflops, model_flops_per_step=args.model_flops_per_step,
         params=args.params, tokens_per_step=args.tokens_per_step, seq_len=args.seq_len, layers=args.layers, hidden=args.hidden,
         prefer=getattr(args, "prefer", None), given=getattr(args, "given", ()),
     )

@@ -51,7 +51,7 @@ __all__ = ["CHUNK_BYTES", "MAX_ARGS_BYTES", "MAX_NAME_BYTES", "NAME", "PARSER_VE
            "decimal_us_to_ns", "parse"]
 
 NAME = "kineto"  # the format name sniff() gives these files
-PARSER_VERSION = "1.9"  # bump when the table a parse caches changes (kernel classes included; 1.8: damaged events mended, far events dropped, long names cut; 1.9: args kept only on host ops, trimmed to the keys an analysis reads)
+PARSER_VERSION = "1.10"  # bump when the table a parse caches changes (kernel classes included; 1.8: damaged events mended, far events dropped, long names cut; 1.9: args kept only on host ops, trimmed to the keys an analysis reads; 1.10: cuda_sync events keep what they wait on)
 CHUNK_BYTES = 1 << 20
 
 

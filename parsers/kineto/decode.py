@@ -65,6 +65,8 @@ class _Args(_OpArgs, gc=False, omit_defaults=False, rename={
     "in_nelems": "In msg nelems",
     "out_nelems": "Out msg nelems",
     "label": "name",
+    "wait_stream": "wait_on_stream",
+    "wait_corr": "wait_on_cuda_event_record_corr_id",
     **_OP_KEYS,  # the kept args' fields (inherited from _OpArgs), decoded in the same pass
 }):
     ext_id: Num = None
@@ -82,6 +84,8 @@ class _Args(_OpArgs, gc=False, omit_defaults=False, rename={
     dtype: str | None = None
     bytes: Num = None
     label: str | int | None = None
+    wait_stream: Num = None  # a cuda_sync event's: the stream it waits on, the cudaEventRecord it waits for
+    wait_corr: Num = None
 
 
 class _Event(msgspec.Struct, gc=False):
@@ -114,7 +118,7 @@ _NO_ARGS = _Args()
 _GET_EVENT = attrgetter("cat", "name", "pid", "tid", "dur", "args")
 _GET_ARGS = attrgetter(
     "ext_id", "ext_id_old", "correlation", "device", "stream", "coll_name", "pg_name", "pg_desc",
-    "group_size", "seq", "in_nelems", "out_nelems", "dtype", "bytes",
+    "group_size", "seq", "in_nelems", "out_nelems", "dtype", "bytes", "wait_stream", "wait_corr",
 )
 _DEC_TS = msgspec.json.Decoder(list[_RawTs])
 
@@ -366,6 +370,7 @@ _ARG_FIELDS = {
     "Process Group Name": ("pg_name", False), "Process Group Description": ("pg_desc", False),
     "Group size": ("group_size", True), "Seq": ("seq", True), "In msg nelems": ("in_nelems", True),
     "Out msg nelems": ("out_nelems", True), "dtype": ("dtype", False), "bytes": ("_bytes", True),
+    "wait_on_stream": ("_wait_stream", True), "wait_on_cuda_event_record_corr_id": ("_wait_corr", True),
 }
 
 

@@ -169,8 +169,14 @@ def _batch(frames: list[pl.DataFrame], args: list[bytes], us: list[bool], keep_a
             pl.lit(0, dtype=pl.Int32).alias("file"),
             pl.lit(-1, dtype=pl.Int32).alias("rank"),
         )
-        # a runtime call's args (External id, correlation, cbid) are all columns already
-        .with_columns(pl.when(pl.col("kind") == "runtime").then(None).otherwise(pl.col("args")).alias("args"))
+        # a runtime call's args (External id, correlation, cbid) are all columns already; a cuda_sync
+        # event's are what it waits on (the critical path's event edges: tracelens.analysis.rank.critical)
+        .with_columns(
+            pl.when(pl.col("kind") == "runtime").then(None)
+            .when((pl.col("kind") == "sync") & pl.col("_is_dev") & (pl.col("_wait_stream").is_not_null() | pl.col("_wait_corr").is_not_null()))
+            .then(pl.concat_str(pl.lit('{"wait_on_stream":'), pl.col("_wait_stream").fill_null(-1),
+                                pl.lit(',"wait_on_cuda_event_record_corr_id":'), pl.col("_wait_corr").fill_null(-1), pl.lit("}")))
+            .otherwise(pl.col("args")).alias("args"))
         .with_columns(
             (pl.col("kind").is_in(["cpu_op", "runtime", "python"]) & pl.col("tid").is_null()).alias("_no_tid"),
             (pl.col("kind").is_in(["kernel", "memcpy", "memset"]) & pl.col("device").is_null()).alias("_no_dev"),

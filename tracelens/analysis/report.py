@@ -29,6 +29,7 @@ class JobResult:
     straggler_check: dict[str, Any]
     communication: dict[str, Any]  # by_group, slowest, matching and the notes on unknown groups/types
     suggestions: list[dict[str, Any]]  # largest possible win first
+    critical_path: dict[str, Any] | None = None  # the ranks' kept-step critical paths summed (rank.critical.combine)
 
 
 @dataclass(frozen=True)
@@ -84,6 +85,8 @@ class Analysis:
                 "clock_alignment": self.clock_method,
                 "separate_runs": self.separate_runs,
                 "straggler_check": dict(job.straggler_check),
+                # only with --critical-path (Options.critical_path): absent, as before it, otherwise
+                **({"critical_path": _fresh(job.critical_path)} if job.critical_path is not None else {}),
             },
             "ranks": [_rank_dict(r) for r in self.ranks],
             "communication": _fresh(job.communication),
@@ -152,11 +155,11 @@ def _rank_dict(r: RankResult) -> dict[str, Any]:
         "kernels_total": r.kernels_total,
         "matmul_efficiency": list(r.matmuls),
         "matmul_efficiency_total": r.matmuls_total,
-        # the pipeline and critical-path analyses are later issues: what is known now
+        # the pipeline analysis is a later issue: what is known now
         "pipeline": {
             "stage": None,
             "bubble_ns": r.idle.pipeline_bubble if r.idle else None,
             "bubble_fraction": (r.idle.pipeline_bubble / r.gpu.window) if (r.idle and r.gpu and r.gpu.window) else None,
         },
-        "critical_path": None,
+        "critical_path": _fresh(r.critical_path),
     }

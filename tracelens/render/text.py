@@ -68,6 +68,21 @@ def render_text(d: dict[str, Any]) -> str:
         lines.append(f"{'rank':>4}  " + " ".join(f"{k.replace('_', ' '):>15}" for k in keys))
         for rank, idle, w in idle_rows:
             lines.append(f"{rank:>4}  " + " ".join(f"{_pct(idle[k], w):>15}" for k in keys))
+    paths = [(r["rank"], r.get("critical_path")) for r in d["ranks"] if r.get("critical_path") and r["critical_path"]["length_ns"]]
+    if paths:
+        lines.append("")
+        lines.append("critical path (the chain of waits that set the step time; kept steps, % of its length):")
+        for rank, cp in paths:
+            total = cp["by_category_ns"]
+            top = [kv for kv in sorted(total.items(), key=lambda kv: (-kv[1], kv[0])) if 1000 * kv[1] >= cp["length_ns"]][:6]  # 0.1% and more
+            lines.append(f"  rank {rank}: " + ", ".join(f"{k.replace('_', ' ')} {_pct(ns, cp['length_ns'])}" for k, ns in top))
+            events: dict[str, int] = {}
+            for st in cp.get("steps") or []:
+                for ev in st["top_events"]:
+                    events[ev["name"]] = events.get(ev["name"], 0) + ev["ns"]
+            best = sorted(events.items(), key=lambda kv: (-kv[1], kv[0]))[:3]
+            if best:
+                lines.append("    longest on it: " + "; ".join(f"{(nm or '?')[:50]} ({fmt_ns(ns)})" for nm, ns in best))
     bound = [
         (r["rank"], s) for r in d["ranks"] for s in r["steps"]
         if not s["warmup"] and s["data_loading"] and s["data_loading"]["input_bound"] != "no"

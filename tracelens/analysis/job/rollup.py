@@ -17,6 +17,7 @@ from tracelens.analysis import waterfall
 from tracelens.analysis.job import collectives as coll
 from tracelens.analysis.job import comm
 from tracelens.analysis.job import stragglers as strag
+from tracelens.analysis.rank import critical
 from tracelens.analysis.report import Analysis, JobResult, gpu_dict
 from tracelens.analysis.suggest import suggest
 from tracelens.model.summary import ZERO, RankResult, kept_steps
@@ -51,6 +52,7 @@ def finish_job(a: Analysis) -> Analysis:
         communication={"by_group": coll.by_group(table), "slowest": coll.slowest(table, 20),
                        **(a.comm_notes or comm.report_notes(table, ()))},
         suggestions=[sg.to_dict() for sg in suggest(a)],
+        critical_path=critical.combine([r.critical_path for r in ranks]),
     ))
 
 

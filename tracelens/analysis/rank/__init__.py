@@ -381,6 +381,11 @@ def _analyze_rank(df: pl.DataFrame, fi: int, meta, options: Options) -> RankResu
     matmuls = kt.keep_top(matmuls)
     if not has_gpu:
         warnings.append(f"{meta.path}: no GPU activity in the selected steps; GPU time is unknown")
+    crit = None
+    if options.critical_path:  # asked for (--critical-path): it costs about as much as the rest of this analysis
+        from tracelens.analysis.rank import critical
+
+        crit = critical.summarize(critical.step_paths(df, meta.device_id, windows, main_tid, names), steps, kept_indices(steps))
     return RankResult(
         rank=meta.rank,
         file=fi,
@@ -415,6 +420,7 @@ def _analyze_rank(df: pl.DataFrame, fi: int, meta, options: Options) -> RankResu
         matmuls_total=matmuls_total,
         gpu_notes=spec.notes if spec else (),
         mfu_error=mfu_error,
+        critical_path=crit,
         **quality,
     ), C
 
