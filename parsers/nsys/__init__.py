@@ -96,15 +96,12 @@ def describe(path: str | Path) -> dict[str, Any]:
     GPU work (kernels, copies, fills) with their devices.  ParseError on a file that is not a
     readable nsys export.  Only counts and aggregates are read, in SQL."""
     from . import read
-    from .schema import EVENT_TABLES, _quote, is_nsys, probe
+    from .schema import EVENT_TABLES, _quote
 
     path = Path(path)
     con = _connect(path)
     try:
-        p = probe(con)
-        if not is_nsys(p):
-            raise NotATrace(str(path), "an SQLite database, but not an Nsight Systems export (no StringIds and export "
-                                       "metadata tables)")
+        p = _probed(con, path)
         names = sorted(t for t in p.all_tables if not t.startswith("ENUM_"))
         kinds = dict(con.execute("SELECT name, type FROM sqlite_master"))
         tables = {}
@@ -169,6 +166,18 @@ def _gpu_dicts(con: sqlite3.Connection) -> list[dict[str, Any]]:
     return out
 
 
+def _probed(con: sqlite3.Connection, path: Path):
+    """The export's tables and columns (``schema.probe``); NotATrace when the database is not an
+    Nsight Systems export."""
+    from .schema import is_nsys, probe
+
+    p = probe(con)
+    if not is_nsys(p):
+        raise NotATrace(str(path), "an SQLite database, but not an Nsight Systems export (no StringIds and export "
+                                   "metadata tables): export the report with `nsys export --type sqlite`")
+    return p
+
+
 # ---- the parser ------------------------------------------------------------------------------
 
 NAME = "nsys"  # the format name sniff() gives these files
@@ -181,16 +190,12 @@ def parts(path: str | Path) -> list[dict[str, Any]]:
     but no kernel), by pid then device; one ``SELECT DISTINCT`` per GPU table (in SQLite: no
     rows read).  A listing of one (or none) means the export is one rank: ``parse(path)``.
     ParseError on a file that is not a readable nsys export."""
-    from .schema import is_nsys, probe
     from .split import listing
 
     path = Path(path)
     con = _connect(path)
     try:
-        p = probe(con)
-        if not is_nsys(p):
-            raise NotATrace(str(path), "an SQLite database, but not an Nsight Systems export (no StringIds and export "
-                                       "metadata tables): export the report with `nsys export --type sqlite`")
+        p = _probed(con, path)
         found, left = listing(con, p)
     except TraceInputError:
         raise
@@ -262,14 +267,11 @@ def _parse(db, path: Path, progress: Callable[[int], None] | None,
     from ..kineto.normalise import _drop_far
     from . import normalise as nz
     from . import read
-    from .schema import EVENT_TABLES, is_nsys, probe
+    from .schema import EVENT_TABLES
 
     spath = str(path)
     con = db.con
-    p = probe(con)
-    if not is_nsys(p):
-        raise NotATrace(spath, "an SQLite database, but not an Nsight Systems export (no StringIds and export metadata "
-                                "tables): export the report with `nsys export --type sqlite`")
+    p = _probed(con, path)
     if not any(t in p.tables for t in EVENT_TABLES):
         raise ParseError(spath, "an Nsight Systems export with no events: none of its tables holds kernels, copies, CUDA "
                                 "calls, NVTX ranges or OS runtime calls (profile with `-t cuda,nvtx,osrt`)")
