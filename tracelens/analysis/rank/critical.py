@@ -303,9 +303,7 @@ def step_paths(df: pl.DataFrame, device: int | None, windows: list[tuple[int, in
     jump = p0.fill_null(n).append(pl.Series([n], dtype=pl.Int64))
     tj = t.append(pl.Series([-(1 << 62)], dtype=pl.Int64))
     # each window's last node: the last device point or point on the step thread at or before its end
-    tids = host.select("_row", "tid")
-    ends_ok = nodes.join(tids, on="_row", how="left")
-    ends_ok = (ends_ok if main_tid is None else ends_ok.filter(pl.col("dev") | (pl.col("tid") == main_tid))).select("o", "t")
+    ends_ok = (nodes if main_tid is None else nodes.filter(pl.col("dev") | (pl.col("tid") == main_tid))).select("o", "t")
     win = pl.DataFrame({"k": list(range(n_win)), "t0": [s for s, _ in windows], "t1": [e for _, e in windows]},
                        schema={"k": pl.Int64, "t0": pl.Int64, "t1": pl.Int64})
     z = win.sort("t1").join_asof(ends_ok.rename({"t": "_zt"}), left_on="t1", right_on="_zt", strategy="backward") \
@@ -345,6 +343,8 @@ def step_paths(df: pl.DataFrame, device: int | None, windows: list[tuple[int, in
     counts = members.group_by("k").len()
     top = seg.filter(pl.col("owner").is_not_null() & (pl.col("ns") > 0)).group_by("k", "owner").agg(
         pl.col("ns").sum(), pl.col("cat").first())
+    # only the events that can be among a window's first TOP_EVENTS (ties included) get their names
+    top = top.filter(pl.col("ns") >= pl.col("ns").top_k(TOP_EVENTS).min().over("k"))
     if top.height:  # ties by time and name, not by row: the file's event order changes nothing
         rows = top.get_column("owner")
         top = top.with_columns(
