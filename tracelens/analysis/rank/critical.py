@@ -173,7 +173,7 @@ def _edges(host: pl.DataFrame, gpu: pl.DataFrame, dsync: pl.DataFrame, nodes: pl
     # per thread: the previous point.  The interval after a start is its event's; after an end, the
     # event that ends next when the next point is an end (the innermost one open), else its parent's
     # self time or untraced host time between top-level events (cpu); inside a DataLoader span, data loading
-    th = hn.sort("pid", "tid", "o")
+    th = hn.sort("pid", "tid", maintain_order=True)  # hn is in node order: a stable sort by thread is by (thread, o), 4x cheaper
     same_prev = (pl.col("tid") == pl.col("tid").shift(1)) & (pl.col("pid") == pl.col("pid").shift(1))
     same_next = (pl.col("tid") == pl.col("tid").shift(-1)) & (pl.col("pid") == pl.col("pid").shift(-1))
     after_cat = (pl.when(~pl.col("end")).then(pl.col("cat"))
@@ -195,10 +195,9 @@ def _edges(host: pl.DataFrame, gpu: pl.DataFrame, dsync: pl.DataFrame, nodes: pl
     # the forward/backward hand-off: a point on the step thread after the last end on a thread of
     # its process that runs autograd work, and a point on such a thread after the last point on the step thread
     if main_tid is not None:
-        partners = th.filter(pl.col("autograd") & (pl.col("tid") != main_tid)).select("pid", "tid").unique()
-        if partners.height:
+        on_part = th.filter(pl.col("autograd") & (pl.col("tid") != main_tid)).select("o", "pid", "end").sort("o")
+        if on_part.height:
             on_main = th.filter(pl.col("tid") == main_tid).select("o", "pid")
-            on_part = th.join(partners, on=["pid", "tid"]).select("o", "pid", "end")
             out.append(on_main.join_asof(on_part.filter(pl.col("end")).select(pl.col("o").alias("u"), "pid"), left_on="o",
                                          right_on="u", by="pid", strategy="backward", allow_exact_matches=False,
                                          check_sortedness=False)
