@@ -312,15 +312,17 @@ def step_paths(df: pl.DataFrame, device: int | None, windows: list[tuple[int, in
     # the path back from each window's last node to its start, by pointer doubling: after round j
     # ``members`` holds the first 2^j nodes of each path (those before t0 dropped); a round's jumps
     # land on nodes no earlier round held (the path's nodes strictly decrease in the order)
+    # (on Series: a round is four gathers and a filter, no query plan)
     members = z.join(win.select("k", "t0"), on="k")
+    mk, mt0, mnode = members.get_column("k"), members.get_column("t0"), members.get_column("node")
     while True:
-        nxt = members.select("k", "t0", jump.gather(members.get_column("node")).alias("node"))
-        nxt = nxt.filter(tj.gather(nxt.get_column("node")) >= nxt.get_column("t0"))
-        if not nxt.height:
+        nxt = jump.gather(mnode)
+        keep = tj.gather(nxt) >= mt0
+        if not keep.any():
             break
-        members = pl.concat([members, nxt.select(members.columns)])
+        mk, mt0, mnode = (pl.concat([a, b], rechunk=True) for a, b in ((mk, mk.filter(keep)), (mt0, mt0.filter(keep)), (mnode, nxt.filter(keep))))
         jump = jump.gather(jump)
-    members = members.select("k", "node")
+    members = pl.DataFrame({"k": mk, "node": mnode})
     # the segments: each path node from its dependency (cut at t0), the lead-in and the tail idle
     seg = members.with_columns(
         t.gather(members.get_column("node")).alias("_t"),
