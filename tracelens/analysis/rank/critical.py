@@ -324,28 +324,26 @@ def step_paths(df: pl.DataFrame, device: int | None, windows: list[tuple[int, in
         jump = jump.gather(jump)
     members = pl.DataFrame({"k": mk, "node": mnode})
     # the segments: each path node from its dependency (cut at t0), the lead-in and the tail idle
-    seg = members.with_columns(
-        t.gather(members.get_column("node")).alias("_t"),
-        p0.gather(members.get_column("node")).alias("_u"),
-        cat.gather(members.get_column("node")).alias("cat"),
-        owner.gather(members.get_column("node")).alias("owner"),
-    ).join(win, on="k")
-    seg = seg.with_columns(
-        pl.when(pl.col("_u").is_not_null()).then(t.gather(seg.get_column("_u").fill_null(0))).otherwise(None).alias("_ut"))
-    seg = seg.with_columns(
-        (pl.col("_t") - pl.max_horizontal(pl.col("_ut").fill_null(pl.col("t0")), pl.col("t0"))).alias("ns"),
+    # (columns by gathers on the node arrays; the summaries in one collect_all)
+    su = p0.gather(mnode)
+    ut = t.gather(su.fill_null(0))
+    seg = pl.DataFrame({"k": mk, "t0": mt0, "_t": t.gather(mnode), "_u": su, "_ut": ut, "cat": cat.gather(mnode),
+                        "owner": owner.gather(mnode)}).lazy().select(
+        "k", "owner",
+        (pl.col("_t") - pl.max_horizontal(pl.when(pl.col("_u").is_not_null()).then(pl.col("_ut")).otherwise(pl.col("t0")),
+                                          pl.col("t0"))).alias("ns"),
         pl.when(pl.col("_u").is_null()).then(_c(_IDLE)).otherwise(pl.col("cat")).alias("cat"),
     )
     ztime = z.with_columns(t.gather(z.get_column("node")).alias("_zt"))
-    tails = win.join(ztime, on="k", how="left").select(
+    tails = win.lazy().join(ztime.lazy(), on="k", how="left").select(
         "k", _c(_IDLE).alias("cat"), (pl.col("t1") - pl.col("_zt").fill_null(pl.col("t0"))).alias("ns"))
     parts = pl.concat([seg.select("k", "cat", "ns"), tails]).filter(pl.col("ns") > 0)
-    by_cat = parts.group_by("k", "cat").agg(pl.col("ns").sum()).sort("k", "cat")
-    counts = members.group_by("k").len()
     top = seg.filter(pl.col("owner").is_not_null() & (pl.col("ns") > 0)).group_by("k", "owner").agg(
         pl.col("ns").sum(), pl.col("cat").first())
     # only the events that can be among a window's first TOP_EVENTS (ties included) get their names
     top = top.filter(pl.col("ns") >= pl.col("ns").top_k(TOP_EVENTS).min().over("k"))
+    by_cat, counts, top = pl.collect_all([parts.group_by("k", "cat").agg(pl.col("ns").sum()).sort("k", "cat"),
+                                          members.lazy().group_by("k").len(), top], engine="in-memory")
     if top.height:  # ties by time and name, not by row: the file's event order changes nothing
         rows = top.get_column("owner")
         top = top.with_columns(
