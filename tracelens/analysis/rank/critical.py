@@ -198,12 +198,13 @@ def _edges(host: pl.DataFrame, gpu: pl.DataFrame, dsync: pl.DataFrame, nodes: pl
         on_part = th.filter(pl.col("autograd") & (pl.col("tid") != main_tid)).select("o", "pid", "end").sort("o")
         if on_part.height:
             on_main = th.filter(pl.col("tid") == main_tid).select("o", "pid")
+            by = {"by": "pid"} if host.get_column("pid").n_unique() > 1 else {}  # one process (the usual case): no groups, 4x cheaper
             out.append(on_main.join_asof(on_part.filter(pl.col("end")).select(pl.col("o").alias("u"), "pid"), left_on="o",
-                                         right_on="u", by="pid", strategy="backward", allow_exact_matches=False,
-                                         check_sortedness=False)
+                                         right_on="u", strategy="backward", allow_exact_matches=False,
+                                         check_sortedness=False, **by)
                        .lazy().select(pl.col("o").alias("v"), "u", _c(_CPU).alias("cat"), pl.lit(None).alias("owner")))
-            out.append(on_part.join_asof(on_main.select(pl.col("o").alias("u"), "pid"), left_on="o", right_on="u", by="pid",
-                                         strategy="backward", allow_exact_matches=False, check_sortedness=False)
+            out.append(on_part.join_asof(on_main.select(pl.col("o").alias("u"), "pid"), left_on="o", right_on="u",
+                                         strategy="backward", allow_exact_matches=False, check_sortedness=False, **by)
                        .lazy().select(pl.col("o").alias("v"), "u", _c(_CPU).alias("cat"), pl.lit(None).alias("owner")))
     # an activity's end after its start
     gs = gn.filter(~pl.col("end")).select(pl.col("o").alias("_s"), "_row", "stream", "ts_ns", "dur_ns", "correlation", "cat")
