@@ -99,7 +99,8 @@ def main() -> int:
             shutil.rmtree(cache, ignore_errors=True)
             # cold: nothing cached; cached: the parse cache warm, the analysis run (the report cache keys on every
             # TRACELENS_* variable, so a new one misses it); report: the same again, served by the report cache
-            row = {"trace": args.trace.name, "ranks": n, "root": str(root), "cold": run(root, job, cache),
+            # the checkout relative to this one (no path of the machine in the results file)
+            row = {"trace": args.trace.name, "ranks": n, "root": os.path.relpath(root, ROOT), "cold": run(root, job, cache),
                    "cached": run(root, job, cache, TRACELENS_BENCH_RUN="1"),
                    "report_cache": run(root, job, cache, TRACELENS_BENCH_RUN="1")}
             shutil.rmtree(cache, ignore_errors=True)
