@@ -22,20 +22,18 @@ from tracelens.analysis.suggest import input_bound_class  # noqa: F401 (re-expor
 from tracelens.analysis.timeline import rank_strips, step_strips
 from tracelens.model.options import Options, parse_steps  # noqa: F401 (re-exported)
 from tracelens.model.summary import IDLE_KEYS, ZERO, DataLoading, GpuTime, IdleSplit, RankResult, RankSummary, Step  # noqa: F401 (re-exported)
-from tracelens.store.job import Job, RankHandle
+from tracelens.store.job import Job, RankHandle, span_and_pids
 
 
 def rank_summary(events: pl.DataFrame, fi: int, meta, options: Options, several: bool = True) -> RankSummary:
     """The per-rank map: one rank's events -> its RankSummary (all the reduce needs of it).
     ``several``: the job has other ranks (a lone rank's clock needs no step starts)."""
     from tracelens.analysis.rank.collectives import STEP_STARTS_SCHEMA, collective_rows, step_starts
-    from tracelens.model.schema import END
 
     result, compute = _analyze_rank(events, fi, meta, options)
     rows = collective_rows(events, compute, fi, meta.rank)
     starts = step_starts(events, fi) if several else pl.DataFrame(schema=STEP_STARTS_SCHEMA)
-    lo, hi = events.select(pl.col("ts_ns").min().alias("lo"), END.max().alias("hi")).row(0)
-    pids = tuple(events.get_column("pid").drop_nulls().unique().sort().to_list())
+    lo, hi, pids = span_and_pids(events)
     strips = rank_strips(events, result.steps) if result.gpu is not None else None
     return RankSummary(result, rows, starts, lo, hi, pids, events.height, strips)
 

@@ -10,6 +10,7 @@ small TraceMeta, and the frame only when the cache could not take it.
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -96,10 +97,17 @@ def with_file(events, file: int, rank: int | None):
     return events.with_columns(pl.lit(file, pl.Int32).alias("file"), pl.lit(rank, pl.Int32).alias("rank"))
 
 
-def _facts_of(df: pl.DataFrame) -> dict[str, Any]:
-    """What the load asks of every file (``RankHandle.span``/``pids``), from its parsed frame."""
+def span_and_pids(df: pl.DataFrame) -> tuple[int | None, int | None, tuple[int, ...]]:
+    """(first start, last end, sorted host pids) of a file's events: what the load asks of every
+    file (``RankHandle.span``/``pids``) and a rank's summary keeps."""
     lo, hi = df.select(pl.col("ts_ns").min().alias("lo"), END.max().alias("hi")).row(0)
-    return {"span": (lo, hi), "pids": df.get_column("pid").drop_nulls().unique().to_list()}
+    return lo, hi, tuple(df.get_column("pid").drop_nulls().unique().sort().to_list())
+
+
+def _facts_of(df: pl.DataFrame) -> dict[str, Any]:
+    """``RankHandle``'s facts of a file, from its parsed frame (no read of its cache entry later)."""
+    lo, hi, pids = span_and_pids(df)
+    return {"span": (lo, hi), "pids": list(pids)}
 
 
 @dataclass
@@ -413,7 +421,7 @@ def load(
             plan.append((i, None, key, hit))
         else:
             plan.extend((i, part, k, h) for part, k, h in split)
-    per_file = {i: sum(1 for q in plan if q[0] == i) for i, *_ in plan}
+    per_file = Counter(i for i, *_ in plan)  # items per file
 
     def share(j: int) -> int:  # the bytes of a file, spread over its parts
         i = plan[j][0]
