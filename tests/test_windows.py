@@ -237,6 +237,21 @@ MM = {"Input Dims": [[1024, 1024], [1024, 1024]], "Input type": ["c10::BFloat16"
 H100 = {"deviceProperties": [{"id": 0, "name": "NVIDIA H100 80GB HBM3", "numSms": 132}]}
 
 
+def _three_steps() -> list[dict]:
+    """Steps #1 [0, 100), #2 [100, 200), #3 [200, 300) µs; #1 launches a kernel at 5 that runs
+    [10, 20) on stream 7; #2's aten::mm (a 1024³ BF16 GEMM) launches at 152 (correlation 2)."""
+    ev = [X("user_annotation", f"ProfilerStep#{i + 1}", 100 * i, 100) for i in range(3)]
+    return ev + [X("cuda_runtime", "cudaLaunchKernel", 5, 1, correlation=1),
+                 X("kernel", "elementwise_kernel", 10, 10, pid=0, tid=7, device=0, stream=7, correlation=1),
+                 X("cpu_op", "aten::mm", 150, 5, **MM), X("cuda_runtime", "cudaLaunchKernel", 152, 1, correlation=2)]
+
+
+def _analysed(tmp_path, ev: list[dict]):
+    p = tmp_path / "rank-0.json"
+    p.write_text(json.dumps({**H100, "traceEvents": ev}))
+    return analyze(load([p], use_cache=False))
+
+
 def test_a_step_without_kernels_starts_after_the_gpu_work_launched_before_it(tmp_path):
     # Steps #1 [0, 100), #2 [100, 200), #3 [200, 300) µs.  #1 launches a kernel at 5 that runs [10, 20);
     # #2's aten::mm (at 150, launch at 152) runs its GEMM [250, 260): the GPU is 100 µs behind the host.
@@ -244,15 +259,10 @@ def test_a_step_without_kernels_starts_after_the_gpu_work_launched_before_it(tmp
     # start, 200, and #2's ran from 250 to #3's start: empty, so #2's MFU was null, its waterfall the
     # GPU-time one, and #3's window [200, 290) overlapped #1's [10, 250).  Now #3 starts where the GPU work
     # launched before it ends: #1 [10, 250), #2 [250, 260) (its GEMM), #3 [260, 290) (the host's last work).
-    ev = [X("user_annotation", f"ProfilerStep#{i + 1}", 100 * i, 100) for i in range(3)]
-    ev += [X("cuda_runtime", "cudaLaunchKernel", 5, 1, correlation=1),
-           X("kernel", "elementwise_kernel", 10, 10, pid=0, tid=7, device=0, stream=7, correlation=1),
-           X("cpu_op", "aten::mm", 150, 5, **MM), X("cuda_runtime", "cudaLaunchKernel", 152, 1, correlation=2),
-           X("kernel", "sm90_xmma_gemm_bf16bf16_bf16f32", 250, 10, pid=0, tid=7, device=0, stream=7, correlation=2),
-           X("cpu_op", "aten::add_", 210, 80)]
-    p = tmp_path / "rank-0.json"
-    p.write_text(json.dumps({**H100, "traceEvents": ev}))
-    a = analyze(load([p], use_cache=False))
+    ev = _three_steps() + [
+        X("kernel", "sm90_xmma_gemm_bf16bf16_bf16f32", 250, 10, pid=0, tid=7, device=0, stream=7, correlation=2),
+        X("cpu_op", "aten::add_", 210, 80)]
+    a = _analysed(tmp_path, ev)
     r = a.ranks[0]
     assert [(s.start_ns, s.end_ns, s.kernels) for s in r.steps] == [(10_000, 250_000, 1), (250_000, 260_000, 1), (260_000, 290_000, 0)]
     f = 2 * 1024**3
@@ -275,16 +285,11 @@ def test_the_flops_of_a_step_with_an_empty_window_stay_in_the_mfu(tmp_path):
     # 2·1024³ / (989.4e12 · 40e-6) = 5.43%, #2's own MFU null (no window), #3's 0.  The rank's waterfall
     # is #3's bars (its 40 µs of GEMM time all "below peak", as #3 counts no FLOPs) ending at the rank's MFU:
     # those 2,170 ns at peak are the convention bar's negative part, so the bars still sum to 1.
-    ev = [X("user_annotation", f"ProfilerStep#{i + 1}", 100 * i, 100) for i in range(3)]
-    ev += [X("cuda_runtime", "cudaLaunchKernel", 5, 1, correlation=1),
-           X("kernel", "elementwise_kernel", 10, 10, pid=0, tid=7, device=0, stream=7, correlation=1),
-           X("cpu_op", "aten::mm", 150, 5, **MM), X("cuda_runtime", "cudaLaunchKernel", 152, 1, correlation=2),
-           X("kernel", "sm90_xmma_gemm_bf16bf16_bf16f32", 260, 40, pid=0, tid=7, device=0, stream=7, correlation=2),
-           X("cuda_runtime", "cudaLaunchKernel", 212, 1, correlation=3),
-           X("kernel", "elementwise_kernel", 230, 10, pid=0, tid=8, device=0, stream=8, correlation=3)]
-    p = tmp_path / "rank-0.json"
-    p.write_text(json.dumps({**H100, "traceEvents": ev}))
-    a = analyze(load([p], use_cache=False))
+    ev = _three_steps() + [
+        X("kernel", "sm90_xmma_gemm_bf16bf16_bf16f32", 260, 40, pid=0, tid=7, device=0, stream=7, correlation=2),
+        X("cuda_runtime", "cudaLaunchKernel", 212, 1, correlation=3),
+        X("kernel", "elementwise_kernel", 230, 10, pid=0, tid=8, device=0, stream=8, correlation=3)]
+    a = _analysed(tmp_path, ev)
     r = a.ranks[0]
     assert [(s.start_ns, s.end_ns) for s in r.steps] == [(10_000, 260_000), (260_000, 260_000), (260_000, 300_000)]
     f = 2 * 1024**3
