@@ -60,7 +60,7 @@ from typing import Any
 import polars as pl
 
 from tracelens.analysis.rank.names import Names
-from tracelens.model.schema import EVENT_SCHEMA, KCLASSES
+from tracelens.model.schema import END, EVENT_SCHEMA, KCLASSES
 
 # the host kinds that are nodes (the ProfilerStep spans are not: they hold the whole step)
 HOST_KINDS = ["cpu_op", "annotation", "python", "runtime", "sync", "dataloader", "collective", "p2p"]
@@ -144,7 +144,7 @@ def _nodes(host: pl.DataFrame, gpu: pl.DataFrame) -> pl.DataFrame:
                                 *[pl.col(c) if c in have else pl.lit(None, _COL_TYPES[c]).alias(c) for c in cols])
         return pl.concat([
             f.with_columns(pl.col("ts_ns").alias("t"), pl.lit(False).alias("end")),
-            f.with_columns((pl.col("ts_ns") + pl.col("dur_ns")).alias("t"), pl.lit(True).alias("end")),
+            f.with_columns(END.alias("t"), pl.lit(True).alias("end")),
         ])
     pts = pl.concat([points(host, False), points(gpu, True)])
     # at one time: ends (1) before starts (2), a zero-length event's end after its start (3);
