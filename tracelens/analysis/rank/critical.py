@@ -163,8 +163,17 @@ def _nodes(host: pl.DataFrame, gpu: pl.DataFrame) -> pl.DataFrame:
 
 
 def _edges(host: pl.DataFrame, gpu: pl.DataFrame, dsync: pl.DataFrame, nodes: pl.DataFrame, main_tid: int | None) -> pl.DataFrame:
-    """The candidate in-edges of every node: (v, u, cat, owner) with u before v in the order;
-    ``owner``: the row in ``df`` of the event the segment is charged to (null: none)."""
+    """Each node's last-arriving in-edge (v, u, cat, owner), u before v in the order, one row per
+    node that has one, by v; ``owner``: the row in ``df`` of the event the segment is charged to (null: none)."""
+    n = nodes.height
+    last = _last_arrivals(host, gpu, dsync, nodes, main_tid)
+    return pl.DataFrame({"v": pl.int_range(0, n, dtype=pl.Int64, eager=True),
+                         **{k: last[k] for k in ("u", "cat", "owner")}}).filter(pl.col("u").is_not_null())
+
+
+def _last_arrivals(host: pl.DataFrame, gpu: pl.DataFrame, dsync: pl.DataFrame, nodes: pl.DataFrame,
+                   main_tid: int | None) -> dict[str, pl.Series]:
+    """Each node's last-arriving in-edge as arrays indexed by node: ``u`` (null: none), ``cat``, ``owner``."""
     hn = nodes.filter(~pl.col("dev"))  # host points, with their event's columns
     gn = nodes.filter(pl.col("dev"))
     schema = {"v": pl.Int64, "u": pl.Int64, "cat": CAT, "owner": pl.UInt32}
@@ -183,29 +192,27 @@ def _edges(host: pl.DataFrame, gpu: pl.DataFrame, dsync: pl.DataFrame, nodes: pl
     if bool((host.get_column("cat") == _DL).any()):  # the running count of DataLoader spans open (balanced per thread)
         in_dl = (pl.when(pl.col("cat") == _DL).then(pl.when(pl.col("end")).then(-1).otherwise(1)).otherwise(0).cum_sum() > 0)
         after_cat = pl.when(in_dl).then(_c(_DL)).otherwise(after_cat)
-    th = th.with_columns(after_cat.alias("_icat"), after_owner.alias("_iown"))
-    out.append(
-        th.lazy().select(
-            pl.col("o").alias("v"),
-            pl.when(same_prev).then(pl.col("o").shift(1)).alias("u"),
-            pl.col("_icat").shift(1).alias("cat"),
-            pl.col("_iown").shift(1).alias("owner"),
-        )
-    )
+    th = th.with_columns(after_cat.alias("_icat"), after_owner.alias("_iown"),
+                         pl.when(same_prev).then(pl.col("o").shift(1)).alias("_pu"))
+    # (the thread edges: one per host point but a thread's first; the other candidates are few and
+    # only those that arrive no earlier than the thread's previous point can win)
+    thread = th.select(pl.col("o").alias("v"), pl.col("_pu").alias("u"), pl.col("_icat").shift(1).cast(CAT).alias("cat"),
+                       pl.col("_iown").shift(1).cast(pl.UInt32).alias("owner")).filter(pl.col("u").is_not_null())
     # the forward/backward hand-off: a point on the step thread after the last end on a thread of
     # its process that runs autograd work, and a point on such a thread after the last point on the step thread
     if main_tid is not None:
-        on_part = th.filter(pl.col("autograd") & (pl.col("tid") != main_tid)).select("o", "pid", "end").sort("o")
+        on_part = th.filter(pl.col("autograd") & (pl.col("tid") != main_tid)).select("o", "pid", "end", "_pu").sort("o")
         if on_part.height:
-            on_main = th.filter(pl.col("tid") == main_tid).select("o", "pid")
+            on_main = th.filter(pl.col("tid") == main_tid).select("o", "pid", "_pu")
             by = {"by": "pid"} if host.get_column("pid").n_unique() > 1 else {}  # one process (the usual case): no groups, 4x cheaper
+            later = pl.col("_pu").is_null() | (pl.col("u") > pl.col("_pu"))  # it arrives after the thread's previous point
             out.append(on_main.join_asof(on_part.filter(pl.col("end")).select(pl.col("o").alias("u"), "pid"), left_on="o",
                                          right_on="u", strategy="backward", allow_exact_matches=False,
                                          check_sortedness=False, **by)
-                       .lazy().select(pl.col("o").alias("v"), "u", _c(_CPU).alias("cat"), pl.lit(None).alias("owner")))
+                       .lazy().filter(later).select(pl.col("o").alias("v"), "u", _c(_CPU).alias("cat"), pl.lit(None).alias("owner")))
             out.append(on_part.join_asof(on_main.select(pl.col("o").alias("u"), "pid"), left_on="o", right_on="u",
                                          strategy="backward", allow_exact_matches=False, check_sortedness=False, **by)
-                       .lazy().select(pl.col("o").alias("v"), "u", _c(_CPU).alias("cat"), pl.lit(None).alias("owner")))
+                       .lazy().filter(later).select(pl.col("o").alias("v"), "u", _c(_CPU).alias("cat"), pl.lit(None).alias("owner")))
     # an activity's end after its start
     gs = gn.filter(~pl.col("end")).select(pl.col("o").alias("_s"), "_row", "stream", "ts_ns", "dur_ns", "correlation", "cat")
     ge = gn.filter(pl.col("end")).select(pl.col("o").alias("_e"), "_row")
@@ -272,13 +279,28 @@ def _edges(host: pl.DataFrame, gpu: pl.DataFrame, dsync: pl.DataFrame, nodes: pl
             by_launch.select("stream", "_lts", "_s"), left_on="_cts", right_on="_lts", by="stream", strategy="forward",
             check_sortedness=False)
         out.append(dst.lazy().select(pl.col("_s").alias("v"), "u", _c(_SYNC).alias("cat"), pl.col("_crow").alias("owner")))
-    edges = pl.concat([e.select([pl.col(k).cast(t) for k, t in schema.items()]) for e in out])
-    return (
-        edges.filter(pl.col("u").is_not_null() & pl.col("v").is_not_null() & (pl.col("u") < pl.col("v")))
+    others = (
+        pl.concat([e.select([pl.col(k).cast(t) for k, t in schema.items()]) for e in out])
+        .filter(pl.col("u").is_not_null() & pl.col("v").is_not_null() & (pl.col("u") < pl.col("v")))
         .sort((pl.col("v") * (1 << 31) + pl.col("u")), maintain_order=True)  # by node, then dependency (stable: cheaper)
-        .filter(pl.col("v") != pl.col("v").shift(-1).fill_null(-1))  # each node's last-arriving dependency
+        .filter(pl.col("v") != pl.col("v").shift(-1).fill_null(-1))  # each node's last-arriving dependency but its thread's
         .collect(engine="in-memory")
     )
+    # each node's last-arriving dependency: its thread's previous point unless another arrives no
+    # earlier (a tie goes to the other, as a stable sort of all of them put it last); by scatters into
+    # arrays indexed by node, no sort of the thread edges
+    n = nodes.height
+    tv = thread.get_column("v")
+    cols = {k: pl.repeat(None, n, dtype=t, eager=True).scatter(tv, thread.get_column(k)) for k, t in schema.items() if k != "v"}
+    ov = others.get_column("v")
+    cur = cols["u"].gather(ov)
+    wins = others.filter(cur.is_null() | (others.get_column("u") >= cur))
+    wv = wins.get_column("v")
+    out_cols = {k: c.scatter(wv, wins.get_column(k)) for k, c in cols.items()}
+    # the chain order: every node once, a thread's points in order, then each stream's activities'
+    # points in order; most nodes' last-arriving dependency is the node before them in it
+    out_cols["chain"] = pl.concat([th.get_column("o"), gn.sort("stream", "o", maintain_order=True).get_column("o")])
+    return out_cols
 
 
 def step_paths(df: pl.DataFrame, device: int | None, windows: list[tuple[int, int]], main_tid: int | None,
@@ -290,32 +312,39 @@ def step_paths(df: pl.DataFrame, device: int | None, windows: list[tuple[int, in
     if host.height + gpu.height == 0:
         return [StepPath(max(e - s, 0), {_IDLE: max(e - s, 0)} if e > s else {}, [], 0) for s, e in windows]
     nodes = _nodes(host, gpu)
-    edges = _edges(host, gpu, dsync, nodes, main_tid)
+    # each node's last-arriving dependency (null for none) and that edge's category and event
+    last = _last_arrivals(host, gpu, dsync, nodes, main_tid)
+    p0, cat, owner = last["u"], last["cat"], last["owner"]
     n = nodes.height
     t = nodes.get_column("t")
-    # each node's last-arriving dependency (null for none) and that edge's category and event
-    # (scattered into arrays indexed by node: each node has at most one such edge)
-    at = edges.get_column("v")
-    p0 = pl.repeat(None, n, dtype=pl.Int64, eager=True).scatter(at, edges.get_column("u"))
-    cat = pl.repeat(None, n, dtype=CAT, eager=True).scatter(at, edges.get_column("cat"))
-    owner = pl.repeat(None, n, dtype=pl.UInt32, eager=True).scatter(at, edges.get_column("owner"))
-    # the jump table: a node with no dependency points at a sentinel (n) that is before every window
-    jump = p0.fill_null(n).append(pl.Series([n], dtype=pl.Int64))
-    tj = t.append(pl.Series([-(1 << 62)], dtype=pl.Int64))
-    # each window's last node: the last device point or point on the step thread at or before its end
+    # runs: stretches of the chain order where each node's dependency is the node before it (a
+    # thread's ops between two cross-thread edges, back-to-back activities on a stream); a path that
+    # reaches a node of a run walks back to the run's head, then jumps to the head's dependency
+    chain = last["chain"]
+    pc = p0.gather(chain)  # the dependency of the node at each chain position
+    cpos = pl.int_range(0, n, dtype=pl.Int64, eager=True)
+    head = pl.select(pl.when(pc.is_null() | (pc != chain.shift(1))).then(cpos).forward_fill()).to_series()
+    pos = pl.repeat(0, n, dtype=pl.Int64, eager=True).scatter(chain, cpos)  # each node's chain position
+    hop = pc.gather(head).gather(pos)  # each node's jump: its run head's dependency (null: none)
+    # the jump table over the nodes a path can land on (the heads' dependencies and the windows' last
+    # nodes), compacted; one without a dependency points at a sentinel that is before every window
     ends_ok = (nodes if main_tid is None else nodes.filter(pl.col("dev") | (pl.col("tid") == main_tid))).select("o", "t")
     win = pl.DataFrame({"k": list(range(n_win)), "t0": [s for s, _ in windows], "t1": [e for _, e in windows]},
                        schema={"k": pl.Int64, "t0": pl.Int64, "t1": pl.Int64})
     z = win.sort("t1").join_asof(ends_ok.rename({"t": "_zt"}), left_on="t1", right_on="_zt", strategy="backward") \
         .filter(pl.col("o").is_not_null() & (pl.col("_zt") >= pl.col("t0"))).select("k", pl.col("o").alias("node"))
-    # the path back from each window's last node to its start, by pointer doubling: after round j
-    # ``members`` holds the first 2^j nodes of each path (its nodes before t0 dropped)
-    # the path back from each window's last node to its start, by pointer doubling: after round j
-    # ``members`` holds the first 2^j nodes of each path (those before t0 dropped); a round's jumps
+    land = pl.concat([hop.drop_nulls(), z.get_column("node")]).unique()
+    m = land.len()
+    idx = pl.repeat(m, n, dtype=pl.Int64, eager=True).scatter(land, pl.int_range(0, m, dtype=pl.Int64, eager=True))
+    jump = idx.gather(hop.gather(land).fill_null(0)).zip_with(hop.gather(land).is_not_null(), pl.Series([m] * m, dtype=pl.Int64)) \
+        .append(pl.Series([m], dtype=pl.Int64))
+    tj = t.gather(land).append(pl.Series([-(1 << 62)], dtype=pl.Int64))
+    # the landings of each window's path back to its start, by pointer doubling: after round j
+    # ``members`` holds the first 2^j landings of each path (those before t0 dropped); a round's jumps
     # land on nodes no earlier round held (the path's nodes strictly decrease in the order)
     # (on Series: a round is four gathers and a filter, no query plan)
     members = z.join(win.select("k", "t0"), on="k")
-    mk, mt0, mnode = members.get_column("k"), members.get_column("t0"), members.get_column("node")
+    mk, mt0, mnode = members.get_column("k"), members.get_column("t0"), idx.gather(members.get_column("node"))
     while True:
         nxt = jump.gather(mnode)
         keep = tj.gather(nxt) >= mt0
@@ -323,14 +352,20 @@ def step_paths(df: pl.DataFrame, device: int | None, windows: list[tuple[int, in
             break
         mk, mt0, mnode = (pl.concat([a, b], rechunk=True) for a, b in ((mk, mk.filter(keep)), (mt0, mt0.filter(keep)), (mnode, nxt.filter(keep))))
         jump = jump.gather(jump)
+    # each landing's stretch of its run, from the head to it: the path's nodes (those before t0 dropped)
+    at = pos.gather(land.gather(mnode))
+    seg_nodes = pl.DataFrame({"k": mk, "t0": mt0, "_p": pl.int_ranges(head.gather(at), at + 1, eager=True)}).explode("_p")
+    mnode = chain.gather(seg_nodes.get_column("_p"))
+    keep = t.gather(mnode) >= seg_nodes.get_column("t0")
+    mk, mt0, mnode = seg_nodes.get_column("k").filter(keep), seg_nodes.get_column("t0").filter(keep), mnode.filter(keep)
     members = pl.DataFrame({"k": mk, "node": mnode})
     # the segments: each path node from its dependency (cut at t0), the lead-in and the tail idle
     # (columns by gathers on the node arrays; the summaries in one collect_all)
     su = p0.gather(mnode)
     ut = t.gather(su.fill_null(0))
     seg = pl.DataFrame({"k": mk, "t0": mt0, "_t": t.gather(mnode), "_u": su, "_ut": ut, "cat": cat.gather(mnode),
-                        "owner": owner.gather(mnode)}).lazy().select(
-        "k", "owner",
+                        "owner": owner.gather(mnode), "node": mnode}).lazy().select(
+        "k", "owner", "node",
         (pl.col("_t") - pl.max_horizontal(pl.when(pl.col("_u").is_not_null()).then(pl.col("_ut")).otherwise(pl.col("t0")),
                                           pl.col("t0"))).alias("ns"),
         pl.when(pl.col("_u").is_null()).then(_c(_IDLE)).otherwise(pl.col("cat")).alias("cat"),
@@ -340,7 +375,7 @@ def step_paths(df: pl.DataFrame, device: int | None, windows: list[tuple[int, in
         "k", _c(_IDLE).alias("cat"), (pl.col("t1") - pl.col("_zt").fill_null(pl.col("t0"))).alias("ns"))
     parts = pl.concat([seg.select("k", "cat", "ns"), tails]).filter(pl.col("ns") > 0)
     top = seg.filter(pl.col("owner").is_not_null() & (pl.col("ns") > 0)).group_by("k", "owner").agg(
-        pl.col("ns").sum(), pl.col("cat").first())
+        pl.col("ns").sum(), pl.col("cat").sort_by("node", descending=True).first())  # its category: its last segment's
     # only the events that can be among a window's first TOP_EVENTS (ties included) get their names
     top = top.filter(pl.col("ns") >= pl.col("ns").top_k(TOP_EVENTS).min().over("k"))
     by_cat, counts, top = pl.collect_all([parts.group_by("k", "cat").agg(pl.col("ns").sum()).sort("k", "cat"),
