@@ -208,3 +208,37 @@ def test_removing_an_event_off_the_path_never_lengthens_it(tmp_path_factory, eve
     i = rnd.choice(off)
     q = _path(df.with_row_index("_i").filter(pl.col("_i") != i).drop("_i"), meta)
     assert q.length_ns <= p.length_ns
+
+
+def _coll(ts, dur, seq, n=2, stream=20):
+    return X("kernel", "ncclDevKernel_AllReduce_Sum_f32_RING_LL", ts, dur, pid=0, tid=stream, device=0, stream=stream,
+             **{"Collective name": "allreduce", "Process Group Name": "0", "Group size": n, "Seq": seq, "dtype": "Float",
+                "In msg nelems": 1 << 20, "Out msg nelems": 1 << 20})
+
+
+def test_a_late_rank_at_an_all_reduce(tmp_path):
+    # Two ranks, one step [0, 1000] µs each, same clock.  Each: a gemm on stream 7 from 100 µs
+    # (rank 0: [100, 300]; rank 1: [100, 700], the late one), then on the same stream an all-reduce
+    # that starts right after it (rank 0 at 300, rank 1 at 700) and ends on both at 900.  The GPU
+    # window: the first kernel's start to the last kernel's end, [100, 900]: 800 µs on both.
+    # Rank 0's own path: the all-reduce [300, 900] after the gemm [100, 300]; it waited [300, 700]
+    # = 400 for rank 1.  The job's path: rank 0 (a tie on the window's end: the lowest file) from
+    # 900 back to rank 1's arrival at 700: exposed_comm 200; then rank 1 from its start of the
+    # all-reduce (700): its gemm [100, 700] 600.  800 in all, the step's window.
+    paths = []
+    for r, gemm_end in ((0, 300), (1, 700)):
+        ev = [X("user_annotation", "ProfilerStep#1", 0, 1000),
+              K("sm90_xmma_gemm", 100, gemm_end - 100), _coll(gemm_end, 900 - gemm_end, seq=1, stream=7)]
+        p = tmp_path / f"rank-{r}.json"
+        p.write_text(json.dumps({"distributedInfo": {"rank": r, "world_size": 2}, "traceEvents": ev,
+                                 "deviceProperties": [{"id": 0, "name": "NVIDIA H100 80GB HBM3"}]}))
+        paths.append(p)
+    d = analyze(load(paths, use_cache=False, jobs=1), ON).to_dict()
+    job = d["job"]["critical_path"]
+    (step,) = job["steps"]
+    assert step["length_ns"] == 800_000 == sum(step["by_category_ns"].values())
+    assert step["by_category_ns"] == {"compute_gemm": 600_000, "exposed_comm": 200_000}
+    assert d["ranks"][0]["critical_path"]["by_category_ns"] == {"exposed_comm": 600_000, "compute_gemm": 200_000}
+    assert step["ranks"] == [1, 0]
+    assert job["wait_rank_ns"] == {"0": {"1": 400_000}}
+    assert job["length_ns"] == 800_000 and job["ranks_length_ns"] == 1_600_000

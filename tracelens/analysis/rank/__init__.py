@@ -384,8 +384,12 @@ def _analyze_rank(df: pl.DataFrame, fi: int, meta, options: Options) -> RankResu
     crit = None
     if options.critical_path:  # asked for (--critical-path): it costs about as much as the rest of this analysis
         from tracelens.analysis.rank import critical
+        from tracelens.analysis.rank.collectives import collective_rows
 
-        crit = critical.summarize(critical.step_paths(df, meta.device_id, windows, main_tid, names), steps, kept_indices(steps))
+        crows = collective_rows(df, C, fi, meta.rank) if has_gpu else None  # where the job's path may cross to another rank
+        marks = critical.collective_marks(crows, windows) if crows is not None else None
+        crit = critical.summarize(critical.step_paths(df, meta.device_id, windows, main_tid, names, marks=marks), steps,
+                                  kept_indices(steps), crows, windows)
     return RankResult(
         rank=meta.rank,
         file=fi,

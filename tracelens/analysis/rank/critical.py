@@ -48,8 +48,14 @@ on the path nothing hides them), ``memcpy`` (copies and fills), ``sync`` (synchr
 the hand-off from the GPU to a blocked host, stream waits on events), ``idle`` (the step's time
 before the first and after the last node the path reaches through a known dependency).
 
-Not in this slice: cross-rank edges (a collective waits for its last rank), the autograd
-thread hand-off, CUDA-graph replays' inner dependencies, what-if replay.
+**Across ranks** (``combine``, the job's reduce over the summaries): each rank's summary carries,
+per collective row in a step, the path's ns per category up to the row's start (``marks`` of
+``step_paths``) and whether the path runs through the whole row as exposed communication; the
+reduce stitches the ranks' paths through each matched collective to its last-arriving rank (see
+``combine``).
+
+Not in this slice: the autograd hand-off from recorded flows, CUDA-graph replays' inner
+dependencies, what-if replay.
 """
 
 from __future__ import annotations
@@ -91,6 +97,7 @@ class StepPath:
     top_events: list[dict[str, Any]]
     nodes: int  # events' start/end points on the path
     rows: tuple[int, ...] = ()  # the rows (in the rank's frame) of the events with a point on the path, in order
+    marks: tuple[tuple[int, dict[str, int]], ...] = ()  # (mark, the path's ns per category from the window's start to it)
 
     def to_dict(self, step: int | None) -> dict[str, Any]:
         return {"step": step, "length_ns": self.length_ns, "by_category_ns": dict(self.by_category_ns),
@@ -304,9 +311,10 @@ def _last_arrivals(host: pl.DataFrame, gpu: pl.DataFrame, dsync: pl.DataFrame, n
 
 
 def step_paths(df: pl.DataFrame, device: int | None, windows: list[tuple[int, int]], main_tid: int | None,
-               names: Names, with_rows: bool = False) -> list[StepPath]:
+               names: Names, with_rows: bool = False, marks: pl.DataFrame | None = None) -> list[StepPath]:
     """The critical path of each window (a step's GPU window, in order); ``with_rows``: with the
-    rows of the events on it (``StepPath.rows``, for tests)."""
+    rows of the events on it (``StepPath.rows``, for tests); ``marks`` (``k``: window, ``m``: id,
+    ``t``: a time in it): the path's ns per category up to each (``StepPath.marks``)."""
     host, gpu, dsync = _events(df, device, names)
     n_win = len(windows)
     if host.height + gpu.height == 0:
@@ -365,7 +373,7 @@ def step_paths(df: pl.DataFrame, device: int | None, windows: list[tuple[int, in
     ut = t.gather(su.fill_null(0))
     seg = pl.DataFrame({"k": mk, "t0": mt0, "_t": t.gather(mnode), "_u": su, "_ut": ut, "cat": cat.gather(mnode),
                         "owner": owner.gather(mnode), "node": mnode}).lazy().select(
-        "k", "owner", "node",
+        "k", "owner", "node", pl.col("_t").alias("_e"),
         (pl.col("_t") - pl.max_horizontal(pl.when(pl.col("_u").is_not_null()).then(pl.col("_ut")).otherwise(pl.col("t0")),
                                           pl.col("t0"))).alias("ns"),
         pl.when(pl.col("_u").is_null()).then(_c(_IDLE)).otherwise(pl.col("cat")).alias("cat"),
@@ -401,28 +409,95 @@ def step_paths(df: pl.DataFrame, device: int | None, windows: list[tuple[int, in
         on_path = (members.join(nodes.select(pl.col("o").alias("node"), "_row"), on="node")
                    .group_by("k").agg(pl.col("_row").unique().sort()))
         rows_of = {k: tuple(r) for k, r in on_path.iter_rows()}  # one list per window
+    marks_of: dict[int, list[tuple[int, dict[str, int]]]] = {}
+    if marks is not None and marks.height:
+        # the segments partition [t0, last node]; the tail after it is idle: each mark's prefix is
+        # the segments (and tail) before it, the one it falls in cut at it
+        spans = pl.concat([seg.select("k", "cat", (pl.col("_e") - pl.col("ns")).alias("_s"), "_e"),
+                           tails.join(win.lazy().select("k", "t1"), on="k").select(
+                               "k", "cat", (pl.col("t1") - pl.col("ns")).alias("_s"), pl.col("t1").alias("_e"))])
+        pre = (marks.lazy().join(spans.filter(pl.col("_e") > pl.col("_s")), on="k").filter(pl.col("_s") < pl.col("t"))
+               .group_by("k", "m", "cat").agg((pl.min_horizontal("_e", "t") - pl.col("_s")).sum().alias("ns"))
+               .sort("k", "m", "cat").collect(engine="in-memory"))
+        acc: dict[tuple[int, int], dict[str, int]] = {(k, m): {} for k, m in marks.select("k", "m").iter_rows()}
+        for k, m, c, ns in pre.iter_rows():  # one row per (mark, category)
+            acc[(k, m)][c] = int(ns)
+        for (k, m), d in sorted(acc.items()):
+            marks_of.setdefault(k, []).append((m, d))
     out = []
     for k, (s, e) in enumerate(windows):
         by = dict(sorted(cats[k].items(), key=lambda kv: (-kv[1], kv[0])))
-        out.append(StepPath(sum(by.values()), by, tops[k], int(nodes_on.get(k, 0)), rows_of.get(k, ())))
+        out.append(StepPath(sum(by.values()), by, tops[k], int(nodes_on.get(k, 0)), rows_of.get(k, ()), tuple(marks_of.get(k, ()))))
     return out
 
 
-def summarize(paths: list[StepPath], steps, kept_idx: list[int]) -> dict[str, Any]:
-    """The rank's ``critical_path``: over the kept steps, and each step's."""
+def collective_marks(rows: pl.DataFrame, windows: list[tuple[int, int]]) -> pl.DataFrame:
+    """The marks (``step_paths``) of the rank's collective rows (``COLLECTIVE_SCHEMA``) that lie in a
+    window: ``m`` 2i at row i's start, 2i+1 at its end (capped at the window's end), ``k`` its window."""
+    if rows.height == 0 or not windows:
+        return pl.DataFrame(schema={"k": pl.Int64, "m": pl.Int64, "t": pl.Int64})
+    win = pl.DataFrame({"k": list(range(len(windows))), "t0": [a for a, _ in windows], "t1": [b for _, b in windows]},
+                       schema={"k": pl.Int64, "t0": pl.Int64, "t1": pl.Int64}).sort("t0")
+    r = rows.with_row_index("i").with_columns(pl.col("i").cast(pl.Int64)).sort("start_ns").join_asof(
+        win, left_on="start_ns", right_on="t0", strategy="backward").filter(pl.col("start_ns") < pl.col("t1"))
+    return pl.concat([r.select("k", (2 * pl.col("i")).alias("m"), pl.col("start_ns").alias("t")),
+                      r.select("k", (2 * pl.col("i") + 1).alias("m"), pl.min_horizontal("end_ns", "t1").alias("t"))])
+
+
+def summarize(paths: list[StepPath], steps, kept_idx: list[int], rows: pl.DataFrame | None = None,
+              windows: list[tuple[int, int]] | None = None) -> dict[str, Any]:
+    """The rank's ``critical_path``: over the kept steps, and each step's; with the collective rows
+    (``rows``, marked in ``step_paths``) and ``windows``, what the job's reduce stitches the ranks'
+    paths with (``collectives``, ``windows``: see ``combine``)."""
     total: dict[str, int] = {}
     for i in kept_idx:
         for c, ns in paths[i].by_category_ns.items():
             total[c] = total.get(c, 0) + ns
-    return {
+    out = {
         "length_ns": sum(paths[i].length_ns for i in kept_idx),
         "by_category_ns": dict(sorted(total.items(), key=lambda kv: (-kv[1], kv[0]))),
         "steps": [p.to_dict(s.step) for p, s in zip(paths, steps)],
     }
+    if rows is not None and windows and any(p.marks for p in paths):
+        coll = []
+        keyed = rows.select("group", "group_desc", "seq", "collective", "start_ns", "end_ns").rows()
+        for k, p in enumerate(paths):
+            pre = dict(p.marks)
+            for m, at_start in pre.items():
+                if m % 2 or m + 1 not in pre:
+                    continue
+                g, gd, seq, c, s0, e0 = keyed[m // 2]
+                at_end = pre[m + 1]
+                comm = at_end.get("exposed_comm", 0) - at_start.get("exposed_comm", 0)
+                e_cap = min(e0, windows[k][1])
+                coll.append({"group": g, "group_desc": gd, "seq": seq, "collective": c, "step_index": k,
+                             "start_ns": s0, "end_ns": e0, "prefix_ns": at_start,
+                             "on_path": comm == e_cap - s0 and e_cap > s0})
+        out["windows"] = [[a, b] for a, b in windows]
+        out["collectives"] = coll
+    return out
 
 
-def combine(parts: list[dict[str, Any] | None]) -> dict[str, Any] | None:
-    """The job's ``critical_path``: the ranks' kept-step totals summed (no cross-rank edges yet)."""
+def combine(parts: list[dict[str, Any] | None], table: pl.DataFrame | None = None,
+            ranks: list[tuple[int, int | None]] | None = None) -> dict[str, Any] | None:
+    """The job's ``critical_path``: the ranks' kept-step totals summed, and with several ranks
+    whose paths pass through matched collectives (``table``: the job's collective table;
+    ``ranks``: (file, rank) of each part), the job's path of each step stitched across ranks
+    (``steps``, ``ranks_on_path``, ``wait_rank_ns``).
+
+    **Stitching** (a reduce over the summaries: each rank's ``collectives`` carry, per collective
+    row in a step, the path's ns per category from the step's start to the row's start and whether
+    the path runs through the whole row as exposed communication).  For step k the job's path
+    starts on the rank whose window ends last (aligned clocks), at its end T.  Walking back, the
+    latest collective on that rank's path that ends by T and whose last member arrived (aligned)
+    after this rank started it moves the path: this rank's path from that arrival A to T is the
+    job's (its prefix at T less its prefix at A, the time in the collective after A being
+    ``exposed_comm``), this rank is charged ``wait_rank`` for [its start, A] (``wait_rank_ns``:
+    waiting rank -> last-arriving rank -> ns), and the walk goes on on the last-arriving rank R
+    from its own start of that collective (its prefix there).  With no such collective the rest
+    is the rank's prefix from its window's start.  The stitched segments telescope: the step's
+    length is the last rank's window end less the first rank's window start on the job's clock,
+    and its categories sum to it exactly."""
     got = [p for p in parts if p]
     if not got:
         return None
@@ -430,5 +505,89 @@ def combine(parts: list[dict[str, Any] | None]) -> dict[str, Any] | None:
     for p in got:
         for c, ns in p["by_category_ns"].items():
             total[c] = total.get(c, 0) + ns
-    return {"length_ns": sum(p["length_ns"] for p in got),
-            "by_category_ns": dict(sorted(total.items(), key=lambda kv: (-kv[1], kv[0])))}
+    out: dict[str, Any] = {"length_ns": sum(p["length_ns"] for p in got),
+                           "by_category_ns": dict(sorted(total.items(), key=lambda kv: (-kv[1], kv[0])))}
+    if table is None or ranks is None or len(got) < 2 or table.height == 0:
+        return out
+    stitched = _stitch(parts, table, ranks)
+    if stitched is not None:  # the job's own path (every step's); the ranks' sums kept beside it
+        out = {"ranks_length_ns": out["length_ns"], "ranks_by_category_ns": out["by_category_ns"], **stitched}
+    return out
+
+
+def _stitch(parts: list[dict[str, Any] | None], table: pl.DataFrame, ranks: list[tuple[int, int | None]]) -> dict[str, Any] | None:
+    """``combine``'s cross-rank path (see there); None when the ranks carry no collectives."""
+    have = {f: (rk, p) for (f, rk), p in zip(ranks, parts) if p and p.get("windows")}
+    if len(have) < 2:
+        return None
+    t = table.filter(pl.col("aligned_start_ns").is_not_null() & (pl.col("consistent").fill_null(True)))
+    off = dict(t.group_by("file").agg((pl.col("aligned_start_ns") - pl.col("start_ns")).first()).iter_rows())
+    if not all(f in off for f in have):
+        return None
+    # per collective key: the last member's aligned arrival and its file (ties: the lowest file)
+    key = ["group", "seq", "collective"]
+    last = (t.sort(["aligned_start_ns", "file"], descending=[True, False]).group_by(key, maintain_order=True)
+            .agg(pl.col("aligned_start_ns").first().alias("A"), pl.col("file").first().alias("R")))
+    arrival = {(g, sq, c): (a, r) for g, sq, c, a, r in last.iter_rows()}
+    on = {}  # file -> step index -> [(row), ...] the rows on its path, by end, latest first
+    mine = {}  # (file, key) -> row
+    for f, (_, p) in have.items():
+        for row in p["collectives"]:
+            kk = (row["group"] or "", row["seq"], row["collective"] or "")
+            mine[(f, kk)] = row
+            if row["on_path"]:
+                on.setdefault(f, {}).setdefault(row["step_index"], []).append(row)
+    for d in on.values():
+        for rows in d.values():
+            rows.sort(key=lambda r: -r["end_ns"])
+    n_steps = min(len(p["windows"]) for _, p in have.values())
+    steps, waits, chain_all = [], {}, set()
+
+    def add(acc, d, sign=1):
+        for c, ns in d.items():
+            acc[c] = acc.get(c, 0) + sign * ns
+
+    for k in range(n_steps):
+        f = max(have, key=lambda x: (have[x][1]["windows"][k][1] + off[x], -x))
+        T = have[f][1]["windows"][k][1]
+        pre_T = have[f][1]["steps"][k]["by_category_ns"]  # the prefix at the window's end: the whole step
+        kk_step = k
+        cats: dict[str, int] = {}
+        chain = [have[f][0]]
+        for _ in range(len(mine) + 1):
+            jump = None
+            for row in on.get(f, {}).get(kk_step, ()):
+                if row["end_ns"] > T:
+                    continue
+                kk = (row["group"] or "", row["seq"], row["collective"] or "")
+                a, r = arrival.get(kk, (None, None))
+                if a is None or r == f or r not in have or a - off[f] <= row["start_ns"] or (r, kk) not in mine:
+                    continue
+                jump = (row, kk, a, r)
+                break
+            if jump is None:
+                add(cats, pre_T)
+                start = have[f][1]["windows"][kk_step][0] + off[f]
+                break
+            row, kk, a, r = jump
+            at_a = dict(row["prefix_ns"])
+            add(at_a, {"exposed_comm": a - off[f] - row["start_ns"]})
+            add(cats, pre_T)
+            add(cats, at_a, -1)
+            w = waits.setdefault(str(have[f][0]), {})
+            w[str(have[r][0])] = w.get(str(have[r][0]), 0) + a - off[f] - row["start_ns"]
+            rr = mine[(r, kk)]
+            f, T, pre_T, kk_step = r, rr["start_ns"], rr["prefix_ns"], rr["step_index"]
+            chain.append(have[f][0])
+        end = max(have[x][1]["windows"][k][1] + off[x] for x in have)
+        cats = {c: ns for c, ns in cats.items() if ns}
+        chain_all.update(x for x in chain if x is not None)
+        steps.append({"step": have[min(have)][1]["steps"][k]["step"], "length_ns": end - start,
+                      "by_category_ns": dict(sorted(cats.items(), key=lambda kv: (-kv[1], kv[0]))),
+                      "ranks": chain[::-1]})
+    total: dict[str, int] = {}
+    for st in steps:
+        add(total, st["by_category_ns"])
+    return {"length_ns": sum(st["length_ns"] for st in steps),
+            "by_category_ns": dict(sorted(total.items(), key=lambda kv: (-kv[1], kv[0]))),
+            "steps": steps, "ranks_on_path": sorted(chain_all), "wait_rank_ns": waits}
