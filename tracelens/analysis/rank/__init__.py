@@ -386,6 +386,9 @@ def _analyze_rank(df: pl.DataFrame, fi: int, meta, options: Options) -> RankResu
         from tracelens.analysis.rank import critical
 
         crit = critical.summarize(critical.step_paths(df, meta.device_id, windows, main_tid, names), steps, kept_indices(steps))
+    from tracelens.analysis.rank import pipeline as pp
+
+    pipe = pp.rank_pipeline(df, gpu_rows, steps, meta, names)
     return RankResult(
         rank=meta.rank,
         file=fi,
@@ -421,6 +424,7 @@ def _analyze_rank(df: pl.DataFrame, fi: int, meta, options: Options) -> RankResu
         gpu_notes=spec.notes if spec else (),
         mfu_error=mfu_error,
         critical_path=crit,
+        pipeline=pipe,
         **quality,
     ), C
 
