@@ -390,6 +390,9 @@ def _analyze_rank(df: pl.DataFrame, fi: int, meta, options: Options) -> RankResu
         marks = critical.collective_marks(crows, windows) if crows is not None else None
         crit = critical.summarize(critical.step_paths(df, meta.device_id, windows, main_tid, names, marks=marks), steps,
                                   kept_indices(steps), crows, windows)
+    from tracelens.analysis.rank import pipeline as pp
+
+    pipe = pp.rank_pipeline(df, gpu_rows, steps, meta, names)
     return RankResult(
         rank=meta.rank,
         file=fi,
@@ -425,6 +428,7 @@ def _analyze_rank(df: pl.DataFrame, fi: int, meta, options: Options) -> RankResu
         gpu_notes=spec.notes if spec else (),
         mfu_error=mfu_error,
         critical_path=crit,
+        pipeline=pipe,
         **quality,
     ), C
 
