@@ -16,7 +16,7 @@ from textual.widgets import Label, Static, TabbedContent, TabPane
 
 from tracelens.model.units import fmt_bytes, fmt_ns, fmt_num, fmt_pct, fmt_pct2
 from tracelens.render import tables as views
-from tracelens.render.tables import KCLASS_COLOURS
+from tracelens.render.tables import KCLASS_COLOURS, path_colour
 from tracelens.tui.widgets.rank_strip import RankStrip
 from tracelens.tui.widgets.table import Column, FilterTable, RowTable
 from tracelens.tui.widgets.timeline import TimelineView
@@ -318,16 +318,6 @@ class TimelinePane(Vertical):
     @on(TimelineView.CursorMoved)
     def _status(self, event: TimelineView.CursorMoved) -> None:
         self.query_one("#timeline-status", Static).update(Text(views.printable(event.info)))  # names from the trace: no markup
-
-
-PATH_COLOURS = {"cpu": "#62a0ea", "data_loading": "#f6d32d", "launch_overhead": "#ff7800", "sync": "#c061cb", "memcpy": "#8ff0a4",
-                "exposed_comm": "#e01b24", "idle": "grey42"}
-
-
-def path_colour(category: str) -> str:
-    if category.startswith("compute_"):
-        return KCLASS_COLOURS.get(category[len("compute_"):], "#26a269")
-    return PATH_COLOURS.get(category, "grey70")
 
 
 def path_bar(by_category: dict[str, int], width: int = 60) -> Text:
