@@ -343,7 +343,7 @@ def critical_step_rows(report: dict[str, Any]) -> list[dict[str, Any]]:
         cp = r.get("critical_path")
         if not cp:
             continue
-        for s, st in zip(cp["steps"], r["steps"]):
+        for s, st in zip(cp.get("steps") or [], r["steps"]):
             by = s["by_category_ns"]
             total = sum(by.values()) or 1
             top = sorted(by.items(), key=lambda kv: -kv[1])[:3]

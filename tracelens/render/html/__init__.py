@@ -244,6 +244,8 @@ def _steps_chart(d: dict[str, Any]) -> str:
 
 def _path_bar(by: dict[str, int], label: str) -> str:
     """A stacked bar (static SVG) of a critical path's ns by category; each part's ns in ``data-ns``."""
+    # the order is the numbers' (largest first, then by name), never the saved file's key order
+    by = dict(sorted(((str(c), ns) for c, ns in by.items() if isinstance(ns, int) and ns > 0), key=lambda kv: (-kv[1], kv[0])))
     total = sum(by.values())
     if total <= 0:
         return ""
@@ -274,8 +276,11 @@ def _critical_path(d: dict[str, Any]) -> str:
         cp = r["critical_path"]
         out.append(f"<h3>rank {escape(str(r['rank']))}</h3>" + _path_bar(cp["by_category_ns"], "kept steps"))
         trs = []
+        per = cp.get("steps") or []  # optional in a saved report
         for i in kept_indices(r["steps"]):
-            st, s = r["steps"][i], cp["steps"][i]
+            if i >= len(per):
+                break
+            st, s = r["steps"][i], per[i]
             out.append(_path_bar(s["by_category_ns"], str(st["name"])))
             for e in s["top_events"]:
                 share = e["ns"] / s["length_ns"] if s["length_ns"] else None
