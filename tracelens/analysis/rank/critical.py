@@ -142,6 +142,8 @@ def _events(df: pl.DataFrame, device: int | None, names: Names) -> tuple[pl.Data
         .otherwise(_c(_CPU)).alias("cat"),
         ((pl.col("kind") == "runtime") & names.like(r"(?i)memcpy")).alias("copy"),
         ((pl.col("kind") == "cpu_op") & names.like(AUTOGRAD_RE)).any().over("pid", "tid").alias("autograd"),
+        *[pl.when(pl.col("args").str.contains(f'"fwdbwd_{e}":', literal=True))
+          .then(pl.col("args").str.extract(f'"fwdbwd_{e}":(-?\\d+)').cast(pl.Int64)).alias(f"fwd_{e}") for e in "sf"],
     )
     gpu = lf.filter(pl.col("kind").is_in(DEVICE_KINDS) & mine & timed).select(
         "_row", "stream", "ts_ns", "dur_ns", "correlation", _gpu_category().alias("cat"))
@@ -250,6 +252,14 @@ def _last_arrivals(host: pl.DataFrame, gpu: pl.DataFrame, dsync: pl.DataFrame, n
                                         strategy="backward", allow_exact_matches=False, check_sortedness=False, **by)
             out.append(waiting.lazy().filter(later & pl.col("_gap_own").is_null() & pl.col("_pu").is_not_null()).select(
                 pl.col("o").alias("v"), "u", _c(_SYNC).alias("cat"), pl.lit(None).alias("owner")))
+    # autograd's fwdbwd flows (the parser's ``fwdbwd_s``/``fwdbwd_f`` args): a backward node starts
+    # after the forward op it differentiates ends
+    if bool(host.get_column("fwd_f").is_not_null().any()):
+        src = host.filter(pl.col("fwd_s").is_not_null()).select("_row", pl.col("fwd_s").alias("_fid")).join(
+            hn.filter(pl.col("end")).select("_row", pl.col("o").alias("u")), on="_row").unique("_fid", keep="first")
+        dst = host.filter(pl.col("fwd_f").is_not_null()).select("_row", pl.col("fwd_f").alias("_fid")).join(
+            hn.filter(~pl.col("end")).select("_row", pl.col("o").alias("v")), on="_row")
+        out.append(dst.join(src.select("_fid", "u"), on="_fid").lazy().select("v", "u", _c(_CPU).alias("cat"), pl.lit(None).alias("owner")))
     # an activity's end after its start
     gs = gn.filter(~pl.col("end")).select(pl.col("o").alias("_s"), "_row", "stream", "ts_ns", "dur_ns", "correlation", "cat")
     ge = gn.filter(pl.col("end")).select(pl.col("o").alias("_e"), "_row")
