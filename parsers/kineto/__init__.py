@@ -44,7 +44,15 @@ from .decode import (
     _shown,
     decimal_us_to_ns,
 )
-from .link import _attach_comm_records, _bind_fwdbwd, _device, _fill_from_flows, _group_from_pg_config, _name_collectives, _single_group
+from .link import (
+    _attach_comm_records,
+    _bind_fwdbwd,
+    _device,
+    _fill_from_flows,
+    _group_from_pg_config,
+    _name_collectives,
+    _single_group,
+)
 from .normalise import MAX_ARGS_BYTES, MAX_NAME_BYTES, _batch, _drop_far
 
 __all__ = ["CHUNK_BYTES", "MAX_ARGS_BYTES", "MAX_NAME_BYTES", "NAME", "PARSER_VERSION", "_as_int", "_decode_chunk", "_int_col",
