@@ -74,3 +74,13 @@ def ddp_traces(tmp_path_factory) -> list[Path]:
     from tests.torch_recorder import record_ddp
 
     return record_ddp(tmp_path_factory.mktemp("ddp"), world=2, steps=3)
+
+
+@pytest.fixture(scope="session")
+def pipeline_traces(tmp_path_factory) -> dict[str, list[Path]]:
+    """Real pipeline-parallel runs recorded here on the CPU (torch.distributed.pipelining over gloo,
+    2 ranks, 4 micro-batches): schedule name -> the rank traces.  About 10 s each."""
+    from tests.pipe_recorder import SCHEDULES, record_pipeline
+
+    root = tmp_path_factory.mktemp("pipeline")
+    return {s: record_pipeline(root / s, s, world=2, microbatches=4) for s in SCHEDULES}

@@ -14,7 +14,7 @@ import sys
 from tracelens import __version__
 from tracelens.model.errors import EXIT_BAD_INPUT, EXIT_CODES, EXIT_INTERNAL, EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE
 
-COMMANDS = ("info", "report", "open", "demo", "export")
+COMMANDS = ("info", "report", "open", "demo", "export", "export-trace")
 
 
 class _Parser(argparse.ArgumentParser):
@@ -97,6 +97,14 @@ def build_parser() -> argparse.ArgumentParser:
     p_exp.add_argument("--strict", action="store_true",
                        help="a file or subdirectory of a job directory that cannot be read is an error (default: a warning, skipped)")
     _prefer(p_exp)
+    p_tr = sub.add_parser("export-trace", help="the job as one Perfetto / chrome://tracing trace, every rank, with the critical path overlaid")
+    _common(p_tr)
+    p_tr.add_argument("-o", "--output", metavar="FILE", required=True, help="the trace to write: .json, or .json.gz (gzip)")
+    p_tr.add_argument("--align-clocks", action="store_true",
+                      help="shift each rank by the job's clock alignment (shared collectives end together) so that ranks line up; "
+                           "default: each file's times as recorded")
+    p_tr.add_argument("--steps", metavar="A:B", help="only ProfilerStep numbers A..B (N, A:B, :B, A:)")
+    p_tr.add_argument("--step-range", metavar="REGEX", help="use host ranges whose name matches REGEX as the steps")
     p_demo = sub.add_parser("demo", help="the bundled sample job: the terminal UI, or (no terminal) its text report and an HTML page")
     p_demo.add_argument("-o", "--output", metavar="FILE.html", default="tracelens-demo.html",
                         help="where the HTML report goes without a terminal (default: ./tracelens-demo.html)")
@@ -135,6 +143,8 @@ def main(argv: list[str] | None = None) -> int:
             return _cmd_open(args)
         if args.command == "export":
             return _cmd_export(args)
+        if args.command == "export-trace":
+            return _cmd_export_trace(args)
         if args.command == "demo":
             from tracelens.demo import run
 
@@ -209,6 +219,28 @@ def _cmd_export(args: argparse.Namespace) -> int:
                   strict=args.strict, prefer=args.prefer)
     what = f"{len(done.files)} file(s)" if not args.output.lower().endswith(".parquet") else "1 rank"
     print(f"tracelens: wrote {what}, {done.rows:,} events, to {_clean(done.out)}")
+    for w in done.warnings:
+        print(f"tracelens: warning: {_clean(w)}", file=sys.stderr)
+    return EXIT_OK
+
+
+def _cmd_export_trace(args: argparse.Namespace) -> int:
+    import re
+
+    from tracelens.export.perfetto import export_trace
+    from tracelens.model.options import Options, parse_steps
+
+    try:
+        steps = parse_steps(args.steps) if args.steps else None
+        if args.step_range:
+            re.compile(args.step_range)
+    except (ValueError, re.error) as e:
+        print(f"tracelens: error: {_clean(e)}", file=sys.stderr)
+        return EXIT_USAGE
+    done = export_trace(args.paths, args.output, align_clocks=args.align_clocks, options=Options(steps=steps, step_range=args.step_range),
+                        use_cache=not args.no_cache, keep_python=args.keep_python, strict=args.strict, prefer=args.prefer, jobs=args.jobs)
+    print(f"tracelens: wrote {done.ranks} rank(s), {done.events:,} events, {done.segments:,} critical-path slices and "
+          f"{done.flows:,} arrows to {_clean(done.out)}")
     for w in done.warnings:
         print(f"tracelens: warning: {_clean(w)}", file=sys.stderr)
     return EXIT_OK

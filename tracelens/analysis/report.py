@@ -30,6 +30,8 @@ class JobResult:
     communication: dict[str, Any]  # by_group, slowest, matching and the notes on unknown groups/types
     suggestions: list[dict[str, Any]]  # largest possible win first
     critical_path: dict[str, Any] | None = None  # the ranks' kept-step critical paths summed (rank.critical.combine)
+    pipeline: dict[str, Any] | None = None  # job.pipeline.reduce: stages, m, v, schedule, bubble vs theory (None: no P2P)
+    pipeline_ranks: dict[int, dict[str, Any]] = field(default_factory=dict)  # file -> that rank's pipeline dict (job.pipeline.reduce)
 
 
 @dataclass(frozen=True)
@@ -87,8 +89,10 @@ class Analysis:
                 "straggler_check": dict(job.straggler_check),
                 # only with --critical-path (Options.critical_path): absent, as before it, otherwise
                 **({"critical_path": _fresh(job.critical_path)} if job.critical_path is not None else {}),
+                # only where a rank has P2P traffic, schedule ranges or SendRecv kernels: absent, as before it, otherwise
+                **({"pipeline": _fresh(job.pipeline)} if job.pipeline is not None else {}),
             },
-            "ranks": [_rank_dict(r) for r in self.ranks],
+            "ranks": [_rank_dict(r, job.pipeline_ranks.get(r.file)) for r in self.ranks],
             "communication": _fresh(job.communication),
             "suggestions": _fresh(job.suggestions),
             "timeline": self.timeline,
@@ -112,7 +116,7 @@ def gpu_dict(g: GpuTime | None) -> dict[str, int] | None:
     return d
 
 
-def _rank_dict(r: RankResult) -> dict[str, Any]:
+def _rank_dict(r: RankResult, pipeline: dict[str, Any] | None = None) -> dict[str, Any]:
     return {
         "rank": r.rank,
         "file": r.file,
@@ -155,8 +159,8 @@ def _rank_dict(r: RankResult) -> dict[str, Any]:
         "kernels_total": r.kernels_total,
         "matmul_efficiency": list(r.matmuls),
         "matmul_efficiency_total": r.matmuls_total,
-        # the pipeline analysis is a later issue: what is known now
-        "pipeline": {
+        # the pipeline analysis (job.pipeline.reduce) where the rank has pipeline blocks; else the idle before P2P kernels
+        "pipeline": _fresh(pipeline) if pipeline is not None else {
             "stage": None,
             "bubble_ns": r.idle.pipeline_bubble if r.idle else None,
             "bubble_fraction": (r.idle.pipeline_bubble / r.gpu.window) if (r.idle and r.gpu and r.gpu.window) else None,

@@ -135,6 +135,7 @@ class RankResult:
     lower_bound: bool = False  # the MFU leaves out matmul kernels whose FLOPs are unknown
     above_peak: bool = False  # some counted FLOPs exceed what their kernels could do at peak (warned)
     mfu_error: str | None = None  # the user's FLOPs or peak give an MFU above 100%: the MFU is null
+    pipeline: dict[str, Any] | None = None  # analysis.rank.pipeline.rank_pipeline: this rank's blocks, P2P roles and peers, per-step bubble (None: no P2P)
     critical_path: dict[str, Any] | None = None  # analysis.rank.critical.summarize: the kept steps' path, each step's
 
 

@@ -682,3 +682,15 @@ def per_rank_series(report: dict[str, Any]) -> tuple[str, list[float]]:
     if rows and all(r["mfu"] is not None for r in rows):
         return "MFU per rank", [r["mfu"] for r in rows]
     return "step time per rank (ms)", [(r["step_ns"] or 0) / 1e6 for r in rows]
+
+
+# the critical path's categories (tracelens.analysis.rank.critical.CATEGORIES; compute_<kclass> by its kernel class's colour)
+PATH_COLOURS = {"cpu": "#62a0ea", "data_loading": "#f6d32d", "launch_overhead": "#ff7800", "sync": "#c061cb", "memcpy": "#8ff0a4",
+                "exposed_comm": "#e01b24", "idle": "#9a9996"}
+
+
+def path_colour(category: str) -> str:
+    """The colour of a critical-path category, in the TUI and the HTML page."""
+    if category.startswith("compute_"):
+        return KCLASS_COLOURS.get(category[len("compute_"):], "#26a269")
+    return PATH_COLOURS.get(category, "#c0bfbc")

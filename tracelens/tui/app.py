@@ -373,7 +373,7 @@ class TracelensApp(App):
             await self.action_show_tab("overview")
 
     async def _timeline_at(self, start: int | None, end: int | None, rank: int | None, show: set[str] | None = None,
-                     hl: tuple[int, int] | None = None) -> None:
+                     hl: tuple[int, int] | None = None, spans: list[tuple[int, int]] | None = None) -> None:
         if self.timeline_pending:
             self.notify("the timeline is still loading: try again in a moment", severity="warning")
             return
@@ -382,7 +382,7 @@ class TracelensApp(App):
             return
         self.history.append(self._state())
         await self.action_show_tab("timeline-tab")
-        self.call_after_refresh(lambda: self.query_one("#timeline", TimelineView).show_window(start, end, rank, show, hl))
+        self.call_after_refresh(lambda: self.query_one("#timeline", TimelineView).show_window(start, end, rank, show, hl, spans))
 
     @on(RowTable.Chosen)
     async def _drill(self, event: RowTable.Chosen) -> None:
@@ -403,6 +403,8 @@ class TracelensApp(App):
             show = set(w.get("show") or ())
             await self._timeline_at(w.get("start_ns"), w.get("end_ns"), w.get("rank"), show,
                                     (w["start_ns"], w["end_ns"]) if w.get("start_ns") is not None else None)
+        elif tid == "critical-events-table":  # the event, in its step, the path's top events highlighted
+            await self._timeline_at(row["step_start_ns"], row["step_end_ns"], row["rank"], None, None, row["path_spans"])
         elif tid == "slow-table":
             if row["start_ns"] is not None:
                 await self._timeline_at(row["start_ns"], row["start_ns"] + (row["max_ns"] or 1), row["first_rank"], {"comm"})

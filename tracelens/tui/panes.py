@@ -16,7 +16,7 @@ from textual.widgets import Label, Static, TabbedContent, TabPane
 
 from tracelens.model.units import fmt_bytes, fmt_ns, fmt_num, fmt_pct, fmt_pct2
 from tracelens.render import tables as views
-from tracelens.render.tables import KCLASS_COLOURS
+from tracelens.render.tables import KCLASS_COLOURS, path_colour
 from tracelens.tui.widgets.rank_strip import RankStrip
 from tracelens.tui.widgets.table import Column, FilterTable, RowTable
 from tracelens.tui.widgets.timeline import TimelineView
@@ -320,6 +320,97 @@ class TimelinePane(Vertical):
         self.query_one("#timeline-status", Static).update(Text(views.printable(event.info)))  # names from the trace: no markup
 
 
+def path_bar(by_category: dict[str, int], width: int = 60) -> Text:
+    """A stacked bar of the path's time by category, and its legend with the shares."""
+    total = sum(by_category.values()) or 1
+    t, used = Text(), 0
+    items = list(by_category.items())
+    for i, (c, ns) in enumerate(items):
+        n = width - used if i == len(items) - 1 else round(width * ns / total)
+        t.append("█" * max(n, 0), style=path_colour(c))
+        used += max(n, 0)
+    t.append("\n")
+    for c, ns in items:
+        t.append("■ ", style=path_colour(c))
+        t.append(f"{c} {fmt_pct(ns / total)} ({fmt_ns(ns)})  ")
+    return t
+
+
+def critical_step_rows(report: dict[str, Any]) -> list[dict[str, Any]]:
+    """One row per rank and step of the report's critical path."""
+    rows = []
+    for r in report["ranks"]:
+        cp = r.get("critical_path")
+        if not cp:
+            continue
+        for s, st in zip(cp.get("steps") or [], r["steps"]):
+            by = s["by_category_ns"]
+            total = sum(by.values()) or 1
+            top = sorted(by.items(), key=lambda kv: -kv[1])[:3]
+            rows.append({"rank": r["rank"], "step": st["name"], "length_ns": s["length_ns"],
+                         "categories": " · ".join(f"{c} {fmt_pct(ns / total)}" for c, ns in top),
+                         "warmup": st.get("warmup", False), "start_ns": st["start_ns"], "dur_ns": st["dur_ns"],
+                         "by_category_ns": by, "top_events": s["top_events"]})
+    return rows
+
+
+def critical_event_rows(step: dict[str, Any]) -> list[dict[str, Any]]:
+    """The top events of one step's path (a row of critical_step_rows), with their share of it."""
+    total = step["length_ns"] or 1
+    return [{"rank": step["rank"], "step": step["step"], "category": e["category"], "ns": e["ns"], "share": e["ns"] / total,
+             "name": e["name"] or "", "kind": e["kind"] or "", "ts_ns": e["ts_ns"], "step_start_ns": step["start_ns"],
+             "step_end_ns": step["start_ns"] + step["dur_ns"], "path_spans": [(x["ts_ns"], x["ts_ns"] + x["ns"]) for x in step["top_events"]
+                                                                                 if x["ts_ns"] is not None]}
+            for e in step["top_events"]]
+
+
+NO_CRITICAL_PATH = ("no critical path in this report: run `tracelens open --critical-path PATH` (or `tracelens report "
+                    "--critical-path`) to compute each step's chain of waits")
+
+
+class CriticalPathPane(Vertical):
+    """Per rank and step the critical path's time by category (a bar) and its top events; enter
+    on an event shows it in the timeline, the path's top events highlighted."""
+
+    def __init__(self, report: dict[str, Any]):
+        super().__init__(id="critical-body")
+        self.report = report
+        self.steps = critical_step_rows(report)
+
+    def compose(self) -> ComposeResult:
+        if not self.steps:
+            yield Static(NO_CRITICAL_PATH, id="critical-none", classes="empty", markup=False)
+            return
+        first = self.steps[0]
+        yield Label(f"rank {first['rank']}, {first['step']}: the path's {fmt_ns(first['length_ns'])} by category",
+                    id="critical-title", markup=False)
+        yield Static(path_bar(first["by_category_ns"]), id="critical-bar")
+        yield FilterTable("critical path per rank and step (the highlighted step's events below)", [
+            Column("rank", "rank", str, True),
+            Column("step", "step"),
+            Column("length_ns", "path", fmt_ns, True),
+            Column("categories", "by category"),
+            Column("warmup", "", lambda v: "warm-up" if v else ""),
+        ], self.steps, id="critical-steps-table")
+        yield FilterTable("top events on the path (enter: the timeline there, the path's events highlighted)", [
+            Column("category", "category"),
+            Column("ns", "on path", fmt_ns, True),
+            Column("share", "share", fmt_pct, True),
+            Column("kind", "kind"),
+            Column("name", "event", lambda v: views.printable(v)[:160]),
+        ], critical_event_rows(first), id="critical-events-table", empty="no events on this step's path")
+
+    @on(RowTable.Highlighted)
+    def _show_step(self, event: RowTable.Highlighted) -> None:
+        if event.table.id != "critical-steps-table" or event.row is None or not self.query("#critical-bar"):
+            return
+        s = event.row
+        self.query_one("#critical-title", Label).update(Text(f"rank {s['rank']}, {views.printable(str(s['step']))}: "
+                                                             f"the path's {fmt_ns(s['length_ns'])} by category"))
+        self.query_one("#critical-bar", Static).update(path_bar(s["by_category_ns"]))
+        self.query_one("#critical-events-table", FilterTable).set_rows(critical_event_rows(s))
+
+
 class WarningsPane(Horizontal):
     """Every warning of the report, one row each (filterable), the highlighted one in full."""
 
@@ -452,5 +543,6 @@ VIEWS += [
     ("suggestions", "Suggestions", lambda report, timeline: SuggestionsPane(report)),
     ("timeline-tab", "Timeline", lambda report, timeline: TimelinePane(timeline, report)),
     ("warnings", "Warnings", lambda report, timeline: WarningsPane(report)),
+    ("critical", "Critical path", lambda report, timeline: CriticalPathPane(report)),
 ]
 WARNINGS_KEY = str(1 + next(i for i, (pane_id, _, _) in enumerate(VIEWS) if pane_id == "warnings"))

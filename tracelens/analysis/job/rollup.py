@@ -15,7 +15,7 @@ import polars as pl
 
 from tracelens.analysis import waterfall
 from tracelens.analysis.job import collectives as coll
-from tracelens.analysis.job import comm
+from tracelens.analysis.job import comm, pipeline
 from tracelens.analysis.job import stragglers as strag
 from tracelens.analysis.rank import critical
 from tracelens.analysis.report import Analysis, JobResult, gpu_dict
@@ -30,6 +30,7 @@ def finish_job(a: Analysis) -> Analysis:
     kind = waterfall_kind(ranks)
     table = a.table()
     check = strag.check_dict(a.straggler_check or strag.straggler_check(table, len(ranks)))
+    pipe, pipe_ranks = pipeline.reduce(ranks)
     return replace(a, job=JobResult(
         mfu=job_mfu(ranks),
         step_time_ns={
@@ -53,6 +54,8 @@ def finish_job(a: Analysis) -> Analysis:
                        **(a.comm_notes or comm.report_notes(table, ()))},
         suggestions=[sg.to_dict() for sg in suggest(a)],
         critical_path=critical.combine([r.critical_path for r in ranks], table, [(r.file, r.rank) for r in ranks]),
+        pipeline=pipe,
+        pipeline_ranks=pipe_ranks,
     ))
 
 

@@ -390,6 +390,9 @@ def _analyze_rank(df: pl.DataFrame, fi: int, meta, options: Options) -> RankResu
         marks = critical.collective_marks(crows, windows) if crows is not None else None
         crit = critical.summarize(critical.step_paths(df, meta.device_id, windows, main_tid, names, marks=marks), steps,
                                   kept_indices(steps), crows, windows)
+    from tracelens.analysis.rank import pipeline as pp
+
+    pipe = pp.rank_pipeline(df, gpu_rows, steps, meta, names)
     return RankResult(
         rank=meta.rank,
         file=fi,
@@ -425,6 +428,7 @@ def _analyze_rank(df: pl.DataFrame, fi: int, meta, options: Options) -> RankResu
         gpu_notes=spec.notes if spec else (),
         mfu_error=mfu_error,
         critical_path=crit,
+        pipeline=pipe,
         **quality,
     ), C
 
@@ -855,3 +859,19 @@ def _step_flops(
         "shapes",
         warn,
     )
+
+
+def critical_paths(df: pl.DataFrame, meta, options: Options, steps) -> list:
+    """Each step's critical path with its segments (``critical.step_paths(..., with_segments=True)``),
+    on the windows and step thread the analysis of this rank used: for the views and the trace
+    export, which have the rank's result (``steps``: its Step objects) but not its frames."""
+    from tracelens.analysis.rank import critical
+
+    names = Names(df)
+    _spans, main_tid = _step_spans(df, options)
+    if main_tid is None:  # as _analyze_rank: the thread that launched most GPU work
+        gpu = _split(df, meta.device_id, names).gpu
+        top = gpu.filter(pl.col("launch_known")).group_by("launch_tid").len().sort("len", descending=True)
+        main_tid = top.get_column("launch_tid")[0] if top.height else None
+    windows = [(s.start_ns, s.end_ns) for s in steps]
+    return critical.step_paths(df, meta.device_id, windows, main_tid, names, with_segments=True)

@@ -107,6 +107,9 @@ class StepPath:
     rows: tuple[int, ...] = ()  # the rows (in the rank's frame) of the events with a point on the path, in order
     # the path's ns per category from the window's start to each mark: (m, cat, ns), ns > 0 (a mark with none: no row)
     marks: pl.DataFrame = field(default_factory=lambda: _NO_MARKS, compare=False)
+    # with_segments: the path's segments in time order, a frame of (start_ns, end_ns, category, row:
+    # the event in the rank's frame it is charged to, null for none); they tile the step's window
+    segments: Any = None
 
     def to_dict(self, step: int | None) -> dict[str, Any]:
         return {"step": step, "length_ns": self.length_ns, "by_category_ns": dict(self.by_category_ns),
@@ -351,14 +354,19 @@ def _last_arrivals(host: pl.DataFrame, gpu: pl.DataFrame, dsync: pl.DataFrame, n
 
 
 def step_paths(df: pl.DataFrame, device: int | None, windows: list[tuple[int, int]], main_tid: int | None,
-               names: Names, with_rows: bool = False, marks: pl.DataFrame | None = None) -> list[StepPath]:
+               names: Names, with_rows: bool = False, marks: pl.DataFrame | None = None,
+               with_segments: bool = False) -> list[StepPath]:
     """The critical path of each window (a step's GPU window, in order); ``with_rows``: with the
     rows of the events on it (``StepPath.rows``, for tests); ``marks`` (``k``: window, ``m``: id,
-    ``t``: a time in it): the path's ns per category up to each (``StepPath.marks``)."""
+    ``t``: a time in it): the path's ns per category up to each (``StepPath.marks``);
+    ``with_segments``: with its segments (``StepPath.segments``, for the views and the trace export)."""
     host, gpu, dsync = _events(df, device, names)
     n_win = len(windows)
     if host.height + gpu.height == 0:
-        return [StepPath(max(e - s, 0), {_IDLE: max(e - s, 0)} if e > s else {}, [], 0) for s, e in windows]
+        return [StepPath(max(e - s, 0), {_IDLE: max(e - s, 0)} if e > s else {}, [], 0, (), _NO_MARKS,
+                         pl.DataFrame({"start_ns": [s], "end_ns": [e], "category": [_IDLE], "row": [None]},
+                                      schema=_NO_SEGMENTS.schema).filter(pl.col("end_ns") > pl.col("start_ns"))
+                         if with_segments else None) for s, e in windows]
     nodes = _nodes(host, gpu)
     # each node's last-arriving dependency (null for none) and that edge's category and event
     last = _last_arrivals(host, gpu, dsync, nodes, main_tid)
@@ -413,15 +421,15 @@ def step_paths(df: pl.DataFrame, device: int | None, windows: list[tuple[int, in
     ut = t.gather(su.fill_null(0))
     seg = pl.DataFrame({"k": mk, "t0": mt0, "_t": t.gather(mnode), "_u": su, "_ut": ut, "cat": cat.gather(mnode),
                         "owner": owner.gather(mnode), "node": mnode}).lazy().select(
-        "k", "owner", "node", pl.col("_t").alias("_e"),
+        "k", "owner", "node", "_t", pl.col("_t").alias("_e"),
         (pl.col("_t") - pl.max_horizontal(pl.when(pl.col("_u").is_not_null()).then(pl.col("_ut")).otherwise(pl.col("t0")),
                                           pl.col("t0"))).alias("ns"),
         pl.when(pl.col("_u").is_null()).then(_c(_IDLE)).otherwise(pl.col("cat")).alias("cat"),
     )
     ztime = z.with_columns(t.gather(z.get_column("node")).alias("_zt"))
     tails = win.lazy().join(ztime.lazy(), on="k", how="left").select(
-        "k", _c(_IDLE).alias("cat"), (pl.col("t1") - pl.col("_zt").fill_null(pl.col("t0"))).alias("ns"))
-    parts = pl.concat([seg.select("k", "cat", "ns"), tails]).filter(pl.col("ns") > 0)
+        "k", _c(_IDLE).alias("cat"), (pl.col("t1") - pl.col("_zt").fill_null(pl.col("t0"))).alias("ns"), pl.col("t1").alias("_t"))
+    parts = pl.concat([seg.select("k", "cat", "ns"), tails.select("k", "cat", "ns")]).filter(pl.col("ns") > 0)
     top = seg.filter(pl.col("owner").is_not_null() & (pl.col("ns") > 0)).group_by("k", "owner").agg(
         pl.col("ns").sum(), pl.col("cat").sort_by("node", descending=True).first())  # its category: its last segment's
     # only the events that can be among a window's first TOP_EVENTS (ties included) get their names
@@ -444,6 +452,13 @@ def step_paths(df: pl.DataFrame, device: int | None, windows: list[tuple[int, in
     for r in (top.select("k", "name", "kind", "cat", "ns", "ts_ns").iter_rows(named=True) if top.height else ()):  # TOP_EVENTS per window
         tops[r["k"]].append({"name": r["name"], "kind": r["kind"], "category": r["cat"], "ns": int(r["ns"]), "ts_ns": r["ts_ns"]})
     nodes_on = dict(counts.iter_rows())
+    segs_of: dict[int, pl.DataFrame] = {}
+    if with_segments:  # each segment ends at its node (the tail at t1) and lasts its ns
+        allseg = pl.concat([seg.select("k", "_t", "ns", "cat", "owner"), tails.with_columns(pl.lit(None, pl.UInt32).alias("owner"))
+                            .select("k", "_t", "ns", "cat", "owner")]).filter(pl.col("ns") > 0).select(
+            "k", (pl.col("_t") - pl.col("ns")).alias("start_ns"), pl.col("_t").alias("end_ns"),
+            pl.col("cat").cast(pl.String).alias("category"), pl.col("owner").alias("row")).sort("k", "end_ns").collect()
+        segs_of = {k[0]: g.drop("k") for k, g in allseg.group_by("k", maintain_order=True)}  # one frame per window
     rows_of = {}
     if with_rows:
         on_path = (members.join(nodes.select(pl.col("o").alias("node"), "_row"), on="node")
@@ -469,8 +484,12 @@ def step_paths(df: pl.DataFrame, device: int | None, windows: list[tuple[int, in
     out = []
     for k, (s, e) in enumerate(windows):
         by = dict(sorted(cats[k].items(), key=lambda kv: (-kv[1], kv[0])))
-        out.append(StepPath(sum(by.values()), by, tops[k], int(nodes_on.get(k, 0)), rows_of.get(k, ()), marks_of.get(k, _NO_MARKS)))
+        out.append(StepPath(sum(by.values()), by, tops[k], int(nodes_on.get(k, 0)), rows_of.get(k, ()), marks_of.get(k, _NO_MARKS),
+                            segs_of.get(k, _NO_SEGMENTS) if with_segments else None))
     return out
+
+
+_NO_SEGMENTS = pl.DataFrame(schema={"start_ns": pl.Int64, "end_ns": pl.Int64, "category": pl.String, "row": pl.UInt32})
 
 
 def collective_marks(rows: pl.DataFrame, windows: list[tuple[int, int]]) -> pl.DataFrame:

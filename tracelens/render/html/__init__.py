@@ -28,7 +28,7 @@ import orjson
 
 from tracelens.model.units import fmt_bytes, fmt_ns, fmt_num, fmt_pct
 from tracelens.render import tables as views
-from tracelens.render.tables import BAR_COLOURS, KCLASS_COLOURS
+from tracelens.render.tables import BAR_COLOURS, KCLASS_COLOURS, path_colour
 
 ASSETS = ("page.css", "page.js")  # the static text of the page, package data files beside this module
 
@@ -240,6 +240,56 @@ def _steps_chart(d: dict[str, Any]) -> str:
             out.append(f'<text x="{x + bw / 2:.1f}" y="{H + 14}" text-anchor="middle">{escape(str(vals[0][2]).replace("ProfilerStep", ""))}</text>')
     out.append("</svg><p class='muted'>grey: warm-up step (left out of the totals)</p>")
     return "".join(out)
+
+
+def _path_bar(by: dict[str, int], label: str) -> str:
+    """A stacked bar (static SVG) of a critical path's ns by category; each part's ns in ``data-ns``."""
+    # the order is the numbers' (largest first, then by name), never the saved file's key order
+    by = dict(sorted(((str(c), ns) for c, ns in by.items() if isinstance(ns, int) and ns > 0), key=lambda kv: (-kv[1], kv[0])))
+    total = sum(by.values())
+    if total <= 0:
+        return ""
+    W, x, parts = 600, 0.0, []
+    for c, ns in by.items():
+        w = W * ns / total
+        tip = f"{c}: {fmt_ns(ns)} ({fmt_pct(ns / total)})"
+        parts.append(f'<rect class="cp-part" data-cat="{escape(c)}" data-ns="{int(ns)}" x="{x:.2f}" y="0" width="{w:.2f}" height="14" '
+                     f'fill="{path_colour(c)}"><title>{escape(tip)}</title></rect>')
+        x += w
+    legend = " · ".join(f'<span style="color:{path_colour(c)}">■</span> {escape(c)} {escape(fmt_pct(ns / total))}' for c, ns in by.items())
+    return (f'<div class="cp-row"><span class="cp-label">{escape(label)} ({escape(fmt_ns(total))})</span>'
+            f'<svg class="cp-bar" viewBox="0 0 {W} 14" width="{W}" height="14" role="img" aria-label="{escape(label)}">{"".join(parts)}</svg>'
+            f'<div class="muted">{legend}</div></div>')
+
+
+def _critical_path(d: dict[str, Any]) -> str:
+    """Each rank's critical path over its kept steps and each kept step's (stacked bars by
+    category) and the kept steps' top events on the path; nothing when the report has none."""
+    from tracelens.model.summary import kept_indices
+
+    ranks = [r for r in d["ranks"] if r.get("critical_path")]
+    if not ranks:
+        return ""
+    out = ["<h2 id='critical-path'>Critical path</h2><p class='muted'>the chain of waits that set each step's time "
+           "(the path's length is the step's time), by category</p>"]
+    for r in ranks:
+        cp = r["critical_path"]
+        out.append(f"<h3>rank {escape(str(r['rank']))}</h3>" + _path_bar(cp["by_category_ns"], "kept steps"))
+        trs = []
+        per = cp.get("steps") or []  # optional in a saved report
+        for i in kept_indices(r["steps"]):
+            if i >= len(per):
+                break
+            st, s = r["steps"][i], per[i]
+            out.append(_path_bar(s["by_category_ns"], str(st["name"])))
+            for e in s["top_events"]:
+                share = e["ns"] / s["length_ns"] if s["length_ns"] else None
+                trs.append("<tr>" + _td(None, str(st["name"]), "") + _td(None, e["category"], "") + _td(e["ns"], fmt_ns(e["ns"]))
+                           + _td(share, fmt_pct(share) if share is not None else None) + _td(None, e["kind"] or "", "")
+                           + _td(None, (e["name"] or "")[:200], "") + "</tr>")
+        out.append(_table([("step", False), ("category", False), ("on path", True), ("share", True), ("kind", False), ("event", False)],
+                          trs, empty="no events on the path"))
+    return "<section id='critical'>" + "".join(out) + "</section>"
 
 
 def _roofline(d: dict[str, Any]) -> str:
@@ -496,6 +546,7 @@ def render_html(d: dict[str, Any], comparison: dict[str, Any] | None = None) -> 
         _steps_chart(d),
         _kernels(d),
         _comm(d),
+        _critical_path(d),
         _timeline(d),
         _warnings(d),
     ]

@@ -75,6 +75,9 @@ class TimelineView(Widget, can_focus=True):
         self.steps = steps  # rank -> [(step, name, start_ns, end_ns)]
         self.highlight: set[str] = set()
         self.hl_window: tuple[int, int] | None = None
+        # the critical path's events (their spans, ns) on one rank: drawn bold and underlined, the rest of that rank dimmed
+        self.path_spans: list[tuple[int, int]] = []
+        self.path_rank: int | None = None
         self._cache_key: tuple | None = None
         self._sized = False
         self.gpu_only = False
@@ -118,12 +121,16 @@ class TimelineView(Widget, can_focus=True):
 
     # -- navigation -------------------------------------------------------------------------
     def show_window(self, start: int, end: int, rank: int | None = None, highlight: set[str] | None = None,
-                    hl_window: tuple[int, int] | None = None) -> None:
-        """Zoom to [start, end] (with a little margin), select ``rank``'s first track."""
+                    hl_window: tuple[int, int] | None = None, path_spans: list[tuple[int, int]] | None = None) -> None:
+        """Zoom to [start, end] (with a little margin), select ``rank``'s first track;
+        ``path_spans``: the critical path's events on ``rank``, highlighted."""
         pad = max(1, (end - start) // 40)
         self.t0, self.t1 = start - pad, end + pad
         self.highlight = set(highlight or ())
         self.hl_window = hl_window
+        self.path_spans = sorted(path_spans or ())
+        self.path_rank = rank if path_spans else None
+        self._cache_key = None
         if rank is not None:  # its GPU row (an nsys rank's NVTX row comes first)
             idx = next((i for i, t in enumerate(self.tracks) if t.rank == rank and not t.is_host), None)
             if idx is not None:
@@ -131,6 +138,10 @@ class TimelineView(Widget, can_focus=True):
                 self.top = max(0, min(idx, len(self.tracks) - self.rows))
         self.cursor = self.data_width // 2
         self._moved()
+
+    def on_path(self, t: int) -> bool:
+        """Whether time ``t`` falls in one of the highlighted path events' spans."""
+        return any(a <= t < b for a, b in self.path_spans)  # a step's top events: a handful
 
     def select_track(self, track_id: int) -> None:
         """Select a track (by id) and scroll it into view (showing every stream again if needed)."""
@@ -305,6 +316,9 @@ class TimelineView(Widget, can_focus=True):
                     style = _DIM
                 else:
                     style = Style(color=_HOST if track.is_host else KCLASS_COLOURS.get(c.kclass, "grey70"))
+            if self.path_spans and track.rank == self.path_rank and c is not None:
+                on_path = self.on_path(self.cell_time(col))
+                style = (style or Style()) + (Style(bold=True, underline=True) if on_path else Style(dim=True))
             if col == self.cursor:
                 style = (style or Style()) + Style(bgcolor="grey30")
             if style is run_style or style == run_style:

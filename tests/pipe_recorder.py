@@ -1,0 +1,121 @@
+"""Record real pipeline-parallel runs on the CPU for the tests (torch.distributed.pipelining over gloo).
+
+``record_pipeline(out_dir, schedule, world, microbatches)`` spawns ``world`` processes; each holds
+one stage (``v`` stages for the interleaved schedule: stage ``rank + k * world``) of a small MLP,
+runs ``steps + 1`` schedule steps under ``torch.profiler.profile`` (CPU activities, one warm-up
+step) and writes ``rank-<r>.json``.  The last stage carries the loss, which makes it the slowest.
+
+What the traces hold (torch 2.13, CPU, gloo, ``record_shapes=True``), as read from the recordings:
+
+* ``distributedInfo``: ``backend`` gloo, ``rank``, ``world_size``, ``pg_count`` 1 and ``pg_config``
+  with only the default group (``pg_name`` "0", ``pg_desc`` ``default_pg``, all ranks): a pure-PP
+  job has no separate PP group, every P2P runs on the default one.
+* ``ProfilerStep#N`` spans on the main thread, one per ``schedule.step``; everything (forward,
+  backward through ``torch.autograd.backward``, P2P) on that one thread.
+* Stage ops: ``ScheduleGPipe`` wraps each micro-batch in ``record_function`` ranges (user_annotation)
+  ``Forward i`` / ``Backward i``.  ``Schedule1F1B`` records no per-micro-batch range at all: its
+  micro-batches show only as runs of ``aten::linear``/``aten::addmm`` (forward) and
+  ``autograd::engine::evaluate_function: AddmmBackward0`` ... (backward) between the P2P records.
+  ``ScheduleInterleaved1F1B`` (a runtime schedule) wraps every action in ``PP:<action>``:
+  ``PP:1F0``, ``PP:3B1``, also ``PP:1UNSHARD``, ``PP:1RECV_F0``, ``PP:1SEND_F0``, ``PP:3SEND_B0``
+  (rank r holds stages r and r + world).  The stage module itself is no range.
+* P2P: no ``record_param_comms`` on gloo.  A ``c10d::send`` / ``c10d::recv_`` cpu_op (Concrete
+  Inputs ``["", "", "<peer group rank>", "<tag>"]``, the peer only with ``record_shapes``) holds a
+  ``gloo:send`` / ``gloo:recv`` annotation, which the parser makes the P2P record (kind ``p2p``,
+  group "0", ``default_pg``, group size = world, sequence numbers per rank and direction).  The
+  batched P2P of 1F1B's steady state (``fwd_send_bwd_recv``) is a send then a recv, one by one.
+* Timing: each gloo op runs on the host and blocks; with 2 cores shared the transfers take ms, so
+  the measured bubble is far above the schedule's theory (most of it exposed P2P).
+* torch needs numpy to exchange stage shapes (``recv_object_list``): the stages are built with
+  their micro-batch shapes given (``input_args`` / ``output_args``), which skips that exchange.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+from pathlib import Path
+
+SCHEDULES = ("gpipe", "1f1b", "interleaved")
+
+
+def _free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _worker(rank: int, world: int, port: int, out_dir: str, schedule: str, microbatches: int, steps: int, v: int) -> None:
+    import torch
+    import torch.distributed as dist
+    from torch.distributed import pipelining as pp
+
+    os.environ["MASTER_ADDR"] = "127.0.0.1"
+    os.environ["MASTER_PORT"] = str(port)
+    torch.set_num_threads(1)
+    dist.init_process_group("gloo", rank=rank, world_size=world)
+    torch.manual_seed(0)
+    width, batch = 1024, 16 * microbatches
+    n_stages = world * (v if schedule == "interleaved" else 1)
+    mine = [rank + k * world for k in range(n_stages // world)]
+    stages, mods = [], []
+    for s in mine:
+        layers = [torch.nn.Linear(width, width), torch.nn.ReLU(), torch.nn.Linear(width, width), torch.nn.ReLU()]
+        mod = torch.nn.Sequential(*layers)
+        mods.append(mod)
+        # the shapes given (an input that needs its gradient): no metadata exchange, which needs numpy
+        inp = torch.empty(batch // microbatches, width, requires_grad=s > 0)
+        out = torch.empty(batch // microbatches, width, requires_grad=True)
+        stages.append(pp.PipelineStage(mod, s, n_stages, torch.device("cpu"), input_args=(inp,), output_args=(out,)))
+
+    def loss_fn(out, target):
+        return torch.nn.functional.mse_loss(out, target)
+
+    if schedule == "gpipe":
+        sched = pp.ScheduleGPipe(stages[0], microbatches, loss_fn=loss_fn)
+    elif schedule == "1f1b":
+        sched = pp.Schedule1F1B(stages[0], microbatches, loss_fn=loss_fn)
+    else:
+        sched = pp.ScheduleInterleaved1F1B(stages, microbatches, loss_fn=loss_fn)
+    params = [p for m in mods for p in m.parameters()]
+    opt = torch.optim.SGD(params, lr=1e-3)
+    x = torch.randn(batch, width)
+    y = torch.randn(batch, width)
+    first, last = 0 in mine, (n_stages - 1) in mine
+    prof_sched = torch.profiler.schedule(wait=0, warmup=1, active=steps)
+    with torch.profiler.profile(
+        activities=[torch.profiler.ProfilerActivity.CPU], schedule=prof_sched, record_shapes=True,
+        on_trace_ready=lambda p: p.export_chrome_trace(str(Path(out_dir) / f"rank-{rank}.json")),
+    ) as prof:
+        for _ in range(steps + 1):
+            opt.zero_grad()
+            kwargs = {}
+            if last:
+                kwargs["target"] = y
+            if first:
+                sched.step(x, **kwargs)
+            else:
+                sched.step(**kwargs)
+            opt.step()
+            prof.step()
+    dist.barrier()
+    dist.destroy_process_group()
+
+
+def record_pipeline(out_dir: str | Path, schedule: str = "gpipe", world: int = 2, microbatches: int = 4,
+                    steps: int = 2, v: int = 2) -> list[Path]:
+    """Record one run; the trace paths in rank order."""
+    import torch.multiprocessing as mp
+
+    if schedule not in SCHEDULES:
+        raise ValueError(f"schedule {schedule!r} not in {SCHEDULES}")
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    mp.spawn(_worker, args=(world, _free_port(), str(out), schedule, microbatches, steps, v), nprocs=world, join=True)
+    return [out / f"rank-{r}.json" for r in range(world)]
+
+
+if __name__ == "__main__":  # python tests/pipe_recorder.py OUT SCHEDULE WORLD M
+    import sys
+
+    print(record_pipeline(sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4])))

@@ -1,0 +1,314 @@
+"""A pipeline-parallel trace simulator: Kineto-format traces of p ranks running a pipeline schedule,
+with the bubble each rank should show (the known answer the analysis is checked against).
+
+``simulate(schedule, p, m, ...)`` computes the schedule's event times with a small list scheduler:
+each rank runs its actions (F or B of a micro-batch on one of its stages) in the order the
+schedule gives; stage g's F of micro-batch i starts after stage g-1's F of i has ended plus the
+P2P latency, stage g's B of i after stage g+1's B of i (the last stage's B after its own F).  One
+step is repeated ``steps`` times back to back (every rank starts step k at the same time: the
+previous step's makespan), followed by a short closing step, so that every rank's step window
+(tracelens: a step's first kernel to the next step's first kernel) is the pipeline's makespan.
+
+``write(sim, out_dir)`` writes one JSON per rank as torch's profiler does: ``ProfilerStep#N``
+annotations on the main thread; per action an annotation (``Forward i`` / ``Backward i`` as
+ScheduleGPipe records them, ``PP:<stage><F|B><mb>`` as the runtime schedules do, or none);
+forward ops (``aten::linear`` / ``aten::mm``) on the main thread and backward ops
+(``autograd::engine::evaluate_function: MmBackward0``) on the autograd thread, each with a
+``cudaLaunchKernel`` whose kernel runs on stream 7 (correlation ids, ``ac2g`` flows); per P2P a
+``nccl:send a->b`` / ``nccl:recv a<-b`` annotation around a ``record_param_comms`` op (send/recv,
+process group "0", the group's ranks) that launches an ``ncclDevKernel_SendRecv`` kernel on
+stream 20 (a recv kernel spans from when the rank posts it to when the data arrives); and
+``distributedInfo`` with rank, world_size and pg_config.
+
+Schedules (per-rank orders): ``gpipe`` (all F then all B), ``1f1b`` (p-s-1 warm-up F, then F/B
+pairs, then the cool-down B: PipeDream-Flush / Megatron / torch's Schedule1F1B), ``interleaved``
+(Megatron's interleaved 1F1B: rank r holds stages r, r+p, ... r+(v-1)p; m a multiple of p).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+
+SCHEDULES = ("gpipe", "1f1b", "interleaved")
+LEAD_NS = 40_000  # how far the host runs ahead of the GPU
+STEP_GAP_NS = 0
+
+
+@dataclass(frozen=True)
+class Action:
+    kind: str  # "F" | "B"
+    stage: int  # global stage index (0 .. p*v-1)
+    mb: int
+
+
+@dataclass
+class Sim:
+    schedule: str
+    p: int
+    m: int
+    v: int
+    steps: int
+    annotations: str  # "torch" (Forward i / Backward i), "pp" (PP:<stage><F|B><mb>), "none"
+    orders: dict[int, list[Action]]
+    times: dict[tuple[int, Action], tuple[int, int]]  # (rank, action) -> (start, end) in the first step, from 0
+    recvs: dict[tuple[int, Action], tuple[int, int, int]]  # (rank, action) -> (start, end, peer)
+    sends: dict[tuple[int, Action], tuple[int, int, int]]
+    makespan: int
+    answer: dict = field(default_factory=dict)
+
+
+def rank_of(stage: int, p: int) -> int:
+    return stage % p
+
+
+def orders(schedule: str, p: int, m: int, v: int = 1) -> dict[int, list[Action]]:
+    """Each rank's actions, in the order the schedule runs them."""
+    out: dict[int, list[Action]] = {}
+    for r in range(p):
+        if schedule == "gpipe":
+            out[r] = [Action("F", r, i) for i in range(m)] + [Action("B", r, i) for i in range(m)]
+        elif schedule == "1f1b":
+            warm = min(p - r - 1, m)
+            acts = [Action("F", r, i) for i in range(warm)]
+            f, b = warm, 0
+            while f < m:
+                acts += [Action("F", r, f), Action("B", r, b)]
+                f, b = f + 1, b + 1
+            acts += [Action("B", r, i) for i in range(b, m)]
+            out[r] = acts
+        elif schedule == "interleaved":
+            if m % p:
+                raise ValueError(f"interleaved 1F1B needs m a multiple of p (m={m}, p={p})")
+            total = v * m
+
+            def chunk_mb(k: int, forward: bool) -> tuple[int, int]:
+                c = (k // p) % v
+                return (c if forward else v - 1 - c), (k // (p * v)) * p + k % p
+
+            warm = min((p - r - 1) * 2 + (v - 1) * p, total)
+            acts, f, b = [], 0, 0
+            for _ in range(warm):
+                c, i = chunk_mb(f, True)
+                acts.append(Action("F", c * p + r, i))
+                f += 1
+            while f < total:
+                c, i = chunk_mb(f, True)
+                acts.append(Action("F", c * p + r, i))
+                f += 1
+                c, i = chunk_mb(b, False)
+                acts.append(Action("B", c * p + r, i))
+                b += 1
+            while b < total:
+                c, i = chunk_mb(b, False)
+                acts.append(Action("B", c * p + r, i))
+                b += 1
+            out[r] = acts
+        else:
+            raise ValueError(f"unknown schedule {schedule!r}")
+    return out
+
+
+def simulate(schedule: str = "1f1b", p: int = 4, m: int = 8, v: int = 2, tf_ns: int = 1_000_000, tb_ns: int = 2_000_000,
+             latency_ns: int = 0, slow_stage: int | None = None, slow_factor: float = 1.5, steps: int = 3,
+             annotations: str = "torch", stage_times: dict[int, tuple[int, int]] | None = None) -> Sim:
+    """The schedule's event times and the known answer.  ``tf_ns``/``tb_ns``: one micro-batch's
+    forward/backward time on one device (split over its v stages in the interleaved schedule);
+    ``stage_times``: per global stage (tf, tb), overriding them."""
+    v = v if schedule == "interleaved" else 1
+    n_stages = p * v
+    tt: dict[int, tuple[int, int]] = {}
+    for g in range(n_stages):
+        f, b = (stage_times or {}).get(g, (tf_ns // v, tb_ns // v))
+        if slow_stage is not None and rank_of(g, p) == slow_stage:
+            f, b = int(f * slow_factor), int(b * slow_factor)
+        tt[g] = (f, b)
+    ords = orders(schedule, p, m, v)
+    end: dict[Action, int] = {}
+    times, recvs, sends = {}, {}, {}
+    free = dict.fromkeys(range(p), 0)
+    pos = dict.fromkeys(range(p), 0)
+    left = sum(len(a) for a in ords.values())
+    while left:
+        progressed = False
+        for r in range(p):
+            while pos[r] < len(ords[r]):
+                a = ords[r][pos[r]]
+                if a.kind == "F":
+                    dep = Action("F", a.stage - 1, a.mb) if a.stage > 0 else None
+                else:
+                    dep = Action("B", a.stage + 1, a.mb) if a.stage < n_stages - 1 else Action("F", a.stage, a.mb)
+                if dep is not None and dep not in end:
+                    break
+                cross = dep is not None and rank_of(dep.stage, p) != r
+                arrival = (end[dep] + latency_ns) if cross else (end[dep] if dep is not None else 0)
+                start = max(free[r], arrival)
+                if cross:
+                    recvs[(r, a)] = (free[r], start, rank_of(dep.stage, p))
+                dur = tt[a.stage][0 if a.kind == "F" else 1]
+                end[a] = start + dur
+                times[(r, a)] = (start, start + dur)
+                free[r] = start + dur
+                sends_to = None
+                if a.kind == "F" and a.stage < n_stages - 1 and rank_of(a.stage + 1, p) != r:
+                    sends_to = rank_of(a.stage + 1, p)
+                if a.kind == "B" and a.stage > 0 and rank_of(a.stage - 1, p) != r:
+                    sends_to = rank_of(a.stage - 1, p)
+                if sends_to is not None:
+                    sends[(r, a)] = (start + dur, start + dur + max(latency_ns, 1_000), sends_to)
+                pos[r] += 1
+                left -= 1
+                progressed = True
+        if not progressed:
+            raise RuntimeError("the schedule deadlocks")
+    makespan = max(e for (_, e) in times.values())
+    makespan = max(makespan, max((e for (_, e, _) in sends.values()), default=0))
+    sim = Sim(schedule, p, m, v, steps, annotations, ords, times, recvs, sends, makespan)
+    sim.answer = known_answer(sim)
+    return sim
+
+
+def theory(schedule: str, p: int, m: int, v: int = 1) -> float:
+    """The schedule's bubble as a fraction of the step (equal stages, no latency)."""
+    vv = v if schedule == "interleaved" else 1
+    return (p - 1) / (vv * m + p - 1)
+
+
+def known_answer(sim: Sim) -> dict:
+    """Per rank the bubble of one step (its window is the makespan): time and fraction, split into
+    warm-up (before its first compute), cool-down (after its last) and steady (the gaps between)."""
+    T = sim.makespan
+    ranks = {}
+    for r in range(sim.p):
+        spans = sorted(sim.times[(r, a)] for a in sim.orders[r])
+        busy = sum(e - s for s, e in spans)
+        warm, cool = spans[0][0], T - spans[-1][1]
+        ranks[r] = {"stage": r, "bubble_ns": T - busy, "bubble_fraction": (T - busy) / T, "warmup_ns": warm,
+                    "cooldown_ns": cool, "steady_ns": T - busy - warm - cool, "compute_ns": busy, "step_ns": T}
+    frac = sum(x["bubble_ns"] for x in ranks.values()) / (T * sim.p)
+    return {"schedule": sim.schedule, "stages": sim.p, "microbatches": sim.m, "virtual_stages": sim.v,
+            "bubble_fraction": frac, "theory_fraction": theory(sim.schedule, sim.p, sim.m, sim.v), "ranks": ranks}
+
+
+def _us(ns: int) -> float:
+    return round(ns / 1000.0, 3)
+
+
+class _Writer:
+    def __init__(self, rank: int, p: int):
+        self.rank, self.p = rank, p
+        self.pid, self.main, self.bwd = 1000 + rank, 1000 + rank, 2000 + rank
+        self.ev: list[dict] = []
+        self.corr = 1 + rank * 1_000_000
+        self.cursor = 0
+
+    def host(self, want: int) -> int:
+        """The host time for the next event: in program order, at most LEAD_NS before ``want``."""
+        t = max(self.cursor + 1_000, want - LEAD_NS)
+        self.cursor = t
+        return t
+
+    def span(self, cat: str, name: str, tid: int, s: int, e: int, **args) -> None:
+        ev = {"ph": "X", "cat": cat, "name": name, "pid": self.pid, "tid": tid, "ts": _us(s), "dur": _us(max(e - s, 0))}
+        if args:
+            ev["args"] = args
+        self.ev.append(ev)
+
+    def kernel(self, name: str, stream: int, tid: int, launch: int, s: int, e: int, op: str | None = None, op_args=None) -> None:
+        c = self.corr
+        self.corr += 1
+        if op is not None:
+            self.span("cpu_op", op, tid, launch - 500, launch + 3_000, **{"External id": c, **(op_args or {})})
+        self.span("cuda_runtime", "cudaLaunchKernel", tid, launch, launch + 2_000, correlation=c, **{"External id": c})
+        self.ev.append({"ph": "X", "cat": "kernel", "name": name, "pid": 0, "tid": stream, "ts": _us(s), "dur": _us(e - s),
+                        "args": {"External id": c, "device": 0, "stream": stream, "correlation": c, "context": 1}})
+        self.ev.append({"ph": "s", "id": c, "pid": self.pid, "tid": tid, "ts": _us(launch), "cat": "ac2g", "name": "ac2g"})
+        self.ev.append({"ph": "f", "id": c, "pid": 0, "tid": stream, "ts": _us(s), "cat": "ac2g", "name": "ac2g", "bp": "e"})
+
+    def p2p(self, what: str, peer: int, s: int, e: int, seq: int, launch_at: int) -> None:
+        launch = self.host(launch_at)
+        arrow = "->" if what == "send" else "<-"
+        self.span("user_annotation", f"nccl:{what} {self.rank}{arrow}{peer}", self.main, launch - 1_000, launch + 5_000)
+        c = self.corr
+        self.corr += 1
+        self.span("cpu_op", "record_param_comms", self.main, launch - 500, launch + 4_000, **{
+            "External id": c, "Collective name": what, "Process Group Name": "0", "Process Group Description": "default_pg",
+            "Group size": self.p, "Process Group Ranks": str(list(range(self.p))), "Rank": peer, "dtype": "BFloat16",
+            "In msg nelems": 1 << 20, "Out msg nelems": 1 << 20, "Seq": seq})
+        self.span("cuda_runtime", "cudaLaunchKernel", self.main, launch, launch + 2_000, correlation=c, **{"External id": c})
+        self.ev.append({"ph": "X", "cat": "kernel", "name": "ncclDevKernel_SendRecv(ncclDevKernelArgsStorage<4096ul>)", "pid": 0,
+                        "tid": 20, "ts": _us(s), "dur": _us(max(e - s, 1_000)),
+                        "args": {"External id": c, "device": 0, "stream": 20, "correlation": c, "context": 1}})
+        self.ev.append({"ph": "s", "id": c, "pid": self.pid, "tid": self.main, "ts": _us(launch), "cat": "ac2g", "name": "ac2g"})
+        self.ev.append({"ph": "f", "id": c, "pid": 0, "tid": 20, "ts": _us(s), "cat": "ac2g", "name": "ac2g", "bp": "e"})
+        self.cursor = max(self.cursor, launch + 5_000)
+
+
+def write(sim: Sim, out_dir: str | Path) -> list[Path]:
+    """One Kineto JSON per rank (``rank-<r>.json``); returns their paths in rank order."""
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    T = sim.makespan + STEP_GAP_NS
+    base = 1_000_000_000
+    paths = []
+    for r in range(sim.p):
+        w = _Writer(r, sim.p)
+        seq = {"send": 0, "recv": 0}
+        for k in range(sim.steps + 1):
+            t0 = base + k * T
+            w.cursor = max(w.cursor, t0 - LEAD_NS - 10_000)
+            step_start = w.cursor
+            if k == sim.steps:  # the closing step: one short kernel at the start of the next step
+                launch = w.host(t0)
+                w.kernel("void at::native::vectorized_elementwise_kernel<4, at::native::FillFunctor<float>>", 7, w.main, launch,
+                         t0, t0 + 2_000, op="aten::fill_")
+                w.span("user_annotation", f"ProfilerStep#{k + 1}", w.main, step_start, w.cursor + 10_000)
+                break
+            for a in sim.orders[r]:
+                s, e = sim.times[(r, a)]
+                s, e = s + t0, e + t0
+                ann_start = w.cursor + 500
+                if (r, a) in sim.recvs:
+                    rs, re_, peer = sim.recvs[(r, a)]
+                    w.p2p("recv", peer, rs + t0, re_ + t0, seq["recv"], rs + t0)
+                    seq["recv"] += 1
+                n_k = 2
+                piece = (e - s) // n_k
+                for j in range(n_k):
+                    ks = s + j * piece
+                    ke = e if j == n_k - 1 else ks + piece
+                    launch = w.host(ks)
+                    if a.kind == "F":
+                        w.kernel("sm90_xmma_gemm_bf16bf16_bf16f32_f32_tn_n_tilesize128x128x64_warpgroupsize1x1x1", 7, w.main, launch,
+                                 ks, ke, op="aten::mm", op_args={"Input Dims": [[4096, 4096], [4096, 4096]], "Input type": ["c10::BFloat16", "c10::BFloat16"]})
+                    else:
+                        w.span("cpu_op", "autograd::engine::evaluate_function: MmBackward0", w.bwd, launch - 1_000, launch + 4_000)
+                        w.kernel("sm90_xmma_gemm_bf16bf16_bf16f32_f32_nt_n_tilesize128x128x64_warpgroupsize1x1x1", 7, w.bwd, launch,
+                                 ks, ke, op="aten::mm", op_args={"Input Dims": [[4096, 4096], [4096, 4096]], "Input type": ["c10::BFloat16", "c10::BFloat16"]})
+                if (r, a) in sim.sends:
+                    ss, se, peer = sim.sends[(r, a)]
+                    w.p2p("send", peer, ss + t0, se + t0, seq["send"], ss + t0)
+                    seq["send"] += 1
+                ann_end = w.cursor + 500
+                w.cursor = ann_end
+                if sim.annotations == "torch":
+                    w.span("user_annotation", f"{'Forward' if a.kind == 'F' else 'Backward'} {a.mb}", w.main, ann_start, ann_end)
+                elif sim.annotations == "pp":
+                    w.span("user_annotation", f"PP:{a.stage}{a.kind}{a.mb}", w.main, ann_start, ann_end)
+            w.span("user_annotation", f"ProfilerStep#{k + 1}", w.main, step_start, max(w.cursor + 1_000, t0 + T - LEAD_NS - 10_000))
+            w.cursor = max(w.cursor, t0 + T - LEAD_NS - 10_000)
+        doc = {
+            "schemaVersion": 1,
+            "deviceProperties": [{"id": 0, "name": "NVIDIA H100 80GB HBM3", "totalGlobalMem": 85_000_000_000, "computeMajor": 9,
+                                  "computeMinor": 0, "numSms": 132}],
+            "distributedInfo": {"backend": "nccl", "rank": r, "world_size": sim.p, "pg_count": 1,
+                                "pg_config": [{"pg_name": "0", "pg_desc": "default_pg", "backend_config": "cuda:nccl",
+                                               "pg_size": sim.p, "ranks": list(range(sim.p))}]},
+            "traceEvents": sorted(w.ev, key=lambda e: (e["ts"], e.get("ph") != "X")),
+            "traceName": f"rank-{r}.json",
+        }
+        path = out / f"rank-{r}.json"
+        path.write_text(json.dumps(doc))
+        paths.append(path)
+    return paths

@@ -1,0 +1,126 @@
+"""Pipeline parallelism (issue 18): the stages, p, m, v and the schedule detected, and the bubble
+measured per rank against the simulator's known answer (tests/pipesim.py), on real CPU pipeline
+runs (tests/pipe_recorder.py), and no claim on a job whose SendRecv kernels are collectives."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from tests import pipesim as ps
+from tests.conftest import real_traces
+from tracelens.analysis import analyze
+from tracelens.model.saved import validator
+from tracelens.store.job import load
+
+
+def _report(paths) -> dict:
+    d = analyze(load(paths, use_cache=False)).to_dict()
+    assert validator().first_error(d) is None, validator().first_error(d)
+    return d
+
+
+def _check_against(sim, d, tol=0.02):
+    pipe, want = d["job"]["pipeline"], sim.answer
+    assert pipe["stages"] == sim.p
+    assert pipe["microbatches"] == sim.m
+    assert pipe["virtual_stages"] == sim.v
+    assert pipe["schedule"] == sim.schedule, pipe["evidence"]
+    assert pipe["theory_fraction"] == pytest.approx(want["theory_fraction"])
+    assert pipe["bubble_fraction"] == pytest.approx(want["bubble_fraction"], abs=tol)
+    for r in d["ranks"]:
+        got, exp = r["pipeline"], want["ranks"][r["rank"]]
+        assert got["stage"] == exp["stage"]
+        assert got["bubble_fraction"] == pytest.approx(exp["bubble_fraction"], abs=tol)
+        assert got["warmup_ns"] + got["cooldown_ns"] + got["steady_ns"] == got["bubble_ns"]
+        n = len(got["steps"])
+        assert got["warmup_ns"] == pytest.approx(n * exp["warmup_ns"], abs=0.02 * n * exp["step_ns"])
+        assert got["cooldown_ns"] == pytest.approx(n * exp["cooldown_ns"], abs=0.02 * n * exp["step_ns"])
+
+
+@settings(max_examples=30, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(schedule=st.sampled_from(ps.SCHEDULES), p=st.sampled_from([2, 4, 8]), m=st.sampled_from([4, 8, 32]),
+       annotations=st.sampled_from(["torch", "pp", "none"]), latency=st.sampled_from([0, 50_000]),
+       slow=st.sampled_from([None, 1]))
+def test_simulated_pipelines_are_recovered(tmp_path_factory, schedule, p, m, annotations, latency, slow):
+    if schedule == "interleaved" and m % p:  # (Megatron's interleaved schedule needs m a multiple of p)
+        m = p * max(1, m // p)
+    sim = ps.simulate(schedule, p, m, v=2, latency_ns=latency, slow_stage=slow if slow is None or slow < p else None,
+                      annotations=annotations, steps=2)
+    d = _report(ps.write(sim, tmp_path_factory.mktemp("sim")))
+    _check_against(sim, d)
+
+
+@pytest.mark.parametrize(("schedule", "p", "m", "annotations"), [
+    ("gpipe", 4, 8, "none"), ("1f1b", 8, 4, "none"), ("1f1b", 2, 32, "torch"), ("interleaved", 4, 8, "none"), ("interleaved", 2, 4, "pp"),
+])
+def test_simulated_cases(tmp_path, schedule, p, m, annotations):
+    sim = ps.simulate(schedule, p, m, v=2, annotations=annotations, latency_ns=20_000)
+    _check_against(sim, _report(ps.write(sim, tmp_path)))
+
+
+def test_a_slow_stage_shows_where_it_waits_least(tmp_path):
+    sim = ps.simulate("1f1b", 4, 8, slow_stage=2, slow_factor=1.6)
+    d = _report(ps.write(sim, tmp_path))
+    _check_against(sim, d)
+    fr = {r["rank"]: r["pipeline"]["bubble_fraction"] for r in d["ranks"]}
+    assert min(fr, key=fr.get) == 2
+    assert d["job"]["pipeline"]["bubble_fraction"] > d["job"]["pipeline"]["theory_fraction"] + 0.05
+
+
+def test_ranks_missing_make_no_claim_on_p(tmp_path):
+    """Two middle ranks of an 8-stage pipeline: no p, no stages, and the evidence says why."""
+    sim = ps.simulate("1f1b", 8, 8, annotations="none")
+    paths = ps.write(sim, tmp_path)
+    d = _report([paths[3], paths[4]])
+    pipe = d["job"]["pipeline"]
+    assert pipe["stages"] is None and pipe["theory_fraction"] is None
+    assert pipe["confidence"] == "low"
+    assert any("2 of 8 ranks" in e for e in pipe["evidence"])
+    assert [r["pipeline"]["stage"] for r in d["ranks"]] == [None, None]
+    assert pipe["schedule"] == "1f1b"  # the rank's own blocks alternate: that much can be told
+
+
+@pytest.mark.parametrize("schedule", ["gpipe", "1f1b", "interleaved"])
+def test_real_cpu_pipeline(pipeline_traces, schedule):
+    d = _report(pipeline_traces[schedule])
+    pipe = d["job"]["pipeline"]
+    assert pipe["stages"] == 2
+    assert pipe["microbatches"] == 4
+    assert pipe["virtual_stages"] == (2 if schedule == "interleaved" else 1)
+    assert pipe["schedule"] == schedule, pipe["evidence"]
+    assert pipe["confidence"] == "high"
+    assert pipe["theory_fraction"] == pytest.approx(1 / (4 * pipe["virtual_stages"] + 1))
+    stages = [r["pipeline"]["stage"] for r in d["ranks"]]
+    assert stages == [0, 1]
+    for r in d["ranks"]:
+        pr = r["pipeline"]
+        # the bubble is the window less the stage's CPU ops (its compute), split into the three phases
+        assert pr["bubble_ns"] + pr["busy_ns"] == pr["window_ns"]
+        assert pr["warmup_ns"] + pr["cooldown_ns"] + pr["steady_ns"] == pr["bubble_ns"]
+        assert 0 <= pr["exposed_p2p_ns"] <= pr["bubble_ns"]
+        assert pipe["theory_fraction"] * 0.5 < pr["bubble_fraction"] < 1.0
+        for s in pr["steps"]:
+            assert s["forward_blocks"] == 4 * pipe["virtual_stages"] == s["backward_blocks"]
+    first, last = (r["pipeline"] for r in d["ranks"])
+    assert last["warmup_ns"] > first["warmup_ns"]  # the last stage waits for the first forward to arrive
+
+
+def test_trace_filter_makes_no_claim():
+    """2 of 128 ranks whose SendRecv kernels are all-to-all, all-gather and all-reduce: no pipeline."""
+    d = _report(sorted((real_traces() / "hta" / "trace_filter").glob("*.json.gz")))
+    pipe = d["job"]["pipeline"]
+    assert {k: pipe[k] for k in ("stages", "microbatches", "virtual_stages", "schedule", "confidence", "bubble_fraction",
+                                 "theory_fraction")} == dict.fromkeys(("stages", "microbatches", "virtual_stages", "schedule",
+                                                                       "confidence", "bubble_fraction", "theory_fraction"))
+    text = " ".join(pipe["evidence"])
+    assert "2 of 128 ranks" in text and "alltoall" in text and "not pipeline P2P" in text
+    assert all(r["pipeline"]["stage"] is None for r in d["ranks"])
+
+
+def test_no_pipeline_no_key(tmp_path):
+    """A trace without P2P: no job pipeline key, the rank's three keys as before."""
+    d = _report([real_traces() / "amd-tracelens" / "b200" / "eager_trace.json.gz"])
+    assert "pipeline" not in d["job"]
+    assert set(d["ranks"][0]["pipeline"]) == {"stage", "bubble_ns", "bubble_fraction"}

@@ -1,0 +1,84 @@
+"""The TUI's "Critical path" view (tracelens.tui.panes.CriticalPathPane), driven by Textual's Pilot on a
+real two-rank job analysed with the critical path: the view shows the report's numbers, enter on an
+event jumps to the timeline at its step with the path's events highlighted; without the critical
+path the view says how to get it."""
+
+from __future__ import annotations
+
+import asyncio
+
+from tests.conftest import real_traces
+from tracelens.analysis import Options, analyze
+from tracelens.model.units import fmt_ns
+from tracelens.store.job import load
+from tracelens.tui import make_app
+from tracelens.tui.panes import NO_CRITICAL_PATH, VIEWS
+from tracelens.tui.widgets.table import FilterTable, RowTable
+from tracelens.tui.widgets.timeline import TimelineView
+
+KEY = str(1 + next(i for i, (pid, _, _) in enumerate(VIEWS) if pid == "critical"))
+
+
+async def settle(app, pilot):
+    await app.workers.wait_for_complete()
+    for _ in range(3):
+        await pilot.pause()
+
+
+def test_view_shows_the_reports_path_and_enter_jumps_to_the_timeline():
+    trace = load([real_traces() / "hta/trace_filter"])
+    report = analyze(trace, Options(critical_path=True)).to_dict()
+
+    async def go():
+        app = make_app(report=report, trace=trace)
+        async with app.run_test(size=(140, 45)) as pilot:
+            await settle(app, pilot)
+            await pilot.press(KEY)
+            await settle(app, pilot)
+            assert app.query_one("#tabs").active == "critical"
+            steps = app.query_one("#critical-steps-table", FilterTable)
+            want = [(r["rank"], s["length_ns"]) for r in report["ranks"] for s in r["critical_path"]["steps"]]
+            assert [(r["rank"], r["length_ns"]) for r in steps.shown] == want
+            s0 = report["ranks"][0]["critical_path"]["steps"][0]
+            bar = str(app.query_one("#critical-bar").render())
+            top_cat, top_ns = next(iter(s0["by_category_ns"].items()))
+            assert top_cat in bar and fmt_ns(top_ns) in bar
+            # the second step's events once it is highlighted
+            steps.query_one(RowTable).focus()
+            await pilot.press("down")
+            await pilot.pause()
+            events = app.query_one("#critical-events-table", FilterTable)
+            s1 = steps.shown[1]
+            assert [(e["name"], e["ns"]) for e in events.shown] == [(e["name"], e["ns"]) for e in s1["top_events"]]
+            events.query_one(RowTable).focus()
+            await pilot.pause()
+            await pilot.press("enter")
+            await settle(app, pilot)
+            assert app.query_one("#tabs").active == "timeline-tab"
+            view = app.query_one(TimelineView)
+            assert view.t0 <= s1["start_ns"] and view.t1 >= s1["start_ns"] + s1["dur_ns"]
+            assert view.path_rank == s1["rank"] and len(view.path_spans) == len([e for e in s1["top_events"] if e["ts_ns"] is not None])
+            e0 = s1["top_events"][0]
+            assert view.on_path(e0["ts_ns"]) and not view.on_path(s1["start_ns"] - 10**9)
+            assert view.timeline.tracks[view.sel].rank == s1["rank"]
+            await pilot.press("escape")
+            await pilot.pause()
+            assert app.query_one("#tabs").active == "critical"
+
+    asyncio.run(go())
+
+
+def test_without_the_critical_path_the_view_says_how_to_get_it():
+    trace = load([real_traces() / "hta/trace_filter"])
+    report = analyze(trace).to_dict()
+
+    async def go():
+        app = make_app(report=report, trace=trace)
+        async with app.run_test(size=(120, 40)) as pilot:
+            await settle(app, pilot)
+            await pilot.press(KEY)
+            await settle(app, pilot)
+            assert str(app.query_one("#critical-none").render()) == NO_CRITICAL_PATH
+            assert "--critical-path" in NO_CRITICAL_PATH
+
+    asyncio.run(go())

@@ -1,0 +1,200 @@
+"""The pipeline reduce (MFU.md 4): from the ranks' pipeline facts (``analysis.rank.pipeline``; no
+events) each rank's stage, the number of stages p, micro-batches m and virtual stages v, the
+schedule, how sure that is and why, and the bubble next to the schedule's theory.
+
+* **Stages**: the ``PP:<stage>...`` ranges name them (a rank's stages r, r+p, ...: v = how many,
+  p = their spacing); else the P2P peers chain the ranks (a first stage sends downstream and
+  receives nothing from upstream; the chain from it through each rank's downstream peer);
+  else, without peers, the roles (first, middle, last) and the ranks' order.  A rank off the
+  chain, or a job with ranks missing, keeps what can be said (a first stage is stage 0; p is at
+  least the ranks seen) and the rest null.
+* **m**: the forward micro-batch indices of the action ranges, else the forward blocks per step
+  over v, the same on every rank.
+* **Schedule**: backward split in I/W actions or overlapped F/B actions: ``zero_bubble``; v > 1:
+  ``interleaved``; a rank whose forward and backward blocks alternate after its warm-up:
+  ``1f1b``; every rank all forwards then all backwards: ``gpipe`` (sure only when the last stage
+  is among them: under 1F1B a stage s with m <= p-1-s runs that way too).
+* **Theory**: (p-1)/(m+p-1), interleaved (p-1)/(v*m+p-1); the measured fraction is the ranks'
+  bubble over their windows (the steps kept, with blocks).
+"""
+
+from __future__ import annotations
+
+import re
+from collections import Counter
+from typing import Any
+
+from tracelens.analysis.rank import pipeline as rp
+
+_GPIPE_ORDER = re.compile(r"^F\d+ B\d+$")
+
+
+def theory(schedule: str | None, p: int | None, m: int | None, v: int | None) -> float | None:
+    if not schedule or not p or not m or schedule == "zero_bubble":
+        return None
+    vv = v if (schedule == "interleaved" and v) else 1
+    return (p - 1) / (vv * m + p - 1)
+
+
+def _mode(values: list) -> tuple[Any, bool]:
+    """The most common value and whether all agree."""
+    c = Counter(v for v in values if v is not None)
+    if not c:
+        return None, False
+    v, n = c.most_common(1)[0]
+    return v, n == sum(c.values())
+
+
+def reduce(ranks) -> tuple[dict[str, Any] | None, dict[int, dict[str, Any]]]:
+    """(the job's ``pipeline`` dict, each file's rank ``pipeline`` dict) from the RankResults, or
+    (None, {}) when no rank has P2P traffic, schedule ranges or SendRecv kernels."""
+    facts = {r.file: r.pipeline for r in ranks if r.pipeline}
+    if not facts:
+        return None, {}
+    rank_of = {r.file: r.rank for r in ranks}
+    evidence: list[str] = []
+    world = max((f.get("world_size") or 0 for f in facts.values()), default=0) or None
+    n = len(ranks)
+    p2p = {fi: f for fi, f in facts.items() if f["p2p_records"] or f["annotations"]}
+    measured = {fi: f for fi, f in p2p.items() if f.get("steps")}
+    seen = f"{n} of {world} ranks traced" if world else f"{n} ranks traced (world size unknown)"
+    other = Counter()
+    for f in facts.values():
+        other.update(f.get("sendrecv_not_p2p") or {})
+    if other:
+        evidence.append("SendRecv kernels resolve to " + ", ".join(f"{k} x{v}" for k, v in sorted(other.items()))
+                        + ": collectives, not pipeline P2P")
+    if not measured:
+        evidence.append("no pipeline send/recv records and no schedule action ranges" if not p2p
+                        else "P2P records but no forward/backward blocks between them")
+        evidence.append(f"{seen}: stages, micro-batches and the schedule cannot be told")
+        return ({"stages": None, "microbatches": None, "virtual_stages": None, "schedule": None, "confidence": None,
+                 "evidence": evidence, "bubble_fraction": None, "theory_fraction": None, "ranks_traced": n, "world_size": world}, {})
+    # stages
+    stage: dict[int, int | None] = dict.fromkeys(measured)
+    p = v = None
+    how = None
+    pp_stages = {fi: sorted({s for st in f["steps"] for s in st["stages"]}) for fi, f in measured.items()}
+    if any(pp_stages.values()):
+        vs = {len(s) for s in pp_stages.values() if s}
+        v = max(vs)
+        gaps = {b - a for s in pp_stages.values() for a, b in zip(s, s[1:])}
+        total = max(max(s) for s in pp_stages.values() if s) + 1
+        if len(gaps) == 1:
+            p = gaps.pop()
+        elif v == 1 and total == len(measured):
+            p = total
+        for fi, s in pp_stages.items():
+            stage[fi] = s[0] if s else None
+        how = "PP:<stage> action ranges"
+        evidence.append(f"PP: action ranges name stages {', '.join(str(s) for s in sorted({x for s in pp_stages.values() for x in s}))}"
+                        f" ({v} per rank)")
+    up = {fi: f["upstream_p2p"] for fi, f in measured.items()}
+    down = {fi: f["downstream_p2p"] for fi, f in measured.items()}
+    firsts = [fi for fi in measured if down[fi] and not up[fi]]
+    lasts = [fi for fi in measured if up[fi] and not down[fi]]
+    file_of = {rank_of[fi]: fi for fi in measured}
+    if how is None:
+        chain: list[int] = []
+        if len(firsts) == 1:
+            cur, chain = firsts[0], [firsts[0]]
+            while True:
+                nxt = measured[cur]["downstream"]
+                if len(nxt) != 1 or nxt[0] not in file_of or file_of[nxt[0]] in chain:
+                    break
+                cur = file_of[nxt[0]]
+                chain.append(cur)
+        if chain and len(chain) == len(measured) and chain[-1] in lasts:
+            for i, fi in enumerate(chain):
+                stage[fi] = i
+            p, how = len(chain), "P2P peers"
+            evidence.append("P2P peers chain the ranks: " + " -> ".join(str(rank_of[fi]) for fi in chain))
+        elif len(firsts) == 1 and len(lasts) == 1 and not any(measured[fi]["downstream"] for fi in measured):
+            # no peers recorded: the roles, and the ranks' order between the first and the last
+            mids = sorted((fi for fi in measured if fi not in firsts + lasts), key=lambda fi: rank_of[fi] or 0)
+            order = [firsts[0], *mids, lasts[0]]
+            for i, fi in enumerate(order):
+                stage[fi] = i
+            p, how = len(order), "P2P roles" if len(order) <= 2 else "P2P roles and rank order"
+            evidence.append(f"no P2P peers recorded: rank {rank_of[firsts[0]]} only sends downstream (first stage), rank "
+                            f"{rank_of[lasts[0]]} only receives from upstream (last stage)"
+                            + ("; the middle stages are put in rank order" if mids else ""))
+        elif not firsts and not lasts and len(measured) > 1:
+            heads = [fi for fi, f in measured.items() if any(st["forward_blocks_first"] for st in f["steps"])]
+            if len(heads) == 1:
+                h = heads[0]
+                ordered = sorted(measured, key=lambda fi: ((rank_of[fi] or 0) - (rank_of[h] or 0)) % len(measured))
+                for i, fi in enumerate(ordered):
+                    stage[fi] = i
+                p, how = len(ordered), "a P2P ring"
+                first = [st for st in measured[h]["steps"]]
+                m_head = _mode([st["forward_blocks_first"] for st in first])[0]
+                nf = _mode([st["forward_blocks"] for st in first])[0]
+                if m_head and nf and nf % m_head == 0:
+                    v = nf // m_head
+                evidence.append(f"every rank sends and receives both ways (a ring: virtual stages); rank {rank_of[h]} runs forward "
+                                "blocks with nothing received before them (stage 0)")
+        else:
+            for fi in firsts:
+                stage[fi] = 0
+            evidence.append("the traced ranks do not chain into one pipeline"
+                            + (f" (first stage: rank {', '.join(str(rank_of[fi]) for fi in firsts)})" if firsts else ""))
+    v = v or 1
+    complete = p is not None and p == len(measured) and (world is None or world == n or how == "PP:<stage> action ranges")
+    if p is None and measured:
+        evidence.append(f"{seen}: p is at least {len(measured)}" + (f" and at most {world}" if world else ""))
+    elif world and n < world and p and p < world:
+        evidence.append(f"{seen}: p = {p} from the traced ranks; ranks outside the trace may hold other pipelines")
+    # micro-batches
+    per_rank_m = []
+    for f in measured.values():
+        for st in f["steps"]:
+            if st["forward_microbatches"] is not None:
+                per_rank_m.append(st["forward_microbatches"])
+            elif st["forward_blocks"] % v == 0:
+                per_rank_m.append(st["forward_blocks"] // v)
+    m, agree = _mode(per_rank_m)
+    src = "the action ranges' micro-batch indices" if any(f["annotations"] for f in measured.values()) else "forward blocks per step"
+    if m is not None:
+        evidence.append(f"m = {m} from {src}" + ("" if agree else " (not the same on every rank and step: the most common)"))
+    # schedule
+    orders = {fi: rp.summary(f)["order"] for fi, f in measured.items()}
+    if any(st["split_backward"] for f in measured.values() for st in f["steps"]) or any(f["overlap_actions"] for f in measured.values()):
+        schedule = "zero_bubble"
+        evidence.append("backward split into input-grad (I) and weight-grad (W) actions, or overlapped F/B actions")
+    elif v > 1:
+        schedule = "interleaved"
+        evidence.append(f"{v} stages per rank: interleaved 1F1B")
+    elif any(not _GPIPE_ORDER.match(o) for o in orders.values()):
+        schedule = "1f1b"
+        fi = next(fi for fi, o in orders.items() if not _GPIPE_ORDER.match(o))
+        evidence.append(f"forward and backward blocks alternate after the warm-up (rank {rank_of[fi]}: {orders[fi]})")
+    else:
+        schedule = "gpipe"
+        evidence.append("every rank runs all its forward blocks, then all its backward blocks")
+        if not (p is not None and any(stage.get(fi) == p - 1 for fi in measured)):
+            evidence.append("the last stage is not among the traced ranks: 1F1B with few micro-batches looks the same there")
+            complete = False
+    if how == "a P2P ring" or how == "P2P roles and rank order":
+        confidence = "medium" if complete else "low"
+    elif complete and agree:
+        confidence = "high"
+    else:
+        confidence = "low" if not complete else "medium"
+    th = theory(schedule, p, m, v)
+    per: dict[int, dict[str, Any]] = {}
+    tot_b = tot_w = 0
+    for fi, f in measured.items():
+        s = rp.summary(f)
+        tot_b, tot_w = tot_b + s["bubble_ns"], tot_w + s["window_ns"]
+        per[fi] = {"stage": stage.get(fi), "bubble_ns": s["bubble_ns"],
+                   "bubble_fraction": s["bubble_ns"] / s["window_ns"] if s["window_ns"] else None,
+                   "warmup_ns": s["warmup_ns"], "cooldown_ns": s["cooldown_ns"], "steady_ns": s["steady_ns"],
+                   "exposed_p2p_ns": s["exposed_p2p_ns"], "busy_ns": s["busy_ns"], "window_ns": s["window_ns"],
+                   "order": s["order"],
+                   "steps": [{k: st[k] for k in ("step", "window_ns", "busy_ns", "bubble_ns", "warmup_ns", "cooldown_ns", "steady_ns",
+                                                   "exposed_p2p_ns", "forward_blocks", "backward_blocks")} for st in f["steps"]]}
+    job = {"stages": p, "microbatches": m, "virtual_stages": v if p is not None else (v if v > 1 else None), "schedule": schedule,
+           "confidence": confidence, "evidence": evidence, "bubble_fraction": tot_b / tot_w if tot_w else None,
+           "theory_fraction": th, "bubble_ns": tot_b, "ranks_traced": n, "world_size": world}
+    return job, per

@@ -1,0 +1,302 @@
+"""One rank's pipeline-parallel facts (MFU.md 4.2-4.3): its micro-batch blocks, P2P roles and peers,
+and per step the bubble; the job reduce (``tracelens.analysis.job.pipeline``) places the ranks in
+the pipeline and names the schedule from these facts alone.
+
+* **P2P records**: the host-side send/recv records (``record_param_comms``, ``gloo:send``; kind
+  ``p2p``/``collective`` with collective send/recv), else the P2P kernels' launches.  A peer is
+  read from the ``nccl:send a->b`` / ``nccl:recv a<-b`` annotation or the ``c10d::send`` /
+  ``c10d::recv_`` op (its third concrete input, the group rank) that holds the record.  A
+  ``SendRecv`` kernel that the parser resolved to another collective (all-to-all, all-gather) is
+  no P2P: it is counted apart, as evidence against a pipeline.
+* **Anchors**: the stage's compute, ordered by host time: compute kernels (by their launch) on a
+  GPU rank; matmul-family CPU ops on a CPU-only rank; none inside an ``Optimizer.*`` range.
+  Each is forward or backward: from the action range that holds its launch (``Forward i`` /
+  ``Backward i`` of ScheduleGPipe, ``PP:<stage><F|B|I|W><mb>`` of the runtime schedules), else
+  from an autograd backward op around it on its thread.
+* **Blocks**: per step, the runs of anchors with one label, one action range and no P2P record
+  between them: one block is one micro-batch's forward or backward on one stage.  Each send is
+  the downstream (after a forward) or upstream (after a backward) hand-off, each recv the
+  upstream (before a forward) or downstream (before a backward) one: the rank's peers upstream
+  and downstream, and whether it is a first, middle or last stage.
+* **Measurement** per kept step with blocks, in its window W (the step's GPU window; its host
+  window on a CPU-only rank): busy B = the union of everything but P2P (compute, other
+  communication, copies; on a CPU-only rank its CPU ops but the P2P ones); bubble = |W \\ B|,
+  split into warm-up (before the first block), cool-down (after the last block) and steady (the
+  gaps between blocks), and exposed P2P = |P2P ∩ W \\ B| (the part of the bubble with a transfer
+  in flight).
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from typing import Any
+
+import polars as pl
+
+from tracelens.analysis import intervals as iv
+from tracelens.analysis.rank.names import Names
+from tracelens.model.schema import END, NON_COMPUTE_KCLASSES
+
+P2P_NAMES = ("send", "recv", "sendrecv")
+_ACTION_TORCH = r"^(Forward|Backward) (\d+)$"
+_ACTION_PP = r"^PP:(\d+)(F|B|I|W)(\d+)$"
+_OVERLAP_PP = r"^PP:\(.*\)OVERLAP_F_B$"
+_OPTIMIZER = r"^Optimizer\."
+_BACKWARD = r"^autograd::engine::evaluate_function|Backward\d*$"
+_PEER_NCCL = r"^nccl:(send|recv) (\d+)(->|<-)(\d+)$"
+_PEER_C10D = r"^c10d::(send|recv_|recv_any_source_)$"
+_P2P_HOST_OPS = r"^(c10d::|record_param_comms$|nccl:|gloo:|mpi:|ucc:)"
+_CPU_ANCHOR = (r"^aten::(mm|addmm|bmm|baddbmm|matmul|linear|conv\w*|_convolution|convolution\w*|_scaled_dot_product\w*|"
+               r"scaled_dot_product_attention|_flash_attention\w*|_efficient_attention\w*|einsum)$")
+_SENDRECV_KERNEL = r"(?i)SendRecv"
+MIN_BLOCK_SHARE = 0.05  # an unannotated block shorter than this share of its step's median block is glue, not a micro-batch
+
+
+def _spans(df: pl.LazyFrame, cond: pl.Expr, by_tid: bool = True) -> pl.DataFrame:
+    cols = ["tid"] if by_tid else []
+    runs = iv.merged(df.filter(cond & pl.col("dur_ns").is_not_null()).select(
+        *(pl.col("tid").fill_null(0),) if by_tid else (), pl.col("ts_ns").alias("s"), END.alias("e")), by=cols)
+    return iv.with_before(runs, by=cols).collect(engine="in-memory")
+
+
+def _inside(q: pl.DataFrame, at: str, runs: pl.DataFrame, alias: str, by: list[str] | None = None) -> pl.DataFrame:
+    """``q`` with ``alias``: whether ``q[at]`` lies inside the union ``runs`` (``with_before`` of ``merged``)."""
+    by = by or []
+    q = q.with_columns((pl.col(at) + 1).alias("_at1"))
+    q = iv.covered(iv.covered(q.lazy(), at, runs.lazy(), "_c0", by=by), "_at1", runs.lazy(), "_c1", by=by)
+    return q.with_columns((pl.col("_c1") > pl.col("_c0")).alias(alias)).drop("_c0", "_c1", "_at1").collect(engine="in-memory")
+
+
+def _p2p_records(df: pl.DataFrame, gpu_rows: pl.DataFrame, names: Names, group_ranks: dict[str, list[int]]) -> pl.DataFrame:
+    """(t, kind, peer, group, s, e) of the rank's P2P records on the host timeline, ``peer`` its
+    global rank where the trace says it."""
+    coll = pl.col("collective").cast(pl.String)
+    host = (
+        df.lazy().filter(pl.col("kind").is_in(["p2p", "collective"]) & coll.is_in(P2P_NAMES) & pl.col("tid").is_not_null())
+        .select("tid", "ts_ns", pl.col("ts_ns").alias("s"), END.alias("e"), coll.alias("what"),
+                pl.col("group").cast(pl.String).fill_null("").alias("group"))
+        .collect(engine="in-memory")
+    )
+    if host.height == 0:  # no host records (an nsys export): the P2P kernels, at their launches
+        host = gpu_rows.filter((pl.col("kclass") == "comm") & coll.is_in(P2P_NAMES)).select(
+            pl.col("launch_tid").fill_null(0).alias("tid"), pl.col("launch_ns").alias("ts_ns"), pl.col("ts_ns").alias("s"),
+            END.alias("e"), coll.alias("what"), pl.col("group").cast(pl.String).fill_null("").alias("group"))
+        return host.with_columns(pl.lit(None, pl.Int64).alias("peer")).sort("ts_ns")
+    nccl = names.matching(_PEER_NCCL)
+    c10d = names.matching(_PEER_C10D)
+    holders = (
+        df.lazy().filter(pl.col("tid").is_not_null() & (pl.col("name").is_in(nccl.implode()) | pl.col("name").is_in(c10d.implode())))
+        .select("tid", pl.col("ts_ns").alias("_hs"), END.alias("_he"),
+                pl.coalesce(pl.col("name").cast(pl.String).str.extract(_PEER_NCCL, 4),
+                            pl.col("args").str.extract(r'"Concrete Inputs":\["[^"]*",\s*"[^"]*",\s*"(\d+)"', 1)).cast(pl.Int64).alias("_peer"))
+        .sort("_hs").collect(engine="in-memory")
+    )
+    out = host.sort("ts_ns")
+    if holders.height:
+        out = (out.join_asof(holders, left_on="ts_ns", right_on="_hs", by="tid", strategy="backward", check_sortedness=False)
+               .with_columns(pl.when(pl.col("_he") >= pl.col("ts_ns")).then(pl.col("_peer")).alias("peer")).drop("_hs", "_he", "_peer"))
+    else:
+        out = out.with_columns(pl.lit(None, pl.Int64).alias("peer"))
+    if group_ranks:  # group rank -> global rank
+        table = pl.DataFrame([{"group": g, "peer": i, "_global": r} for g, rs in group_ranks.items() for i, r in enumerate(rs)],
+                             schema={"group": pl.String, "peer": pl.Int64, "_global": pl.Int64})
+        out = out.join(table, on=["group", "peer"], how="left").with_columns(
+            pl.coalesce("_global", "peer").alias("peer")).drop("_global")
+    return out.sort("ts_ns")
+
+
+def _actions(df: pl.DataFrame, names: Names) -> pl.DataFrame:
+    """The schedule's action ranges: (a_s, a_e, a_label, a_mb, a_stage), sorted by start."""
+    torch_names, pp_names = names.matching(_ACTION_TORCH), names.matching(_ACTION_PP)
+    if torch_names.len() == 0 and pp_names.len() == 0:
+        return pl.DataFrame(schema={"a_s": pl.Int64, "a_e": pl.Int64, "a_label": pl.String, "a_mb": pl.Int64, "a_stage": pl.Int64})
+    name = pl.col("name").cast(pl.String)
+    return (
+        df.lazy().filter(pl.col("kind").is_in(["annotation", "cpu_op", "python"])
+                         & (pl.col("name").is_in(torch_names.implode()) | pl.col("name").is_in(pp_names.implode())))
+        .select(pl.col("ts_ns").alias("a_s"), END.alias("a_e"),
+                pl.coalesce(name.str.extract(_ACTION_TORCH, 1).str.slice(0, 1), name.str.extract(_ACTION_PP, 2)).alias("a_label"),
+                pl.coalesce(name.str.extract(_ACTION_TORCH, 2), name.str.extract(_ACTION_PP, 3)).cast(pl.Int64).alias("a_mb"),
+                name.str.extract(_ACTION_PP, 1).cast(pl.Int64).alias("a_stage"))
+        .sort("a_s").collect(engine="in-memory")
+    )
+
+
+def rank_pipeline(df: pl.DataFrame, gpu_rows: pl.DataFrame, steps, meta, names: Names) -> dict[str, Any] | None:
+    """This rank's pipeline facts (a plain dict: the reduce's input), or None when it has no P2P
+    record, no schedule action range and no SendRecv kernel."""
+    pg = (meta.distributed or {}).get("pg_config") or []
+    group_ranks = {str(g.get("pg_name")): list(g["ranks"]) for g in pg if isinstance(g, dict) and isinstance(g.get("ranks"), list)}
+    coll = pl.col("collective").cast(pl.String)
+    has_gpu = gpu_rows.height > 0
+    sendrecv = names.matching(_SENDRECV_KERNEL)
+    other_sr = {}
+    if has_gpu and sendrecv.len():
+        other_sr = dict(gpu_rows.filter(pl.col("name").is_in(sendrecv.implode()) & ~coll.fill_null("").is_in(P2P_NAMES))
+                        .group_by(coll.fill_null("unknown")).len().iter_rows())
+    records = _p2p_records(df, gpu_rows, names, group_ranks)
+    actions = _actions(df, names)
+    overlap = names.matching(_OVERLAP_PP).len() > 0
+    if records.height == 0 and actions.height == 0 and not other_sr:
+        return None
+    base = {"rank": meta.rank, "world_size": meta.world_size, "p2p_records": records.height,
+            "sendrecv_not_p2p": {k: int(v) for k, v in sorted(other_sr.items())}, "groups": sorted(set(records.get_column("group").to_list())),
+            "annotations": ("pp" if actions.get_column("a_stage").drop_nulls().len() else "torch") if actions.height else None,
+            "overlap_actions": overlap, "steps": []}
+    kept = [i for i, s in enumerate(steps) if not s.warmup] or list(range(len(steps)))
+    if not steps or (records.height == 0 and actions.height == 0):  # SendRecv kernels of collectives only: nothing to measure
+        return base
+    spans = pl.DataFrame({"_step": list(range(len(steps))), "_cs": [s.cpu_start_ns for s in steps], "_ce": [s.cpu_end_ns for s in steps]},
+                         schema={"_step": pl.Int64, "_cs": pl.Int64, "_ce": pl.Int64}).sort("_cs")
+    lf = df.lazy()
+    # the anchors: (t host time, tid, s, e) of the stage's compute
+    if has_gpu:
+        anchors = gpu_rows.filter((pl.col("kind") == "kernel") & ~pl.col("kclass").cast(pl.String).is_in(list(NON_COMPUTE_KCLASSES))).select(
+            pl.col("launch_ns").alias("t"), pl.col("launch_tid").fill_null(0).alias("tid"), pl.col("ts_ns").alias("s"), END.alias("e"))
+    else:
+        anchors = df.filter((pl.col("kind") == "cpu_op") & names.like(_CPU_ANCHOR) & pl.col("dur_ns").is_not_null()).select(
+            pl.col("ts_ns").alias("t"), pl.col("tid").fill_null(0), pl.col("ts_ns").alias("s"), END.alias("e"))
+    opt = _spans(lf, names.like(_OPTIMIZER) & pl.col("tid").is_not_null(), by_tid=False)
+    bwd = _spans(lf, names.like(_BACKWARD) & pl.col("tid").is_not_null())
+    anchors = _inside(anchors, "t", opt, "_opt")
+    anchors = _inside(anchors, "t", bwd, "_bwd", by=["tid"]).filter(~pl.col("_opt"))
+    if actions.height:
+        anchors = (anchors.sort("t").join_asof(actions, left_on="t", right_on="a_s", strategy="backward", check_sortedness=False)
+                   .with_columns(pl.when(pl.col("a_e") > pl.col("t")).then(pl.struct("a_s", "a_label", "a_mb", "a_stage")).alias("_a"))
+                   .with_columns(pl.col("_a").struct.field("a_s").alias("a_s"), pl.col("_a").struct.field("a_label").alias("a_label"),
+                                 pl.col("_a").struct.field("a_mb").alias("a_mb"), pl.col("_a").struct.field("a_stage").alias("a_stage"))
+                   .drop("_a", "a_e"))
+    else:
+        anchors = anchors.with_columns(pl.lit(None, pl.Int64).alias("a_s"), pl.lit(None, pl.String).alias("a_label"),
+                                       pl.lit(None, pl.Int64).alias("a_mb"), pl.lit(None, pl.Int64).alias("a_stage"))
+    label = pl.coalesce(pl.col("a_label"), pl.when(pl.col("_bwd")).then(pl.lit("B")).otherwise(pl.lit("F")))
+    rec = records.select(pl.col("ts_ns").alias("_rt")).with_row_index("_nb", offset=1).with_columns(pl.col("_nb").cast(pl.Int64))
+    anchors = (
+        anchors.with_columns(label.alias("label")).sort("t")
+        .join_asof(spans, left_on="t", right_on="_cs", strategy="backward", check_sortedness=False)
+        .filter(pl.col("_step").is_not_null() & (pl.col("t") < pl.col("_ce")))
+        .join_asof(rec, left_on="t", right_on="_rt", strategy="backward", check_sortedness=False)
+        .with_columns(pl.col("_nb").fill_null(0))
+    )
+    if anchors.height == 0:
+        return base
+    key_change = ((pl.col("label") != pl.col("label").shift(1)) | (pl.col("_nb") != pl.col("_nb").shift(1))
+                  | (pl.col("a_s").fill_null(-1) != pl.col("a_s").fill_null(-1).shift(1))
+                  | (pl.col("_step") != pl.col("_step").shift(1))).fill_null(True)
+    blocks = (
+        anchors.with_columns(key_change.cum_sum().alias("_blk"))
+        .group_by("_blk").agg(pl.col("_step").first(), pl.col("label").first(), pl.col("a_mb").first().alias("mb"),
+                              pl.col("a_stage").first().alias("stage"), pl.col("t").min().alias("t0"), pl.col("t").max().alias("t1"),
+                              pl.col("s").min(), pl.col("e").max(), pl.len().alias("n"))
+        .sort("_blk")
+    )
+    if actions.height == 0:  # glue ops between the micro-batches (a loss, a copy) are no block of their own
+        med = blocks.group_by("_step").agg((pl.col("e") - pl.col("s")).median().alias("_med"))
+        blocks = blocks.join(med, on="_step").filter((pl.col("e") - pl.col("s")) >= MIN_BLOCK_SHARE * pl.col("_med")).drop("_med")
+    # each P2P record's role: a send by the block before it, a recv by the block after it
+    bt = blocks.select("_step", "label", "t0", "t1").sort("t0")
+    recs = records.sort("ts_ns").join_asof(spans, left_on="ts_ns", right_on="_cs", strategy="backward", check_sortedness=False)
+    recs = recs.filter(pl.col("_step").is_not_null())
+    before = recs.join_asof(bt.select("_step", pl.col("t1").alias("_bt"), pl.col("label").alias("_prev")).sort("_bt"),
+                            left_on="ts_ns", right_on="_bt", by="_step", strategy="backward", check_sortedness=False)
+    both = before.sort("ts_ns").join_asof(bt.select("_step", pl.col("t0").alias("_at"), pl.col("label").alias("_next")).sort("_at"),
+                                          left_on="ts_ns", right_on="_at", by="_step", strategy="forward", check_sortedness=False)
+    role = (pl.when(pl.col("what") == "send").then(pl.when(pl.col("_prev") == "F").then(pl.lit("down")).when(pl.col("_prev").is_not_null())
+                                                    .then(pl.lit("up")))
+            .when(pl.col("what") == "recv").then(pl.when(pl.col("_next") == "F").then(pl.lit("up")).when(pl.col("_next").is_not_null())
+                                                  .then(pl.lit("down"))))
+    roles = both.with_columns(role.alias("role"))
+    peers = roles.filter(pl.col("role").is_not_null()).group_by("role").agg(pl.col("peer").drop_nulls().unique().sort(), pl.len())
+    got = {r: (p, n) for r, p, n in peers.iter_rows()}
+    f_without_up = (  # forward blocks with no upstream recv since the block before them (a first stage's, or chunk 0's)
+        blocks.sort("t0").with_columns(pl.col("t1").shift(1).over("_step").alias("_pt1"))
+        .filter(pl.col("label") == "F").select("_step", "t0", "_pt1")
+        .join_asof(roles.filter((pl.col("role") == "up") & (pl.col("what") == "recv")).select("_step", pl.col("ts_ns").alias("_u")).sort("_u"),
+                   left_on="t0", right_on="_u", by="_step", strategy="backward", check_sortedness=False)
+        .with_columns((pl.col("_u").is_not_null() & (pl.col("_pt1").is_null() | (pl.col("_u") > pl.col("_pt1")))).not_().alias("_unfed"))
+    )
+    # measurement per kept step with blocks: busy = everything but P2P
+    if has_gpu:
+        p2p_gpu = (pl.col("kclass") == "comm") & coll.is_in(P2P_NAMES)
+        busy = iv.union_frame(gpu_rows.filter(~p2p_gpu))
+        p2p = iv.union_frame(gpu_rows.filter(p2p_gpu))
+    else:
+        busy = iv.union_frame(df.filter((pl.col("kind") == "cpu_op") & pl.col("tid").is_not_null() & ~names.like(_P2P_HOST_OPS)
+                                        & pl.col("dur_ns").is_not_null()))
+        p2p = iv.union_frame(records.select(pl.col("s").alias("ts_ns"), (pl.col("e") - pl.col("s")).alias("dur_ns")))
+    per = blocks.group_by("_step").agg(pl.col("s").min().alias("fb"), pl.col("e").max().alias("lb"),
+                                       (pl.col("label") == "F").sum().alias("nF"), (pl.col("label") != "F").sum().alias("nB"),
+                                       pl.col("label").sort_by("t0").str.join("").alias("order"),
+                                       pl.col("mb").filter(pl.col("label") == "F").n_unique().alias("mbF"),
+                                       pl.col("mb").filter(pl.col("label") == "F").null_count().alias("mbF_null"),
+                                       pl.col("stage").drop_nulls().unique().sort().alias("stages"),
+                                       pl.col("label").is_in(["I", "W"]).any().alias("split_backward"))
+    fwu = f_without_up.filter(pl.col("_unfed")).group_by("_step").len().rename({"len": "f_first"})
+    n_rec = recs.group_by("_step").len().rename({"len": "n_p2p"})
+    per = (per.join(fwu, on="_step", how="left").join(n_rec, on="_step", how="left")
+           .with_columns(pl.col("f_first").fill_null(0), pl.col("n_p2p").fill_null(0))
+           # a step with neither P2P nor a schedule action range is no pipeline step (a closing step, an evaluation)
+           .filter((pl.col("n_p2p") > 0) | (pl.col("mbF_null") < pl.col("nF")) | (pl.col("stages").list.len() > 0))
+           .sort("_step"))
+    q = []
+    for row in per.iter_rows(named=True):  # one per step: a summary
+        st = steps[row["_step"]]
+        ws, we = st.start_ns, st.end_ns
+        fb = min(max(row["fb"], ws), we)
+        lb = min(max(row["lb"], fb), we)
+        q.append((row["_step"], ws, fb, lb, we))
+    qf = pl.DataFrame(q, schema={"_step": pl.Int64, "ws": pl.Int64, "fb": pl.Int64, "lb": pl.Int64, "we": pl.Int64}, orient="row")
+    B = iv.with_before(busy.lazy())
+    # the P2P time outside busy: |(P ∪ B) ∩ [a, b)| - |B ∩ [a, b)|
+    U = iv.with_before(iv.merged(pl.concat([busy, p2p]).lazy()))
+    m = qf.lazy()
+    for col in ("ws", "fb", "lb", "we"):
+        m = iv.covered(m, col, B, f"B_{col}")
+        m = iv.covered(m, col, U, f"U_{col}")
+    m = m.sort("_step").collect(engine="in-memory")
+    out_steps = []
+    for row, meas in zip(per.iter_rows(named=True), m.iter_rows(named=True)):
+        i = row["_step"]
+        if i not in kept:
+            continue
+        ws, fb, lb, we = meas["ws"], meas["fb"], meas["lb"], meas["we"]
+        window = we - ws
+        busy_ns = meas["B_we"] - meas["B_ws"]
+        warm = (fb - ws) - (meas["B_fb"] - meas["B_ws"])
+        cool = (we - lb) - (meas["B_we"] - meas["B_lb"])
+        bubble = window - busy_ns
+        exposed = (meas["U_we"] - meas["U_ws"]) - busy_ns
+        out_steps.append({
+            "step": steps[i].step, "window_ns": window, "busy_ns": busy_ns, "bubble_ns": bubble, "warmup_ns": warm, "cooldown_ns": cool,
+            "steady_ns": bubble - warm - cool, "exposed_p2p_ns": exposed, "forward_blocks": row["nF"], "backward_blocks": row["nB"],
+            "forward_microbatches": row["mbF"] if row["mbF_null"] == 0 else None, "forward_blocks_first": row["f_first"],
+            "order": _rle(row["order"]), "stages": list(row["stages"]), "split_backward": bool(row["split_backward"]),
+        })
+    up, down = got.get("up", ([], 0)), got.get("down", ([], 0))
+    base.update(
+        upstream=[int(x) for x in up[0]], downstream=[int(x) for x in down[0]], upstream_p2p=int(up[1]), downstream_p2p=int(down[1]),
+        steps=out_steps,
+    )
+    return base
+
+
+def _rle(order: str) -> str:
+    """"FFFBFB" -> "F3 B1 F1 B1"."""
+    out: list[str] = []
+    for c in order:
+        if out and out[-1][0] == c:
+            out[-1] = (c, out[-1][1] + 1)
+        else:
+            out.append((c, 1))
+    return " ".join(f"{c}{n}" for c, n in out)
+
+
+def summary(facts: dict[str, Any] | None) -> dict[str, Any] | None:
+    """The rank's totals over its measured steps (bubble, phases, exposed P2P), or None."""
+    if not facts or not facts.get("steps"):
+        return None
+    st = facts["steps"]
+    tot = {k: sum(s[k] for s in st) for k in ("window_ns", "busy_ns", "bubble_ns", "warmup_ns", "cooldown_ns", "steady_ns", "exposed_p2p_ns")}
+    orders = Counter(s["order"] for s in st)
+    tot["order"] = orders.most_common(1)[0][0]
+    return tot
