@@ -466,20 +466,28 @@ def step_paths(df: pl.DataFrame, device: int | None, windows: list[tuple[int, in
         rows_of = {k: tuple(r) for k, r in on_path.iter_rows()}  # one list per window
     marks_of: dict[int, pl.DataFrame] = {}
     if marks is not None and marks.height:
-        # the segments partition [t0, last node]; the tail after it is idle.  Per window and
-        # category, the running sum of its segments (in time order); each mark x category present
-        # in its window takes, by a join_asof, the last segment of that category that starts before
-        # the mark, less the part of it after the mark (only the segment the mark falls in has one)
+        # the segments partition [t0, last node]; the tail after it is idle.  A mark's prefix: the
+        # segments that end by it, whole, and the one it falls in, cut at it.  Each segment is
+        # summed into the first mark (in time order) at or after its end (a join_asof): per
+        # window and category, running sums over the marks of those few sums (one row per mark x
+        # category at most), and the cut one found by a join_asof of the marks onto the segments
         spans = pl.concat([seg.select("k", "cat", (pl.col("_e") - pl.col("ns")).alias("_s"), "_e"),
                            tails.join(win.lazy().select("k", "t1"), on="k").select(
                                "k", "cat", (pl.col("t1") - pl.col("ns")).alias("_s"), pl.col("t1").alias("_e"))])
-        spans = (spans.filter(pl.col("_e") > pl.col("_s")).sort("k", "cat", "_s")
-                 .with_columns((pl.col("_e") - pl.col("_s")).cum_sum().over("k", "cat").alias("_cum")))
-        pairs = marks.lazy().join(spans.select("k", "cat").unique(), on="k").sort("t")
-        pre = (pairs.join_asof(spans.sort("_s"), left_on="t", right_on="_s", by=["k", "cat"], strategy="backward",
-                               allow_exact_matches=False, check_sortedness=False)
-               .select("k", "m", "cat", (pl.col("_cum") - pl.max_horizontal(pl.col("_e") - pl.col("t"), 0)).alias("ns"))
-               .filter(pl.col("ns") > 0).sort("k", "m", "cat").collect(engine="in-memory"))
+        spans = spans.filter(pl.col("_e") > pl.col("_s")).sort("_e").collect(engine="in-memory")
+        mk = marks.sort("t").with_row_index("_j").with_columns(pl.col("_j").cast(pl.Int64))
+        whole = (spans.join_asof(mk.select("k", "_j", "t"), left_on="_e", right_on="t", by="k", strategy="forward",
+                                 check_sortedness=False)
+                 .filter(pl.col("_j").is_not_null()).group_by("k", "_j", "cat").agg((pl.col("_e") - pl.col("_s")).sum().alias("ns"))
+                 .sort("_j").with_columns(pl.col("ns").cum_sum().over("k", "cat")))
+        pairs = mk.select("k", "m", "_j").join(whole.select("k", "cat").unique(), on="k").sort("_j")
+        full = pairs.join_asof(whole.rename({"_j": "_jw"}), left_on="_j", right_on="_jw", by=["k", "cat"], strategy="backward",
+                               check_sortedness=False).select("k", "m", "cat", pl.col("ns").fill_null(0))
+        cut = (mk.join_asof(spans.sort("_s"), left_on="t", right_on="_s", by="k", strategy="backward", allow_exact_matches=False,
+                            check_sortedness=False)
+               .filter(pl.col("_e") > pl.col("t")).select("k", "m", "cat", (pl.col("t") - pl.col("_s")).alias("ns")))
+        pre = (pl.concat([full, cut]).group_by("k", "m", "cat").agg(pl.col("ns").sum())
+               .filter(pl.col("ns") > 0).sort("k", "m", "cat"))
         marks_of = {k: f.drop("k") for (k,), f in pre.partition_by("k", as_dict=True).items()}
     out = []
     for k, (s, e) in enumerate(windows):
