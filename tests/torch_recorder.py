@@ -3,6 +3,8 @@
 ``record_ddp(out_dir)`` runs two processes that train a small MLP with DistributedDataParallel
 over gloo, reading batches from a DataLoader with one worker process, under
 ``torch.profiler.profile(record_shapes=True)``; each rank writes ``rank-<r>.json``.
+``slow_rank``/``sleep_s``: that rank sleeps ``sleep_s`` (inside a ``slow`` annotation) before its
+backward pass each step, so it arrives last at DDP's gradient all-reduce and the others wait for it.
 """
 
 from __future__ import annotations
@@ -19,7 +21,9 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def _worker(rank: int, world: int, port: int, out_dir: str, steps: int) -> None:
+def _worker(rank: int, world: int, port: int, out_dir: str, steps: int, slow_rank: int = -1, sleep_s: float = 0.0) -> None:
+    import time
+
     import torch
     import torch.distributed as dist
     from torch.nn.parallel import DistributedDataParallel as DDP
@@ -45,6 +49,9 @@ def _worker(rank: int, world: int, port: int, out_dir: str, steps: int) -> None:
             x, y = next(it)
             loss = torch.nn.functional.cross_entropy(ddp(x), y)
             opt.zero_grad()
+            if rank == slow_rank:
+                with torch.profiler.record_function("slow"):
+                    time.sleep(sleep_s)
             loss.backward()
             opt.step()
             prof.step()
@@ -52,12 +59,12 @@ def _worker(rank: int, world: int, port: int, out_dir: str, steps: int) -> None:
     dist.destroy_process_group()
 
 
-def record_ddp(out_dir: str | Path, world: int = 2, steps: int = 3) -> list[Path]:
+def record_ddp(out_dir: str | Path, world: int = 2, steps: int = 3, slow_rank: int = -1, sleep_s: float = 0.0) -> list[Path]:
     import torch.multiprocessing as mp
 
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    mp.spawn(_worker, args=(world, _free_port(), str(out), steps), nprocs=world, join=True)
+    mp.spawn(_worker, args=(world, _free_port(), str(out), steps, slow_rank, sleep_s), nprocs=world, join=True)
     return [out / f"rank-{r}.json" for r in range(world)]
 
 

@@ -44,14 +44,22 @@ from .decode import (
     _shown,
     decimal_us_to_ns,
 )
-from .link import _attach_comm_records, _device, _fill_from_flows, _group_from_pg_config, _name_collectives, _single_group
+from .link import (
+    _attach_comm_records,
+    _bind_fwdbwd,
+    _device,
+    _fill_from_flows,
+    _group_from_pg_config,
+    _name_collectives,
+    _single_group,
+)
 from .normalise import MAX_ARGS_BYTES, MAX_NAME_BYTES, _batch, _drop_far
 
 __all__ = ["CHUNK_BYTES", "MAX_ARGS_BYTES", "MAX_NAME_BYTES", "NAME", "PARSER_VERSION", "_as_int", "_decode_chunk", "_int_col",
            "decimal_us_to_ns", "parse"]
 
 NAME = "kineto"  # the format name sniff() gives these files
-PARSER_VERSION = "1.10"  # bump when the table a parse caches changes (kernel classes included; 1.8: damaged events mended, far events dropped, long names cut; 1.9: args kept only on host ops, trimmed to the keys an analysis reads; 1.10: cuda_sync events keep what they wait on)
+PARSER_VERSION = "1.11"  # bump when the table a parse caches changes (kernel classes included; 1.8: damaged events mended, far events dropped, long names cut; 1.9: args kept only on host ops, trimmed to the keys an analysis reads; 1.10: cuda_sync events keep what they wait on; 1.11: fwdbwd flows in their ops' args)
 CHUNK_BYTES = 1 << 20
 
 
@@ -228,6 +236,7 @@ def _finish(builder: _Builder, meta: TraceMeta, top: dict) -> pl.DataFrame:
     df = _group_from_pg_config(df, meta)
     df = _single_group(df, meta)
     df = _fill_from_flows(df, builder)
+    df = _bind_fwdbwd(df, builder)
     df = _attach_comm_records(df, meta)
     _device(df, meta)
     return conform(df.with_columns(pl.lit(-1 if meta.rank is None else meta.rank, dtype=pl.Int32).alias("rank")))

@@ -134,6 +134,7 @@ _EXACT_FLOAT_US = float(1 << 53) / 1000.0
 _MAX_US = 9_200_000_000_000_000  # int64 ns reach about 9.22e18
 _FLOW_CATS = frozenset({"ac2g", "async", "async_cpu_to_gpu", "async_gpu"})
 _FLOW_PHS = frozenset({"s", "f", "t"})
+_FWDBWD = frozenset({"fwdbwd"})  # autograd's forward op -> its backward node (s at the op, f at the node)
 _DROP_CATS = frozenset({"Trace", "python_function"})  # complete events not kept (python ones unless asked)
 _DROP_CATS_PY = frozenset({"Trace"})
 _INT64_MAX = (1 << 63) - 1
@@ -221,6 +222,7 @@ class _Builder:
         self.frames: list[Future] = []  # normalised batches, (frame, counts) when done
         self.pool: ThreadPoolExecutor | None = None
         self.flows: list[pl.DataFrame] = []  # ac2g flow ends: _ph, _flow_id, _pid, _tid, ts_ns
+        self.fwdbwd: list[pl.DataFrame] = []  # fwdbwd flow ends, the same columns
         self.meta_events: list[tuple] = []  # (name, pid, tid, raw args) of "M" events
         self.counts: Counter[str] = Counter()
         self.exact_ts = False
@@ -285,20 +287,21 @@ class _Builder:
         drop = _DROP_CATS if not self.keep_python else _DROP_CATS_PY
         keep = [p == "X" and c not in drop for p, c in zip(phs, cats)]
         if "f" in phs or "s" in phs or "t" in phs:
-            is_flow = [p in _FLOW_PHS and c in _FLOW_CATS for p, c in zip(phs, cats)]
-            fl = list(compress(evs, is_flow))
-            if fl:
-                self.flows.append(  # kept as compact columns: a trace can hold as many flows as events
-                    pl.DataFrame(
-                        {
-                            "_ph": pl.Series([e.ph for e in fl], dtype=pl.String),
-                            "_flow_id": _int_col([e.id for e in fl]),
-                            "_pid": _int_col([e.pid for e in fl]),
-                            "_tid": _int_col([e.tid for e in fl]),
-                            "ts_ns": _as_ns(self.timestamps([e.ts for e in fl], chunk, raw_ts, is_flow)),
-                        }
+            for into, want in ((self.flows, _FLOW_CATS), (self.fwdbwd, _FWDBWD)):
+                is_flow = [p in _FLOW_PHS and c in want for p, c in zip(phs, cats)]
+                fl = list(compress(evs, is_flow))
+                if fl:
+                    into.append(  # kept as compact columns: a trace can hold as many flows as events
+                        pl.DataFrame(
+                            {
+                                "_ph": pl.Series([e.ph for e in fl], dtype=pl.String),
+                                "_flow_id": _int_col([e.id for e in fl]),
+                                "_pid": _int_col([e.pid for e in fl]),
+                                "_tid": _int_col([e.tid for e in fl]),
+                                "ts_ns": _as_ns(self.timestamps([e.ts for e in fl], chunk, raw_ts, is_flow)),
+                            }
+                        )
                     )
-                )
         del phs, cats
         kept = list(compress(evs, keep))
         n = len(kept)

@@ -218,6 +218,36 @@ def _fill_from_flows(df: pl.DataFrame, builder: _Builder) -> pl.DataFrame:
     return _scatter_fill(df, rows, {"correlation": ("_flow_id", False)})
 
 
+def _bind_fwdbwd(df: pl.DataFrame, builder: _Builder) -> pl.DataFrame:
+    """The autograd ``fwdbwd`` flows, on the host ops they bind to (the outermost op starting at
+    the flow end's time on its thread): ``"fwdbwd_s": id`` in the args of the forward op,
+    ``"fwdbwd_f": id`` in those of its backward node (the critical path's edge from one to the
+    other).  Nothing else changes; a flow end that binds to no op is dropped."""
+    if not builder.fwdbwd or "args" not in df.columns:
+        builder.fwdbwd.clear()
+        return df
+    flows = pl.concat(builder.fwdbwd).filter(pl.col("_ph").is_in(["s", "f"]) & pl.col("_flow_id").is_not_null()) \
+        .unique(subset=["_pid", "_tid", "ts_ns", "_ph"], keep="first")
+    builder.fwdbwd.clear()
+    ops = (df.select("kind", "_pid", "_tid", "ts_ns", "dur_ns").with_row_index("_row")
+           .filter((pl.col("kind") == "cpu_op") & pl.col("_tid").is_not_null())
+           .sort("dur_ns", descending=True, nulls_last=True).unique(subset=["_pid", "_tid", "ts_ns"], keep="first"))
+    bound = ops.join(flows, on=["_pid", "_tid", "ts_ns"]).group_by("_row").agg(
+        pl.col("_flow_id").filter(pl.col("_ph") == "s").first().alias("_s"),
+        pl.col("_flow_id").filter(pl.col("_ph") == "f").first().alias("_f"))
+    if bound.height == 0:
+        return df
+    kv = pl.concat_str([pl.when(pl.col("_s").is_not_null()).then(pl.format('"fwdbwd_s":{}', pl.col("_s"))),
+                        pl.when(pl.col("_f").is_not_null()).then(pl.format('"fwdbwd_f":{}', pl.col("_f")))],
+                       separator=",", ignore_nulls=True)
+    args = pl.col("args").cast(pl.String)
+    new = (pl.when(args.is_null() | (args.str.strip_chars() == "{}")).then(pl.concat_str([pl.lit("{"), kv, pl.lit("}")]))
+           .otherwise(pl.concat_str([pl.lit("{"), kv, pl.lit(","), args.str.strip_chars_start().str.slice(1)])))
+    upd = bound.join(df.select("args").with_row_index("_row"), on="_row").select("_row", new.cast(df.schema["args"]).alias("_a"))
+    return (df.with_row_index("_row").join(upd, on="_row", how="left", maintain_order="left")
+            .with_columns(pl.coalesce("_a", "args").alias("args")).drop("_row", "_a"))
+
+
 _SEQ_DERIVED = "derived: order within the process group and collective type on this rank"
 
 

@@ -386,7 +386,7 @@ def _analyze_rank(df: pl.DataFrame, fi: int, meta, options: Options) -> RankResu
         from tracelens.analysis.rank import critical
         from tracelens.analysis.rank.collectives import collective_rows
 
-        crows = collective_rows(df, C, fi, meta.rank) if has_gpu else None  # where the job's path may cross to another rank
+        crows = collective_rows(df, C, fi, meta.rank)  # where the job's path may cross to another rank (a CPU job's: its host spans)
         marks = critical.collective_marks(crows, windows) if crows is not None else None
         crit = critical.summarize(critical.step_paths(df, meta.device_id, windows, main_tid, names, marks=marks), steps,
                                   kept_indices(steps), crows, windows)

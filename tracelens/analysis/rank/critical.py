@@ -24,7 +24,11 @@ GPU, is dropped: the graph is a DAG by construction, never a cycle):
   ``cudaDeviceSynchronize``) ends after the last activity that ended before it on the stream it
   waits for (``Stream Sync``: its stream; ``Event Sync``: the last activity launched on the
   recorded stream before the record; otherwise the whole device);
-* blocking copies: a runtime call that returns after its own copy (or kernel) ends, ends after it.
+* blocking copies: a runtime call that returns after its own copy (or kernel) ends, ends after it;
+* host collectives on another thread (gloo's): the span starts after the step thread's last point
+  before it (the call that queued it), and a step thread idle then (nothing open) resumes after
+  the span's end (``sync``); a rank without communication kernels charges these spans
+  ``exposed_comm``.
 
 **Path.**  Every edge weighs the time between its nodes, so every path between two nodes has the
 same length: the difference of their times.  The critical path of a step window [t0, t1] is the
@@ -52,7 +56,8 @@ before the first and after the last node the path reaches through a known depend
 per collective row in a step, the path's ns per category up to the row's start (``marks`` of
 ``step_paths``) and whether the path runs through the whole row as exposed communication; the
 reduce stitches the ranks' paths through each matched collective to its last-arriving rank (see
-``combine``).
+``combine``): only collectives whose every member is loaded and whose match is believed (a sample
+of a large job's ranks is never stitched: ``unstitched`` counts them).
 
 Not in this slice: the autograd hand-off from recorded flows, CUDA-graph replays' inner
 dependencies, what-if replay.
@@ -60,7 +65,7 @@ dependencies, what-if replay.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import polars as pl
@@ -83,6 +88,9 @@ _CPU, _DL, _LAUNCH, _SYNC, _IDLE = "cpu", "data_loading", "launch_overhead", "sy
 CAT = pl.Enum([*CATEGORIES, *(f"compute_{k}" for k in KCLASSES if k not in ("comm", "memcpy", "memset"))])
 
 
+_NO_MARKS = pl.DataFrame(schema={"m": pl.Int64, "cat": CAT, "ns": pl.Int64})
+
+
 def _c(cat: str) -> pl.Expr:
     return pl.lit(cat, dtype=CAT)
 
@@ -97,7 +105,8 @@ class StepPath:
     top_events: list[dict[str, Any]]
     nodes: int  # events' start/end points on the path
     rows: tuple[int, ...] = ()  # the rows (in the rank's frame) of the events with a point on the path, in order
-    marks: tuple[tuple[int, dict[str, int]], ...] = ()  # (mark, the path's ns per category from the window's start to it)
+    # the path's ns per category from the window's start to each mark: (m, cat, ns), ns > 0 (a mark with none: no row)
+    marks: pl.DataFrame = field(default_factory=lambda: _NO_MARKS, compare=False)
     # with_segments: the path's segments in time order, a frame of (start_ns, end_ns, category, row:
     # the event in the rank's frame it is charged to, null for none); they tile the step's window
     segments: Any = None
@@ -123,6 +132,7 @@ def _gpu_category() -> pl.Expr:
 def _events(df: pl.DataFrame, device: int | None, names: Names) -> tuple[pl.DataFrame, pl.DataFrame, pl.DataFrame]:
     """(host events, GPU activities, device sync rows) of the rank, with their row in ``df``."""
     lf = df.lazy().with_row_index("_row")
+    comm_kernels = bool(df.select((pl.col("kclass") == "comm").any()).item())
     timed = pl.col("ts_ns").is_not_null() & pl.col("dur_ns").is_not_null()
     mine = pl.lit(True) if device is None else (pl.col("device") == device)
     host = lf.filter(pl.col("tid").is_not_null() & pl.col("kind").is_in(HOST_KINDS) & timed).select(
@@ -130,9 +140,13 @@ def _events(df: pl.DataFrame, device: int | None, names: Names) -> tuple[pl.Data
         pl.when(pl.col("kind") == "dataloader").then(_c(_DL))
         .when(pl.col("kind") == "sync").then(_c(_SYNC))
         .when((pl.col("kind") == "runtime") & names.like(LAUNCH_RE)).then(_c(_LAUNCH))
+        # a rank without communication kernels (gloo on the CPU) communicates in its host collective spans
+        .when(pl.col("kind").is_in(["collective", "p2p"]) & pl.lit(not comm_kernels)).then(_c("exposed_comm"))
         .otherwise(_c(_CPU)).alias("cat"),
         ((pl.col("kind") == "runtime") & names.like(r"(?i)memcpy")).alias("copy"),
         ((pl.col("kind") == "cpu_op") & names.like(AUTOGRAD_RE)).any().over("pid", "tid").alias("autograd"),
+        *[pl.when(pl.col("args").str.contains(f'"fwdbwd_{e}":', literal=True))
+          .then(pl.col("args").str.extract(f'"fwdbwd_{e}":(-?\\d+)').cast(pl.Int64)).alias(f"fwd_{e}") for e in "sf"],
     )
     gpu = lf.filter(pl.col("kind").is_in(DEVICE_KINDS) & mine & timed).select(
         "_row", "stream", "ts_ns", "dur_ns", "correlation", _gpu_category().alias("cat"))
@@ -223,6 +237,32 @@ def _last_arrivals(host: pl.DataFrame, gpu: pl.DataFrame, dsync: pl.DataFrame, n
             out.append(on_part.join_asof(on_main.select(pl.col("o").alias("u"), "pid"), left_on="o", right_on="u",
                                          strategy="backward", allow_exact_matches=False, check_sortedness=False, **by)
                        .lazy().filter(later).select(pl.col("o").alias("v"), "u", _c(_CPU).alias("cat"), pl.lit(None).alias("owner")))
+    # a host collective span on another thread of the step thread's process (gloo runs them on its
+    # own threads): it starts after the step thread's last point before it (the call that queued
+    # it), and a step thread idle while it runs (untraced time, nothing open) resumes after its end
+    if main_tid is not None:
+        coll = (th.filter(pl.col("kind").is_in(["collective", "p2p"]) & (pl.col("tid") != main_tid))
+                .select("o", "pid", "end", "_pu").sort("o"))
+        if coll.height:
+            on_main = th.filter(pl.col("tid") == main_tid).select("o", "pid", "_pu", pl.col("_iown").shift(1).alias("_gap_own"))
+            by = {"by": "pid"} if host.get_column("pid").n_unique() > 1 else {}
+            later = pl.col("_pu").is_null() | (pl.col("u") > pl.col("_pu"))
+            out.append(coll.filter(~pl.col("end")).join_asof(
+                on_main.select(pl.col("o").alias("u"), "pid"), left_on="o", right_on="u", strategy="backward",
+                allow_exact_matches=False, check_sortedness=False, **by)
+                .lazy().filter(later).select(pl.col("o").alias("v"), "u", _c(_CPU).alias("cat"), pl.lit(None).alias("owner")))
+            waiting = on_main.join_asof(coll.filter(pl.col("end")).select(pl.col("o").alias("u"), "pid"), left_on="o", right_on="u",
+                                        strategy="backward", allow_exact_matches=False, check_sortedness=False, **by)
+            out.append(waiting.lazy().filter(later & pl.col("_gap_own").is_null() & pl.col("_pu").is_not_null()).select(
+                pl.col("o").alias("v"), "u", _c(_SYNC).alias("cat"), pl.lit(None).alias("owner")))
+    # autograd's fwdbwd flows (the parser's ``fwdbwd_s``/``fwdbwd_f`` args): a backward node starts
+    # after the forward op it differentiates ends
+    if bool(host.get_column("fwd_f").is_not_null().any()):
+        src = host.filter(pl.col("fwd_s").is_not_null()).select("_row", pl.col("fwd_s").alias("_fid")).join(
+            hn.filter(pl.col("end")).select("_row", pl.col("o").alias("u")), on="_row").unique("_fid", keep="first")
+        dst = host.filter(pl.col("fwd_f").is_not_null()).select("_row", pl.col("fwd_f").alias("_fid")).join(
+            hn.filter(~pl.col("end")).select("_row", pl.col("o").alias("v")), on="_row")
+        out.append(dst.join(src.select("_fid", "u"), on="_fid").lazy().select("v", "u", _c(_CPU).alias("cat"), pl.lit(None).alias("owner")))
     # an activity's end after its start
     gs = gn.filter(~pl.col("end")).select(pl.col("o").alias("_s"), "_row", "stream", "ts_ns", "dur_ns", "correlation", "cat")
     ge = gn.filter(pl.col("end")).select(pl.col("o").alias("_e"), "_row")
@@ -323,7 +363,7 @@ def step_paths(df: pl.DataFrame, device: int | None, windows: list[tuple[int, in
     host, gpu, dsync = _events(df, device, names)
     n_win = len(windows)
     if host.height + gpu.height == 0:
-        return [StepPath(max(e - s, 0), {_IDLE: max(e - s, 0)} if e > s else {}, [], 0, (), (),
+        return [StepPath(max(e - s, 0), {_IDLE: max(e - s, 0)} if e > s else {}, [], 0, (), _NO_MARKS,
                          pl.DataFrame({"start_ns": [s], "end_ns": [e], "category": [_IDLE], "row": [None]},
                                       schema=_NO_SEGMENTS.schema).filter(pl.col("end_ns") > pl.col("start_ns"))
                          if with_segments else None) for s, e in windows]
@@ -424,25 +464,35 @@ def step_paths(df: pl.DataFrame, device: int | None, windows: list[tuple[int, in
         on_path = (members.join(nodes.select(pl.col("o").alias("node"), "_row"), on="node")
                    .group_by("k").agg(pl.col("_row").unique().sort()))
         rows_of = {k: tuple(r) for k, r in on_path.iter_rows()}  # one list per window
-    marks_of: dict[int, list[tuple[int, dict[str, int]]]] = {}
+    marks_of: dict[int, pl.DataFrame] = {}
     if marks is not None and marks.height:
-        # the segments partition [t0, last node]; the tail after it is idle: each mark's prefix is
-        # the segments (and tail) before it, the one it falls in cut at it
+        # the segments partition [t0, last node]; the tail after it is idle.  A mark's prefix: the
+        # segments that end by it, whole, and the one it falls in, cut at it.  Each segment is
+        # summed into the first mark (in time order) at or after its end (a join_asof): per
+        # window and category, running sums over the marks of those few sums (one row per mark x
+        # category at most), and the cut one found by a join_asof of the marks onto the segments
         spans = pl.concat([seg.select("k", "cat", (pl.col("_e") - pl.col("ns")).alias("_s"), "_e"),
                            tails.join(win.lazy().select("k", "t1"), on="k").select(
                                "k", "cat", (pl.col("t1") - pl.col("ns")).alias("_s"), pl.col("t1").alias("_e"))])
-        pre = (marks.lazy().join(spans.filter(pl.col("_e") > pl.col("_s")), on="k").filter(pl.col("_s") < pl.col("t"))
-               .group_by("k", "m", "cat").agg((pl.min_horizontal("_e", "t") - pl.col("_s")).sum().alias("ns"))
-               .sort("k", "m", "cat").collect(engine="in-memory"))
-        acc: dict[tuple[int, int], dict[str, int]] = {(k, m): {} for k, m in marks.select("k", "m").iter_rows()}
-        for k, m, c, ns in pre.iter_rows():  # one row per (mark, category)
-            acc[(k, m)][c] = int(ns)
-        for (k, m), d in sorted(acc.items()):
-            marks_of.setdefault(k, []).append((m, d))
+        spans = spans.filter(pl.col("_e") > pl.col("_s")).sort("_e").collect(engine="in-memory")
+        mk = marks.sort("t").with_row_index("_j").with_columns(pl.col("_j").cast(pl.Int64))
+        whole = (spans.join_asof(mk.select("k", "_j", "t"), left_on="_e", right_on="t", by="k", strategy="forward",
+                                 check_sortedness=False)
+                 .filter(pl.col("_j").is_not_null()).group_by("k", "_j", "cat").agg((pl.col("_e") - pl.col("_s")).sum().alias("ns"))
+                 .sort("_j").with_columns(pl.col("ns").cum_sum().over("k", "cat")))
+        pairs = mk.select("k", "m", "_j").join(whole.select("k", "cat").unique(), on="k").sort("_j")
+        full = pairs.join_asof(whole.rename({"_j": "_jw"}), left_on="_j", right_on="_jw", by=["k", "cat"], strategy="backward",
+                               check_sortedness=False).select("k", "m", "cat", pl.col("ns").fill_null(0))
+        cut = (mk.join_asof(spans.sort("_s"), left_on="t", right_on="_s", by="k", strategy="backward", allow_exact_matches=False,
+                            check_sortedness=False)
+               .filter(pl.col("_e") > pl.col("t")).select("k", "m", "cat", (pl.col("t") - pl.col("_s")).alias("ns")))
+        pre = (pl.concat([full, cut]).group_by("k", "m", "cat").agg(pl.col("ns").sum())
+               .filter(pl.col("ns") > 0).sort("k", "m", "cat"))
+        marks_of = {k: f.drop("k") for (k,), f in pre.partition_by("k", as_dict=True).items()}
     out = []
     for k, (s, e) in enumerate(windows):
         by = dict(sorted(cats[k].items(), key=lambda kv: (-kv[1], kv[0])))
-        out.append(StepPath(sum(by.values()), by, tops[k], int(nodes_on.get(k, 0)), rows_of.get(k, ()), tuple(marks_of.get(k, ())),
+        out.append(StepPath(sum(by.values()), by, tops[k], int(nodes_on.get(k, 0)), rows_of.get(k, ()), marks_of.get(k, _NO_MARKS),
                             segs_of.get(k, _NO_SEGMENTS) if with_segments else None))
     return out
 
@@ -477,23 +527,37 @@ def summarize(paths: list[StepPath], steps, kept_idx: list[int], rows: pl.DataFr
         "by_category_ns": dict(sorted(total.items(), key=lambda kv: (-kv[1], kv[0]))),
         "steps": [p.to_dict(s.step) for p, s in zip(paths, steps)],
     }
-    if rows is not None and windows and any(p.marks for p in paths):
-        coll = []
-        keyed = rows.select("group", "group_desc", "seq", "collective", "start_ns", "end_ns").rows()
-        for k, p in enumerate(paths):
-            pre = dict(p.marks)
-            for m, at_start in pre.items():
-                if m % 2 or m + 1 not in pre:
-                    continue
-                g, gd, seq, c, s0, e0 = keyed[m // 2]
-                at_end = pre[m + 1]
-                comm = at_end.get("exposed_comm", 0) - at_start.get("exposed_comm", 0)
-                e_cap = min(e0, windows[k][1])
-                coll.append({"group": g, "group_desc": gd, "seq": seq, "collective": c, "step_index": k,
-                             "start_ns": s0, "end_ns": e0, "prefix_ns": at_start,
-                             "on_path": comm == e_cap - s0 and e_cap > s0})
+    if rows is not None and windows and any(p.marks.height for p in paths):
         out["windows"] = [[a, b] for a, b in windows]
-        out["collectives"] = coll
+        out["kept"] = list(kept_idx)
+        out["collectives"] = _collective_marks(paths, rows, windows)
+    return out
+
+
+def _collective_marks(paths: list[StepPath], rows: pl.DataFrame, windows: list[tuple[int, int]]) -> dict[str, Any]:
+    """``summarize``'s ``collectives``, as columns (one entry per collective row in a window): its
+    key, ``step_index``, ``start_ns``, ``end_ns``, ``on_path`` (the path runs through the whole
+    row, to its end capped at the window's, as exposed communication) and ``prefix_ns`` (category
+    -> the path's ns from the window's start to the row's start, one number per row)."""
+    pre = pl.concat([p.marks.with_columns(pl.lit(k, pl.Int64).alias("k")) for k, p in enumerate(paths) if p.marks.height])
+    keyed = rows.with_row_index("i").select(pl.col("i").cast(pl.Int64), "group", "group_desc", "seq", "collective", "start_ns", "end_ns")
+    win = pl.DataFrame({"k": list(range(len(windows))), "_t1": [b for _, b in windows]}, schema={"k": pl.Int64, "_t1": pl.Int64})
+    marked = collective_marks(rows, windows).with_columns((pl.col("m") // 2).alias("i"))
+    mine = marked.filter(pl.col("m") % 2 == 0).select("i", pl.col("k").alias("step_index"))
+    mine = mine.join(marked.filter(pl.col("m") % 2 == 1).select("i"), on="i")  # both ends marked
+    comm = pre.filter(pl.col("cat") == "exposed_comm").select(pl.col("m"), "ns")
+    start_cat = pre.filter(pl.col("m") % 2 == 0).select((pl.col("m") // 2).alias("i"), pl.col("cat").cast(pl.String), "ns")
+    cols = sorted(start_cat.get_column("cat").unique().to_list())
+    wide = (start_cat.pivot(on="cat", index="i", values="ns") if start_cat.height else pl.DataFrame({"i": []}, schema={"i": pl.Int64}))
+    t = (mine.join(keyed, on="i").join(win, left_on="step_index", right_on="k")
+         .join(comm.filter(pl.col("m") % 2 == 0).select((pl.col("m") // 2).alias("i"), pl.col("ns").alias("_c0")), on="i", how="left")
+         .join(comm.filter(pl.col("m") % 2 == 1).select((pl.col("m") // 2).alias("i"), pl.col("ns").alias("_c1")), on="i", how="left")
+         .join(wide, on="i", how="left").sort("i"))
+    t = t.with_columns(pl.min_horizontal("end_ns", "_t1").alias("_cap"))
+    on_path = ((pl.col("_c1").fill_null(0) - pl.col("_c0").fill_null(0)) == (pl.col("_cap") - pl.col("start_ns"))) & (pl.col("_cap") > pl.col("start_ns"))
+    t = t.with_columns(on_path.alias("on_path"), *[pl.col(c).fill_null(0) for c in cols])
+    out = t.select("group", "group_desc", "seq", "collective", "step_index", "start_ns", "end_ns", "on_path").to_dict(as_series=False)
+    out["prefix_ns"] = t.select(cols).to_dict(as_series=False)
     return out
 
 
@@ -516,7 +580,10 @@ def combine(parts: list[dict[str, Any] | None], table: pl.DataFrame | None = Non
     from its own start of that collective (its prefix there).  With no such collective the rest
     is the rank's prefix from its window's start.  The stitched segments telescope: the step's
     length is the last rank's window end less the first rank's window start on the job's clock,
-    and its categories sum to it exactly."""
+    and its categories sum to it exactly.  The job's ``length_ns`` and ``by_category_ns`` are over
+    the steps every rank keeps (``kept`` on each step), as a rank's are; ``wait_rank_ns`` too:
+    waiting rank -> rank it waited for -> ns, at the collectives whose last member is on a kept
+    step's chain."""
     got = [p for p in parts if p]
     if not got:
         return None
@@ -535,78 +602,145 @@ def combine(parts: list[dict[str, Any] | None], table: pl.DataFrame | None = Non
 
 
 def _stitch(parts: list[dict[str, Any] | None], table: pl.DataFrame, ranks: list[tuple[int, int | None]]) -> dict[str, Any] | None:
-    """``combine``'s cross-rank path (see there); None when the ranks carry no collectives."""
-    have = {f: (rk, p) for (f, rk), p in zip(ranks, parts) if p and p.get("windows")}
+    """``combine``'s cross-rank path (see there); None when the ranks carry no collectives.
+
+    In frames, no loop per collective: a *hop* is an on-path collective row of rank f whose last
+    member (aligned) is another loaded rank R, arriving after f started it and before f's row
+    ends; from a position (rank, step, time T on its clock) the walk takes the latest hop of that
+    rank and step ending by T (a ``join_asof``), and moves to R's start of that collective, so
+    each hop has one next hop (the same ``join_asof`` from its landing).  Each step's chain is read
+    by pointer doubling over those next-hop pointers (log2 of the chain's length rounds); aligned
+    time strictly decreases along a chain (a hop's arrival is before its row's end, its next hop
+    ends by that arrival), so a chain ends.  A collective some of whose members are not loaded (a
+    sample of a job's ranks) or whose match across ranks was refused is never a hop: its last
+    member is unknown (``unstitched``: how many collectives, and how many of their rows lie on
+    a rank's path).  Python loops remain only
+    over the ranks x steps x categories of the summaries (to read them), never over collectives."""
+    have = {f: (rk, p) for (f, rk), p in zip(ranks, parts) if p and p.get("windows") and p.get("collectives")}
     if len(have) < 2:
         return None
-    t = table.filter(pl.col("aligned_start_ns").is_not_null() & (pl.col("consistent").fill_null(True)))
-    off = dict(t.group_by("file").agg((pl.col("aligned_start_ns") - pl.col("start_ns")).first()).iter_rows())
-    if not all(f in off for f in have):
+    t = table.filter(pl.col("aligned_start_ns").is_not_null())
+    off = t.group_by("file").agg((pl.col("aligned_start_ns") - pl.col("start_ns")).first().alias("off"))
+    off = off.with_columns(pl.col("file").cast(pl.Int64))
+    if off.filter(pl.col("file").is_in(list(have))).height < len(have):
         return None
-    # per collective key: the last member's aligned arrival and its file (ties: the lowest file)
     key = ["group", "seq", "collective"]
-    last = (t.sort(["aligned_start_ns", "file"], descending=[True, False]).group_by(key, maintain_order=True)
-            .agg(pl.col("aligned_start_ns").first().alias("A"), pl.col("file").first().alias("R")))
-    arrival = {(g, sq, c): (a, r) for g, sq, c, a, r in last.iter_rows()}
-    on = {}  # file -> step index -> [(row), ...] the rows on its path, by end, latest first
-    mine = {}  # (file, key) -> row
-    for f, (_, p) in have.items():
-        for row in p["collectives"]:
-            kk = (row["group"] or "", row["seq"], row["collective"] or "")
-            mine[(f, kk)] = row
-            if row["on_path"]:
-                on.setdefault(f, {}).setdefault(row["step_index"], []).append(row)
-    for d in on.values():
-        for rows in d.values():
-            rows.sort(key=lambda r: -r["end_ns"])
     n_steps = min(len(p["windows"]) for _, p in have.values())
-    steps, waits, chain_all = [], {}, set()
+    cats = sorted({c for _, p in have.values() for c in p["collectives"]["prefix_ns"]} | {"exposed_comm"})
+    # the ranks' collective rows (prefix columns: p_<cat>) and windows, on their own clocks
+    frames = []
+    for f, (_, p) in have.items():
+        c = p["collectives"]
+        cols = {k: c[k] for k in ("group", "seq", "collective", "step_index", "start_ns", "end_ns", "on_path")}
+        n = len(cols["seq"])
+        frames.append(pl.DataFrame({"file": [f] * n, **cols, **{f"p_{x}": c["prefix_ns"].get(x, [0] * n) for x in cats}},
+                                   schema_overrides={"file": pl.Int64, "seq": pl.Int64, "step_index": pl.Int64,
+                                                     "start_ns": pl.Int64, "end_ns": pl.Int64, **{f"p_{x}": pl.Int64 for x in cats}}))
+    rows = (pl.concat(frames, how="diagonal_relaxed").with_columns(pl.col("group").fill_null(""), pl.col("collective").fill_null(""))
+            .join(off, on="file"))
+    win = pl.DataFrame([(f, k, w0, w1) for f, (_, p) in have.items() for k, (w0, w1) in enumerate(p["windows"][:n_steps])],
+                       schema={"file": pl.Int64, "k": pl.Int64, "w0": pl.Int64, "w1": pl.Int64}, orient="row").join(off, on="file")
+    step_cats = pl.DataFrame([(f, k, c, ns) for f, (_, p) in have.items() for k, st in enumerate(p["steps"][:n_steps])
+                              for c, ns in st["by_category_ns"].items()],
+                             schema={"file": pl.Int64, "k": pl.Int64, "cat": pl.String, "ns": pl.Int64}, orient="row")
+    rank_of = pl.DataFrame({"file": list(have), "rank": [str(rk) for rk, _ in have.values()]}, schema={"file": pl.Int64, "rank": pl.String})
+    # per collective key: the last member's aligned arrival and its file (ties: the lowest file),
+    # only where every member is loaded and the match is believed
+    tk = t.with_columns(pl.col("group").fill_null(""), pl.col("collective").fill_null(""))
+    sure = pl.col("complete").fill_null(False) & pl.col("consistent").fill_null(True)
+    last = (tk.filter(sure).sort(["aligned_start_ns", "file"], descending=[True, False]).group_by(key, maintain_order=True)
+            .agg(pl.col("aligned_start_ns").first().alias("A"), pl.col("file").first().cast(pl.Int64).alias("R")))
+    why = tk.group_by(key).agg(pl.col("complete").fill_null(False).all().alias("_complete"),
+                               pl.col("consistent").fill_null(True).all().alias("_consistent"))
+    # the collectives that cannot be hops, and how many of their rows lie on a rank's path
+    why = why.filter(~pl.col("_complete") | ~pl.col("_consistent"))
+    on_rows = rows.filter(pl.col("on_path")).join(why, on=key)
+    unstitched = {"members_absent": int((~why.get_column("_complete")).sum()),
+                  "match_refused": int((why.get_column("_complete") & ~why.get_column("_consistent")).sum()),
+                  "rows_on_path": on_rows.height}
+    theirs = rows.select(*key, pl.col("file").alias("R"), pl.col("start_ns").alias("s_r"), pl.col("step_index").alias("k_r"),
+                         *[pl.col(f"p_{x}").alias(f"r_{x}") for x in cats])
+    hops = (rows.filter(pl.col("on_path")).join(last, on=key).join(theirs, on=[*key, "R"])
+            .filter((pl.col("R") != pl.col("file")) & (pl.col("A") - pl.col("off") > pl.col("start_ns"))
+                    & (pl.col("A") < pl.col("end_ns") + pl.col("off")))
+            .with_columns((pl.col("A") - pl.col("off") - pl.col("start_ns")).alias("wait"))
+            .sort("file", "step_index", "end_ns", "A").with_row_index("h").with_columns(pl.col("h").cast(pl.Int64)))
+    nh = hops.height
+    by_end = hops.select("file", "step_index", "end_ns", "h").sort("end_ns")
 
-    def add(acc, d, sign=1):
-        for c, ns in d.items():
-            acc[c] = acc.get(c, 0) + sign * ns
+    def first_hop(pos: pl.DataFrame) -> pl.Series:
+        """For each position (file, step_index, T): the latest hop of that rank and step ending by T (nh: none)."""
+        got = pos.with_row_index("_i").sort("T").join_asof(by_end, left_on="T", right_on="end_ns", by=["file", "step_index"],
+                                                           strategy="backward", check_sortedness=False).sort("_i")
+        return got.get_column("h").fill_null(nh)
 
-    for k in range(n_steps):
-        f = max(have, key=lambda x: (have[x][1]["windows"][k][1] + off[x], -x))
-        T = have[f][1]["windows"][k][1]
-        pre_T = have[f][1]["steps"][k]["by_category_ns"]  # the prefix at the window's end: the whole step
-        kk_step = k
-        cats: dict[str, int] = {}
-        chain = [have[f][0]]
-        for _ in range(len(mine) + 1):
-            jump = None
-            for row in on.get(f, {}).get(kk_step, ()):
-                if row["end_ns"] > T:
-                    continue
-                kk = (row["group"] or "", row["seq"], row["collective"] or "")
-                a, r = arrival.get(kk, (None, None))
-                if a is None or r == f or r not in have or a - off[f] <= row["start_ns"] or (r, kk) not in mine:
-                    continue
-                jump = (row, kk, a, r)
-                break
-            if jump is None:
-                add(cats, pre_T)
-                start = have[f][1]["windows"][kk_step][0] + off[f]
-                break
-            row, kk, a, r = jump
-            at_a = dict(row["prefix_ns"])
-            add(at_a, {"exposed_comm": a - off[f] - row["start_ns"]})
-            add(cats, pre_T)
-            add(cats, at_a, -1)
-            w = waits.setdefault(str(have[f][0]), {})
-            w[str(have[r][0])] = w.get(str(have[r][0]), 0) + a - off[f] - row["start_ns"]
-            rr = mine[(r, kk)]
-            f, T, pre_T, kk_step = r, rr["start_ns"], rr["prefix_ns"], rr["step_index"]
-            chain.append(have[f][0])
-        end = max(have[x][1]["windows"][k][1] + off[x] for x in have)
-        cats = {c: ns for c, ns in cats.items() if ns}
-        chain_all.update(x for x in chain if x is not None)
-        steps.append({"step": have[min(have)][1]["steps"][k]["step"], "length_ns": end - start,
-                      "by_category_ns": dict(sorted(cats.items(), key=lambda kv: (-kv[1], kv[0]))),
-                      "ranks": chain[::-1]})
+    # each step's start: the rank whose window ends last (aligned; ties: the lowest file), at its window's end
+    ends = win.with_columns((pl.col("w1") + pl.col("off")).alias("_e"))
+    start = (ends.sort(["_e", "file"], descending=[True, False]).group_by("k", maintain_order=True)
+             .agg(pl.col("file").first(), pl.col("w1").first().alias("T"), pl.col("_e").first().alias("end")).sort("k"))
+    nxt = first_hop(hops.select(pl.col("R").alias("file"), pl.col("k_r").alias("step_index"), pl.col("s_r").alias("T")))
+    jump = nxt.append(pl.Series([nh], dtype=nxt.dtype))  # the sentinel points at itself
+    mk = start.get_column("k")
+    mh = first_hop(start.select("file", pl.col("k").alias("step_index"), "T"))
+    keep = mh < nh
+    mk, mh = mk.filter(keep), mh.filter(keep)
+    members_k, members_h = [mk], [mh]
+    while mh.len():  # pointer doubling: after round j, every chain's first 2^j hops
+        mh = jump.gather(mh)
+        keep = mh < nh
+        mk, mh = mk.filter(keep), mh.filter(keep)
+        members_k.append(mk)
+        members_h.append(mh)
+        jump = jump.gather(jump)
+    members = pl.DataFrame({"k": pl.concat(members_k), "h": pl.concat(members_h)}).join(hops, on="h")
+    # each hop: the path's share from R's start of it back is R's; this rank's from the arrival on
+    # is its own (its prefix at its start plus the wait, in the collective, as exposed comm): the
+    # step's categories are the first rank's whole step plus, per hop, R's prefix less that
+    at_a = {x: pl.col(f"p_{x}") + (pl.col("wait") if x == "exposed_comm" else 0) for x in cats}
+    delta = members.select("k", *[(pl.col(f"r_{x}") - at_a[x]).alias(x) for x in cats]).unpivot(index="k", variable_name="cat", value_name="ns")
+    first = start.join(step_cats, on=["file", "k"]).select("k", "cat", "ns")
+    by_cat = (pl.concat([first, delta]).group_by("k", "cat").agg(pl.col("ns").sum()).filter(pl.col("ns") != 0)
+              .sort(["k", "ns", "cat"], descending=[False, True, False]))
+    # the chain's last hop (the earliest arrival) says where the step's path starts
+    tail = (members.sort("A").group_by("k", maintain_order=True).agg(pl.col("R").first().alias("file"), pl.col("k_r").first().alias("_kr"))
+            .join(win.select("file", pl.col("k").alias("_kr"), (pl.col("w0") + pl.col("off")).alias("_s")), on=["file", "_kr"]))
+    first_s = start.join(win.select("file", "k", (pl.col("w0") + pl.col("off")).alias("_s0")), on=["file", "k"])
+    steps_f = (first_s.join(tail.select("k", "_s"), on="k", how="left")
+               .select("k", (pl.col("end") - pl.col("_s").fill_null(pl.col("_s0"))).alias("length_ns")))
+    chain = (pl.concat([members.select("k", "A", pl.col("R").alias("file")),
+                        start.select("k", pl.col("end").alias("A"), "file")]).join(rank_of, on="file")
+             .sort("k", "A").group_by("k", maintain_order=True).agg(pl.col("rank")))
+    kept = set(range(n_steps))
+    for _, p in have.values():
+        kept &= set(p.get("kept", range(n_steps)))
+    # the waits for the ranks that set each kept step: at every collective of the step (by the
+    # last-arriving rank's row) whose last member is on the step's chain, every other member's
+    # wait (the table's wait_ns: until the last member arrived), on the path or not
+    on_chain = pl.concat([members.select("k", "R"), start.select("k", pl.col("file").alias("R"))]).unique()
+    through = (theirs.select(*key, "R", pl.col("k_r").alias("k")).join(last, on=[*key, "R"])
+               .join(on_chain, on=["k", "R"]).filter(pl.col("k").is_in(sorted(kept))).select(*key, "R"))
+    waits = (tk.filter(sure & (pl.col("wait_ns") > 0)).select(*key, pl.col("file").cast(pl.Int64), "wait_ns")
+             .join(through, on=key).filter(pl.col("file") != pl.col("R"))
+             .join(rank_of, on="file").join(rank_of.rename({"file": "R", "rank": "late"}), on="R")
+             .group_by("rank", "late").agg(pl.col("wait_ns").sum()).sort("rank", "late"))
+    # read back: one entry per step (a loop over steps), per (step, category), per waiting pair of ranks
+    lengths = dict(steps_f.iter_rows())
+    cat_of: dict[int, dict[str, int]] = {}
+    for k, c, ns in by_cat.iter_rows():
+        cat_of.setdefault(k, {})[c] = int(ns)
+    ranks_of = dict(chain.iter_rows())
+    wait_rank: dict[str, dict[str, int]] = {}
+    for w, late, ns in waits.iter_rows():
+        wait_rank.setdefault(w, {})[late] = int(ns)
+    ref = have[min(have)][1]["steps"]
+    steps = [{"step": ref[k]["step"], "length_ns": int(lengths[k]), "by_category_ns": cat_of.get(k, {}),
+              "ranks": [None if r == "None" else int(r) for r in ranks_of.get(k, [])], "kept": k in kept} for k in range(n_steps)]
     total: dict[str, int] = {}
     for st in steps:
-        add(total, st["by_category_ns"])
-    return {"length_ns": sum(st["length_ns"] for st in steps),
+        if st["kept"]:
+            for c, ns in st["by_category_ns"].items():
+                total[c] = total.get(c, 0) + ns
+    on_path = sorted({r for st in steps for r in st["ranks"] if r is not None})
+    return {"length_ns": sum(st["length_ns"] for st in steps if st["kept"]),
             "by_category_ns": dict(sorted(total.items(), key=lambda kv: (-kv[1], kv[0]))),
-            "steps": steps, "ranks_on_path": sorted(chain_all), "wait_rank_ns": waits}
+            "steps": steps, "ranks_on_path": on_path, "wait_rank_ns": wait_rank, "unstitched": unstitched}
