@@ -77,6 +77,14 @@ _CPU, _DL, _LAUNCH, _SYNC, _IDLE = "cpu", "data_loading", "launch_overhead", "sy
 CAT = pl.Enum([*CATEGORIES, *(f"compute_{k}" for k in KCLASSES if k not in ("comm", "memcpy", "memset"))])
 
 
+# the dependencies (candidate_edges' ``kind``): the previous point on a thread; the forward/backward
+# hand-off; an activity's start -> end; launch call -> activity; activity -> the end of a call that
+# returned after it (a launch call, a blocking copy); the previous activity on the stream; a
+# synchronize call after what it waited for; an event wait's activity after the recorded one
+EDGE_KINDS = ("thread", "handoff", "act", "launch", "return_launch", "return_sync", "stream", "sync", "wait")
+EDGE_KIND = pl.Enum(EDGE_KINDS)
+
+
 def _c(cat: str) -> pl.Expr:
     return pl.lit(cat, dtype=CAT)
 
@@ -162,12 +170,14 @@ def _nodes(host: pl.DataFrame, gpu: pl.DataFrame) -> pl.DataFrame:
     )
 
 
-def _edges(host: pl.DataFrame, gpu: pl.DataFrame, dsync: pl.DataFrame, nodes: pl.DataFrame, main_tid: int | None) -> pl.DataFrame:
-    """The candidate in-edges of every node: (v, u, cat, owner) with u before v in the order;
-    ``owner``: the row in ``df`` of the event the segment is charged to (null: none)."""
+def candidate_edges(host: pl.DataFrame, gpu: pl.DataFrame, dsync: pl.DataFrame, nodes: pl.DataFrame,
+                    main_tid: int | None) -> pl.LazyFrame:
+    """The candidate in-edges of every node: (v, u, cat, owner, kind) with u before v in the order;
+    ``owner``: the row in ``df`` of the event the segment is charged to (null: none); ``kind``:
+    which dependency (EDGE_KINDS; tracelens.analysis.rank.replay reweighs them)."""
     hn = nodes.filter(~pl.col("dev"))  # host points, with their event's columns
     gn = nodes.filter(pl.col("dev"))
-    schema = {"v": pl.Int64, "u": pl.Int64, "cat": CAT, "owner": pl.UInt32}
+    schema = {"v": pl.Int64, "u": pl.Int64, "cat": CAT, "owner": pl.UInt32, "kind": EDGE_KIND}
     out: list[pl.LazyFrame] = []
 
     # per thread: the previous point.  The interval after a start is its event's; after an end, the
@@ -190,6 +200,7 @@ def _edges(host: pl.DataFrame, gpu: pl.DataFrame, dsync: pl.DataFrame, nodes: pl
             pl.when(same_prev).then(pl.col("o").shift(1)).alias("u"),
             pl.col("_icat").shift(1).alias("cat"),
             pl.col("_iown").shift(1).alias("owner"),
+            pl.lit("thread").alias("kind"),
         )
     )
     # the forward/backward hand-off: a point on the step thread after the last end on a thread of
@@ -202,15 +213,18 @@ def _edges(host: pl.DataFrame, gpu: pl.DataFrame, dsync: pl.DataFrame, nodes: pl
             out.append(on_main.join_asof(on_part.filter(pl.col("end")).select(pl.col("o").alias("u"), "pid"), left_on="o",
                                          right_on="u", strategy="backward", allow_exact_matches=False,
                                          check_sortedness=False, **by)
-                       .lazy().select(pl.col("o").alias("v"), "u", _c(_CPU).alias("cat"), pl.lit(None).alias("owner")))
+                       .lazy().select(pl.col("o").alias("v"), "u", _c(_CPU).alias("cat"), pl.lit(None).alias("owner"),
+                                      pl.lit("handoff").alias("kind")))
             out.append(on_part.join_asof(on_main.select(pl.col("o").alias("u"), "pid"), left_on="o", right_on="u",
                                          strategy="backward", allow_exact_matches=False, check_sortedness=False, **by)
-                       .lazy().select(pl.col("o").alias("v"), "u", _c(_CPU).alias("cat"), pl.lit(None).alias("owner")))
+                       .lazy().select(pl.col("o").alias("v"), "u", _c(_CPU).alias("cat"), pl.lit(None).alias("owner"),
+                                      pl.lit("handoff").alias("kind")))
     # an activity's end after its start
     gs = gn.filter(~pl.col("end")).select(pl.col("o").alias("_s"), "_row", "stream", "ts_ns", "dur_ns", "correlation", "cat")
     ge = gn.filter(pl.col("end")).select(pl.col("o").alias("_e"), "_row")
     acts = gs.join(ge, on="_row")  # one row per activity: its start and end nodes
-    out.append(acts.lazy().select(pl.col("_e").alias("v"), pl.col("_s").alias("u"), "cat", pl.col("_row").alias("owner")))
+    out.append(acts.lazy().select(pl.col("_e").alias("v"), pl.col("_s").alias("u"), "cat", pl.col("_row").alias("owner"),
+                                     pl.lit("act").alias("kind")))
     # launch -> activity (the call's start), and a call that returns after its activity ends: after that end
     calls = hn.filter(pl.col("correlation").is_not_null() & pl.col("kind").is_in(["runtime", "sync"]))
     cs = calls.filter(~pl.col("end")).select("correlation", pl.col("o").alias("_cs"), pl.col("ts_ns").alias("_cts"),
@@ -222,17 +236,19 @@ def _edges(host: pl.DataFrame, gpu: pl.DataFrame, dsync: pl.DataFrame, nodes: pl
     ce = ce.unique("correlation", keep="first")
     acts = acts.join(cs, on="correlation", how="left")
     out.append(acts.lazy().filter(pl.col("_cs").is_not_null()).select(
-        pl.col("_s").alias("v"), pl.col("_cs").alias("u"), _c(_LAUNCH).alias("cat"), pl.col("_crow").alias("owner")))
+        pl.col("_s").alias("v"), pl.col("_cs").alias("u"), _c(_LAUNCH).alias("cat"), pl.col("_crow").alias("owner"),
+        pl.lit("launch").alias("kind")))
     # (a launch call that outlasts its kernel is launch overhead; a copy the host waits for, sync)
     out.append(acts.lazy().join(ce.lazy(), on="correlation").select(
         pl.col("_ce").alias("v"), pl.col("_e").alias("u"),
         pl.when(pl.col("_ccat") == _LAUNCH).then(_c(_LAUNCH)).otherwise(_c(_SYNC)).alias("cat"),
-        pl.col("_crow2").alias("owner")))
+        pl.col("_crow2").alias("owner"),
+        pl.when(pl.col("_ccat") == _LAUNCH).then(pl.lit("return_launch")).otherwise(pl.lit("return_sync")).alias("kind")))
     # per stream: the previous activity's end
     acts = acts.with_columns(pl.col("_cts").fill_null(pl.col("ts_ns")).alias("_lts"))  # when it was launched
     prev = acts.lazy().sort("_s").select(
         pl.col("_s").alias("v"), pl.col("_e").shift(1).over("stream").alias("u"), _c(_LAUNCH).alias("cat"),
-        pl.col("_row").alias("owner"))
+        pl.col("_row").alias("owner"), pl.lit("stream").alias("kind"))
     out.append(prev.filter(pl.col("u").is_not_null()))
     by_launch = acts.select("stream", "_lts", "_s", "_e").sort("_lts")
 
@@ -259,7 +275,7 @@ def _edges(host: pl.DataFrame, gpu: pl.DataFrame, dsync: pl.DataFrame, nodes: pl
         dev_s = syncs.filter(~(is_stream | is_event).fill_null(False)).sort("v").join_asof(
             ends.select("u"), left_on="v", right_on="u", strategy="backward", allow_exact_matches=False)
         for f in (stream_s, event_s, dev_s):
-            out.append(f.lazy().select("v", "u", _c(_SYNC).alias("cat"), "owner"))
+            out.append(f.lazy().select("v", "u", _c(_SYNC).alias("cat"), "owner", pl.lit("sync").alias("kind")))
     # cudaEventRecord -> cudaStreamWaitEvent: the first activity launched on the waiting stream
     # after the wait call starts after the last one launched on the recorded stream before the record
     waits = dsync.filter((pl.col("name").cast(pl.String) == "Stream Wait Event") & (pl.col("wait_stream") >= 0)).join(
@@ -271,26 +287,54 @@ def _edges(host: pl.DataFrame, gpu: pl.DataFrame, dsync: pl.DataFrame, nodes: pl
         dst = src.filter(pl.col("u").is_not_null()).sort("_cts").join_asof(
             by_launch.select("stream", "_lts", "_s"), left_on="_cts", right_on="_lts", by="stream", strategy="forward",
             check_sortedness=False)
-        out.append(dst.lazy().select(pl.col("_s").alias("v"), "u", _c(_SYNC).alias("cat"), pl.col("_crow").alias("owner")))
+        out.append(dst.lazy().select(pl.col("_s").alias("v"), "u", _c(_SYNC).alias("cat"), pl.col("_crow").alias("owner"),
+                                  pl.lit("wait").alias("kind")))
     edges = pl.concat([e.select([pl.col(k).cast(t) for k, t in schema.items()]) for e in out])
+    return edges.filter(pl.col("u").is_not_null() & pl.col("v").is_not_null() & (pl.col("u") < pl.col("v")))
+
+
+def _edges(host: pl.DataFrame, gpu: pl.DataFrame, dsync: pl.DataFrame, nodes: pl.DataFrame, main_tid: int | None) -> pl.DataFrame:
+    """Each node's last-arriving in-edge (v, u, cat, owner, kind): of its candidate edges, the one from the latest node."""
+    return _last_arriving(candidate_edges(host, gpu, dsync, nodes, main_tid))
+
+
+def _last_arriving(edges: pl.LazyFrame) -> pl.DataFrame:
     return (
-        edges.filter(pl.col("u").is_not_null() & pl.col("v").is_not_null() & (pl.col("u") < pl.col("v")))
+        edges
         .sort((pl.col("v") * (1 << 31) + pl.col("u")), maintain_order=True)  # by node, then dependency (stable: cheaper)
         .filter(pl.col("v") != pl.col("v").shift(-1).fill_null(-1))  # each node's last-arriving dependency
         .collect(engine="in-memory")
     )
 
 
-def step_paths(df: pl.DataFrame, device: int | None, windows: list[tuple[int, int]], main_tid: int | None,
-               names: Names, with_rows: bool = False) -> list[StepPath]:
-    """The critical path of each window (a step's GPU window, in order); ``with_rows``: with the
-    rows of the events on it (``StepPath.rows``, for tests)."""
+def graph(df: pl.DataFrame, device: int | None, main_tid: int | None, names: Names) -> tuple[pl.DataFrame, pl.DataFrame, pl.DataFrame, pl.DataFrame] | None:
+    """(host events, GPU activities, nodes, candidate edges) of the rank's graph (None: no event);
+    the what-if replay's input (tracelens.analysis.rank.replay)."""
     host, gpu, dsync = _events(df, device, names)
-    n_win = len(windows)
     if host.height + gpu.height == 0:
-        return [StepPath(max(e - s, 0), {_IDLE: max(e - s, 0)} if e > s else {}, [], 0) for s, e in windows]
+        return None
     nodes = _nodes(host, gpu)
-    edges = _edges(host, gpu, dsync, nodes, main_tid)
+    return host, gpu, nodes, candidate_edges(host, gpu, dsync, nodes, main_tid).collect(engine="in-memory")
+
+
+def step_paths(df: pl.DataFrame, device: int | None, windows: list[tuple[int, int]], main_tid: int | None,
+               names: Names, with_rows: bool = False, g: Any = False) -> list[StepPath]:
+    """The critical path of each window (a step's GPU window, in order); ``with_rows``: with the
+    rows of the events on it (``StepPath.rows``, for tests); ``g``: the rank's ``graph()`` when
+    already built (the what-if replay shares it)."""
+    n_win = len(windows)
+    if g is False:
+        host, gpu, dsync = _events(df, device, names)
+        if host.height + gpu.height == 0:
+            g = None
+        else:
+            nodes = _nodes(host, gpu)
+            edges = _edges(host, gpu, dsync, nodes, main_tid)
+    elif g is not None:
+        host, gpu, nodes, cand = g
+        edges = _last_arriving(cand.lazy())
+    if g is None:
+        return [StepPath(max(e - s, 0), {_IDLE: max(e - s, 0)} if e > s else {}, [], 0) for s, e in windows]
     n = nodes.height
     t = nodes.get_column("t")
     # each node's last-arriving dependency (null for none) and that edge's category and event
