@@ -136,6 +136,7 @@ class RankResult:
     above_peak: bool = False  # some counted FLOPs exceed what their kernels could do at peak (warned)
     mfu_error: str | None = None  # the user's FLOPs or peak give an MFU above 100%: the MFU is null
     critical_path: dict[str, Any] | None = None  # analysis.rank.critical.summarize: the kept steps' path, each step's
+    what_if: dict[str, list[int]] | None = None  # analysis.rank.replay.for_rank: per change, each step's predicted time (ns)
 
 
 @dataclass(frozen=True)

@@ -381,11 +381,13 @@ def _analyze_rank(df: pl.DataFrame, fi: int, meta, options: Options) -> RankResu
     matmuls = kt.keep_top(matmuls)
     if not has_gpu:
         warnings.append(f"{meta.path}: no GPU activity in the selected steps; GPU time is unknown")
-    crit = None
+    crit, what_if = None, None
     if options.critical_path:  # asked for (--critical-path): it costs about as much as the rest of this analysis
-        from tracelens.analysis.rank import critical
+        from tracelens.analysis.rank import critical, replay
 
-        crit = critical.summarize(critical.step_paths(df, meta.device_id, windows, main_tid, names), steps, kept_indices(steps))
+        g = critical.graph(df, meta.device_id, main_tid, names)
+        crit = critical.summarize(critical.step_paths(df, meta.device_id, windows, main_tid, names, g=g), steps, kept_indices(steps))
+        what_if = replay.for_rank(df, g, windows, main_tid, has_gpu)  # each suggestion's predicted step (suggest.py)
     return RankResult(
         rank=meta.rank,
         file=fi,
@@ -421,6 +423,7 @@ def _analyze_rank(df: pl.DataFrame, fi: int, meta, options: Options) -> RankResu
         gpu_notes=spec.notes if spec else (),
         mfu_error=mfu_error,
         critical_path=crit,
+        what_if=what_if,
         **quality,
     ), C
 

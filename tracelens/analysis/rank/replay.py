@@ -1,0 +1,342 @@
+"""What-if replay on the critical-path graph (issue 17, Must 4; MFU.md 7.2, Daydream-style).
+
+The graph is critical.py's (``critical.graph``: every event's start and end, every candidate
+dependency with its ``kind``).  The replay gives each node a new time ``T``: the latest over its
+in-edges of ``T(u) + w``, where ``w`` is the edge's weight after the change.  The weights:
+
+* an event keeps its intrinsic duration: a thread's interval between two of its points (host
+  work, untraced host time), an activity's duration, each scaled or removed by the change;
+* a dependency keeps its observed delay when it is the one the node waited for (its
+  last-arriving in-edge, the one the critical path follows): a launch's latency to a kernel
+  that started when launched, the gap between back-to-back kernels on a stream, a blocking
+  call's return after what it waited for;
+* a dependency that was *not* waited for keeps only the typical delay of its kind (the rank's
+  median over the edges of that kind that were waited for) or its observed gap if shorter: a
+  queued kernel starts that long after its launch or the previous kernel, whichever is later;
+* waits shrink: a blocking call (a synchronize, a blocking copy) that waited for the GPU keeps,
+  on its thread, only its return lag after what it waited for, so it ends when that ends plus
+  the lag.  So a kernel starts at max(launch + latency, previous kernel on its stream's end,
+  recorded event), and a sync ends when what it waits for ends.
+
+With no change every node's ``T`` is its observed time exactly (the waited-for edge of every node
+carries the observed gap, every other edge no more): the identity replay reproduces each step's
+time.  Every edge's weight only shrinks under a change, so ``T <= t``.
+
+**Steps.**  Each step window [t0, t1] is replayed on its own, from the observed state at t0: the
+nodes before t0 keep their times; the window's nodes are replayed.  The predicted step time is
+the window's makespan: its measured time, less how much earlier its last node (the one the
+critical path ends at) is, plus how much earlier its first node is.  A step's lead-in (data
+loading of the next step, the host's launches) is inside the window before the next step's first
+kernel, so a change there shows in this step.
+
+**Longest path.**  Every node is on one chain (a host thread, or a stream: start, end, start,
+...).  Along a chain ``T(v) = max(X(v), T(prev) + w)`` is a running maximum: with ``W`` the
+chain's prefix sum of weights, ``T = W + cum_max(X - W)`` per chain segment, one polars window
+expression for all chains of all steps at once.  ``X`` (the cross-chain edges: launches, syncs,
+event waits, returns, the autograd hand-off) takes the previous round's ``T``; rounds repeat
+until nothing changes (as many as there are host/GPU hand-offs on the step's longest dependency
+chain).  No Python loop per event: each round is a few gathers, a group-by and the scan.
+rustworkx has no longest-path distance to every node (``dag_longest_path`` returns one path and
+takes its weights from a Python callback per edge); see ``benchmarks/rank.py --critical-path``.
+
+**Changes** (``Change.parse``; the ``change`` strings of the report's ``what_if``):
+
+* ``data_loading=0`` host time inside DataLoader spans takes no time;
+* ``comm=0`` communication kernels take no time (exposed communication fully overlapped);
+  ``comm/K`` K x faster; ``comm[REGEX]/K`` only the collectives whose kernel name matches
+  (e.g. ``comm[AllReduce]/2``);
+* ``launch=0`` launch gaps closed (CUDA graphs): kernel launch calls take no host time and
+  their kernels start with no launch latency;
+* ``kclass[gemm,conv]/K`` compute kernels of those classes K x faster (``=0``: removed);
+  ``kernel[REGEX]/K`` the kernels whose name matches;
+* ``memcpy=0`` copies and fills take no time;
+* ``host/K`` host work (CPU ops, untraced host time, launch calls; not data loading, not waits)
+  K x faster (K < 1: slower, e.g. a CPU shared with DataLoader workers);
+* ``rank_late=0`` (a rank's lateness at collectives removed) needs cross-rank edges: not in
+  this module (``Change.parse`` accepts it, ``replay_steps`` leaves the steps unchanged).
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass
+
+import polars as pl
+
+from tracelens.analysis.rank import critical
+from tracelens.model.schema import KCLASSES
+
+WHATS = ("data_loading", "comm", "launch", "kclass", "kernel", "memcpy", "host", "rank_late")
+NEG = -(1 << 60)  # no dependency (kept far from int64's limits: times are relative to the trace's first node)
+MAX_ROUNDS = 100_000  # a safety cap: the rounds needed are the host/GPU hand-offs on one step's chain
+
+
+@dataclass(frozen=True)
+class Change:
+    """What the replay changes: ``what`` one of data_loading, comm, launch, kclass, kernel, memcpy,
+    rank_late; ``target`` the classes (kclass) or a name regex (comm, kernel); ``factor`` how
+    many times faster (``math.inf``: takes no time)."""
+
+    what: str
+    target: tuple[str, ...] | str | None = None
+    factor: float = math.inf
+
+    _RE = re.compile(r"^(?P<what>[a-z_]+)(\[(?P<target>[^\]]*)\])?(?P<op>=0|/(?P<k>[0-9.]+))$")
+
+    @classmethod
+    def parse(cls, text: str) -> Change:
+        m = cls._RE.match(text.strip())
+        if not m or m["what"] not in WHATS:
+            raise ValueError(f"not a change: {text!r} (e.g. data_loading=0, comm=0, comm[AllReduce]/2, launch=0, kclass[gemm]/2, kernel[REGEX]/2)")
+        factor = math.inf if m["op"] == "=0" else float(m["k"])
+        if not factor > 0:
+            raise ValueError(f"{text!r}: the factor must be positive")
+        what, target = m["what"], m["target"]
+        if what in ("kclass",) and not target:
+            raise ValueError(f"{text!r}: kclass needs classes, e.g. kclass[gemm,conv]/2")
+        if what == "kernel" and not target:
+            raise ValueError(f"{text!r}: kernel needs a name regex, e.g. kernel[gemm]/2")
+        if what == "host" and (target or factor == math.inf):
+            raise ValueError(f"{text!r}: host takes a factor only, e.g. host/2 (twice as fast), host/0.8 (slower)")
+        if what in ("data_loading", "launch", "memcpy", "rank_late") and (target or factor != math.inf):
+            raise ValueError(f"{text!r}: {what} takes no target and only =0")
+        tgt = tuple(c.strip() for c in target.split(",")) if what == "kclass" else target
+        return cls(what, tgt, factor)
+
+    def __str__(self) -> str:
+        t = f"[{','.join(self.target)}]" if isinstance(self.target, tuple) else f"[{self.target}]" if self.target else ""
+        k = "=0" if self.factor == math.inf else f"/{self.factor:g}"
+        return f"{self.what}{t}{k}"
+
+
+def _scale(dur: pl.Expr, factor: float) -> pl.Expr:
+    return pl.lit(0, pl.Int64) if factor == math.inf else (dur.cast(pl.Float64) / factor).round(0).cast(pl.Int64)
+
+
+class Replay:
+    """One rank's graph made ready for replays (the parts that no change alters: which edge each
+    node waited for, the window's nodes, the chains' segments, the cross edges' rows); ``run``
+    replays one set of changes."""
+
+    def __init__(self, df: pl.DataFrame, g, windows: list[tuple[int, int]], main_tid: int | None):
+        self.df, self.windows = df, windows
+        self.measured = [max(e - s, 0) for s, e in windows]
+        self.P = None
+        if g is None or not windows:
+            return
+        _host, _gpu, nodes, cand = g
+        n = nodes.height
+        t_abs = nodes.get_column("t")
+        base = int(t_abs.min())
+        t = t_abs - base  # relative: no overflow near NEG
+        kind = pl.col("kind").cast(pl.String)
+        e = cand.with_columns(t.gather(cand.get_column("v")).alias("tv"), t.gather(cand.get_column("u")).alias("tu")).with_row_index("ei")
+        e = e.with_columns((pl.col("tv") - pl.col("tu")).alias("gap"), (pl.col("u") == pl.col("u").max().over("v")).alias("bind"))
+        # the waited-for edge's kind and source time, per node
+        b = e.filter("bind").group_by("v").agg(pl.col("kind").first().alias("bkind"), pl.col("tu").first().alias("btu"))
+        e = e.join(b, on="v", how="left").sort("ei")
+        typical = dict(e.filter("bind").group_by("kind").agg(pl.col("gap").median()).select(kind, "gap").iter_rows())
+
+        def typ(k: str) -> pl.Expr:
+            return pl.min_horizontal(pl.col("gap"), pl.lit(int(typical.get(k) or 0), pl.Int64))
+
+        blocked = pl.col("bkind").cast(pl.String).is_in(["sync", "return_sync", "handoff"]) & ~pl.col("bind")
+        w = (pl.when(kind == "thread").then(pl.when(blocked).then(pl.col("tv") - pl.col("btu")).otherwise(pl.col("gap")))
+             .when(kind == "act").then(pl.col("gap"))
+             .when(pl.col("bind")).then(pl.col("gap")))
+        for k in critical.EDGE_KINDS:
+            if k not in ("thread", "act"):
+                w = w.when(kind == k).then(typ(k))
+        self.e = e.with_columns(w.otherwise(pl.col("gap")).alias("w")).select("ei", "v", "u", "kind", "cat", "owner", "gap", "w")
+        chain_kinds = ["thread", "act", "stream"]
+        ch = self.e.filter(kind.is_in(chain_kinds)).select("v", pl.col("u").alias("cu"), pl.col("ei").alias("ci"))
+        cross = self.e.filter(~kind.is_in(chain_kinds)).select("v", "u", "ei")
+        # each node's chain: its thread, or its stream (a stream's points in activity order: start, end, ...)
+        nd = nodes.select("o", "dev", "end", "pid", "tid", "stream").join(ch, left_on="o", right_on="v", how="left").sort("o")
+        nd = nd.with_columns(
+            pl.struct("dev", pl.when(pl.col("dev")).then(None).otherwise(pl.col("pid")).alias("p"),
+                      pl.when(pl.col("dev")).then(None).otherwise(pl.col("tid")).alias("h"),
+                      pl.when(pl.col("dev")).then(pl.col("stream")).alias("s")).rank("dense").alias("chain"),
+            pl.when(pl.col("dev") & pl.col("end")).then(pl.col("cu") * 2 + 1).otherwise(pl.col("o") * 2).alias("pos"),
+        )
+        has_in = pl.repeat(False, n, eager=True).scatter(self.e.get_column("v"), True)
+        # the window's nodes: the points at t0..t1 (t is non-decreasing in the node order); a node at
+        # a boundary is in both windows, replayed in each
+        win = pl.DataFrame({"k": range(len(windows)), "t0": [s - base for s, _ in windows], "t1": [x - base for _, x in windows]},
+                           schema={"k": pl.Int64, "t0": pl.Int64, "t1": pl.Int64})
+        win = win.with_columns(t.search_sorted(win.get_column("t0"), side="left").cast(pl.Int64).alias("lo"),
+                               t.search_sorted(win.get_column("t1"), side="right").cast(pl.Int64).alias("hi"))
+        P = (win.filter(pl.col("hi") > pl.col("lo"))
+             .select("k", "t0", pl.int_ranges("lo", "hi").alias("o")).explode("o")
+             .join(nd.select("o", "chain", "pos", "cu", "ci"), on="o", how="left")
+             .sort("k", "chain", "pos"))
+        if P.height == 0:
+            return
+        P = P.with_columns(pl.Series("t", t.gather(P.get_column("o"))),
+                           pl.Series("tcu", t.gather(P.get_column("cu").fill_null(0))),
+                           pl.Series("hin", has_in.gather(P.get_column("o")))).with_row_index("i")
+        prev_same = (pl.col("k") == pl.col("k").shift(1)) & (pl.col("chain") == pl.col("chain").shift(1)) & (pl.col("cu") == pl.col("o").shift(1))
+        inside = pl.col("cu").is_not_null() & (pl.col("tcu") >= pl.col("t0"))
+        P = P.with_columns((prev_same.fill_null(False) & inside).alias("_ln"),
+                           (pl.col("cu").is_not_null() & ~inside).alias("_out"))
+        self.P = P.with_columns((~pl.col("_ln")).cum_sum().alias("seg")).select("i", "k", "o", "t", "tcu", "ci", "hin", "_ln", "_out", "seg")
+        # cross edges into the window's nodes: from a node in the window (by its row) or from before it (fixed)
+        idx = self.P.select("k", "o", "i")
+        ce = cross.join(idx.rename({"o": "v", "i": "vi"}), on="v").join(
+            idx.select("k", pl.col("o").alias("u"), pl.col("i").alias("ui")), on=["k", "u"], how="left")
+        ce = ce.with_columns(pl.Series("tu", t.gather(ce.get_column("u"))))
+        self.fixed = ce.filter(pl.col("ui").is_null()).select("vi", "tu", "ei")
+        self.live = ce.filter(pl.col("ui").is_not_null()).select("vi", "ui", "ei")
+        # each window's first and last node the makespan is read at (a device point or one on the step thread)
+        ends = self.P.join(nodes.select("o", "dev", "tid"), on="o")
+        if main_tid is not None:
+            ends = ends.filter(pl.col("dev") | (pl.col("tid") == main_tid))
+        self.ends = ends.sort("k", "o").group_by("k", maintain_order=True).agg(pl.col("i").first().alias("a"), pl.col("i").last().alias("z"))
+
+    def _flags(self) -> pl.DataFrame:
+        """Per edge: its event's name and kind (for the changes that select by them)."""
+        if not hasattr(self, "_fl"):
+            rows = self.e.get_column("owner")
+            fill = rows.fill_null(0)
+            self._fl = pl.DataFrame({"_name": self.df.get_column("name").cast(pl.String).gather(fill),
+                                     "_dkind": self.df.get_column("kind").cast(pl.String).gather(fill),
+                                     "_own": rows.is_not_null()})
+        return self._fl
+
+    def weights(self, changes: tuple[Change, ...]) -> pl.Series:
+        """Each edge's weight (by ``ei``) under ``changes``, applied in turn (module docstring)."""
+        e = self.e
+        if any(c.what in ("launch", "comm", "kclass", "kernel") for c in changes):
+            e = pl.concat([e, self._flags()], how="horizontal")
+        kind = pl.col("kind").cast(pl.String)
+        cat = pl.col("cat").cast(pl.String)
+        act = kind == "act"
+        for change in changes:
+            if change.what == "data_loading":
+                rule = pl.when((kind == "thread") & (cat == "data_loading")).then(0)
+            elif change.what == "launch":
+                kernel_call = pl.col("_name").str.contains(r"(?i)launch") & pl.col("_own")  # kernel (and graph) launches, not copies
+                rule = (pl.when((kind.is_in(["thread", "launch"])) & (cat == "launch_overhead") & kernel_call).then(0)
+                        .when(kind == "return_launch").then(NEG))  # the call no longer waits for its kernel
+            elif change.what == "host":  # host work (ops, untraced host time, launch calls) K x faster; not waits, not data loading
+                rule = pl.when((kind == "thread") & cat.is_in(["cpu", "launch_overhead"])).then(_scale(pl.col("w"), change.factor))
+            else:
+                if change.what == "comm":
+                    sel = cat == "exposed_comm"
+                    if change.target:
+                        sel = sel & pl.col("_name").str.contains(change.target)
+                elif change.what == "kclass":
+                    sel = cat.is_in([f"compute_{c}" for c in change.target]) & (pl.col("_dkind") == "kernel")
+                elif change.what == "kernel":
+                    sel = (pl.col("_dkind") == "kernel") & pl.col("_name").str.contains(change.target)
+                else:
+                    sel = cat == "memcpy"
+                rule = pl.when(act & sel).then(_scale(pl.col("gap"), change.factor))
+            e = e.with_columns(rule.otherwise(pl.col("w")).alias("w"))
+        return e.get_column("w")
+
+    def run(self, change: Change | tuple[Change, ...] | None) -> tuple[list[int], int]:
+        """Each window's predicted time with ``change`` applied (None or (): the identity replay),
+        and the rounds the longest-path relaxation took."""
+        changes = () if change is None else (change,) if isinstance(change, Change) else tuple(change)
+        # rank_late (a rank's lateness at collectives removed) needs the cross-rank edges: the hook is here, the edges are not
+        changes = tuple(c for c in changes if c.what != "rank_late")
+        if self.P is None:
+            return list(self.measured), 0
+        w = self.weights(changes)
+        P = self.P
+        cw = w.gather(P.get_column("ci").fill_null(0))
+        fr = P.with_columns(cw.alias("cw")).select(
+            pl.when(pl.col("_ln")).then(pl.col("cw")).otherwise(0).cum_sum().over("seg").alias("W"),
+            # what reaches the node from before the window (fixed at its observed time) or, for a node with no dependency, its own time
+            pl.when(pl.col("_out")).then(pl.col("tcu") + pl.col("cw")).when(~pl.col("hin")).then(pl.col("t")).otherwise(NEG).alias("X0"))
+        W, X0 = fr.get_column("W"), fr.get_column("X0")
+        fixed = self.fixed.with_columns(w.gather(self.fixed.get_column("ei")).alias("w")).filter(pl.col("w") > NEG // 2) \
+            .group_by("vi").agg((pl.col("tu") + pl.col("w")).max().alias("x"))
+        if fixed.height:
+            vi = fixed.get_column("vi")
+            X0 = X0.scatter(vi, _smax(X0.gather(vi), fixed.get_column("x")))
+        live = self.live.with_columns(w.gather(self.live.get_column("ei")).alias("w")).filter(pl.col("w") > NEG // 2)
+        # a node with one cross edge (nearly all) takes it by a scatter; the few with several, by a group-by
+        many = live.get_column("vi").is_duplicated()
+        one, several = live.filter(~many), live.filter(many)
+        ov, ou, ow = one.get_column("vi"), one.get_column("ui"), one.get_column("w")
+        sv, su, sw = several.get_column("vi"), several.get_column("ui"), several.get_column("w")
+        seg, t = P.get_column("seg"), P.get_column("t")
+        # the running maximum per chain segment as one running maximum: each segment's values lifted
+        # above the ones before it (when the trace's span and its segments leave room in int64)
+        lift = int(seg.max() or 0) < (1 << 18) and int(t.max() or 0) < (1 << 41) and int(W.max() or 0) < (1 << 41)
+        off = seg.cast(pl.Int64) * (1 << 44) + (1 << 42)
+        T = t  # from above: with weights that only shrink, the observed times are an upper bound
+        rounds = 0
+        while rounds < MAX_ROUNDS:
+            rounds += 1
+            X = X0.clone()  # (scatter writes in place)
+            if one.height:
+                X = X.scatter(ov, _smax(X.gather(ov), T.gather(ou) + ow))
+            if several.height:
+                m = pl.DataFrame({"vi": sv, "x": T.gather(su) + sw}).group_by("vi").agg(pl.col("x").max())
+                vi = m.get_column("vi")
+                X = X.scatter(vi, _smax(X.gather(vi), m.get_column("x")))
+            d = X - W
+            if lift:
+                Tn = W + ((d.clip(lower_bound=-(1 << 42)) + off).cum_max() - off)
+            else:
+                Tn = pl.DataFrame({"d": d, "seg": seg}).select(pl.col("d").cum_max().over("seg")).to_series() + W
+            if (Tn == T).all():
+                break
+            T = Tn
+        T = pl.select(pl.when(T < -(1 << 40)).then(t).otherwise(T)).to_series()  # a node nothing reaches any more stays where it was
+        shift = {k: int(T[z] - t[z]) - int(T[a] - t[a]) for k, a, z in self.ends.iter_rows()}  # one row per window
+        return [max(m + shift.get(k, 0), 0) for k, m in enumerate(self.measured)], rounds
+
+
+def _smax(a: pl.Series, b: pl.Series) -> pl.Series:
+    return pl.DataFrame({"a": a, "b": b}).select(pl.max_horizontal("a", "b")).to_series()
+
+
+def parse(text: str) -> tuple[Change, ...]:
+    """A change string: one change, or several joined by ``+`` (``data_loading=0+host/0.9``)."""
+    return tuple(Change.parse(p) for p in text.split("+"))
+
+
+def replay_steps(df: pl.DataFrame, g, windows: list[tuple[int, int]], main_tid: int | None,
+                 change: Change | tuple[Change, ...] | None) -> tuple[list[int], int]:
+    """Each window's predicted time with ``change`` applied (None: the identity replay), and the
+    rounds it took.  ``g``: ``critical.graph(...)`` (None: no events)."""
+    return Replay(df, g, windows, main_tid).run(change)
+
+
+def predict(df: pl.DataFrame, device: int | None, windows: list[tuple[int, int]], main_tid: int | None, names,
+            changes: list[Change | tuple[Change, ...]], g=None) -> dict[str, list[int]]:
+    """Each change's predicted time per window (the change's string -> ns per window)."""
+    g = critical.graph(df, device, main_tid, names) if g is None else g
+    r = Replay(df, g, windows, main_tid)
+    return {"+".join(map(str, c)) if isinstance(c, tuple) else str(c): r.run(c)[0] for c in changes}
+
+
+NON_MATMUL = tuple(k for k in KCLASSES if k not in ("attention", "conv", "gemm", "comm", "memcpy", "memset"))
+# the changes the report's suggestions map to (suggest.WHAT_IF): replayed only where the rank has what they change
+DATA, COMM, LAUNCH, MEMCPY = Change("data_loading"), Change("comm"), Change("launch"), Change("memcpy")
+NON_MATMUL_0 = Change("kclass", NON_MATMUL)
+
+
+def for_rank(df: pl.DataFrame, g, windows: list[tuple[int, int]], main_tid: int | None, has_gpu: bool) -> dict[str, list[int]] | None:
+    """The rank's ``what_if``: per change (``str``), each window's predicted time, for the changes
+    the suggestions map to that touch something in this rank (None: no graph)."""
+    if g is None:
+        return None
+    host, gpu, _nodes, _cand = g
+    cats = set(gpu.get_column("cat").cast(pl.String).unique().to_list()) if gpu.height else set()
+    changes = [c for c, on in (
+        (DATA, bool((host.get_column("cat") == "data_loading").any())),
+        (COMM, "exposed_comm" in cats),
+        (LAUNCH, has_gpu and bool((host.get_column("cat") == "launch_overhead").any())),
+        (MEMCPY, "memcpy" in cats),
+        (NON_MATMUL_0, any(f"compute_{k}" in cats for k in NON_MATMUL)),
+    ) if on]
+    if not changes:
+        return {}
+    r = Replay(df, g, windows, main_tid)
+    return {str(c): r.run(c)[0] for c in changes}
