@@ -16,7 +16,7 @@ import pytest
 from tests.conftest import real_trace_files, real_traces
 from tests.test_critical import ON, K, L, X, write
 from tracelens.analysis import Options, analyze
-from tracelens.analysis.rank import replay
+from tracelens.analysis.rank import critical, replay
 from tracelens.model.summary import kept_indices
 from tracelens.store.job import load
 
@@ -27,14 +27,14 @@ def _replays(monkeypatch, paths, changes):
     """Analyse ``paths`` (one job, or a loaded job) with the critical path, replaying ``changes`` (strings) too:
     (analysis, {rank: {change: [ns per step]}}); "" is the identity replay."""
     got: dict[int, dict[str, list[int]]] = {}
-    real = replay.for_rank
+    real = critical.step_paths
 
-    def spy(df, g, windows, main_tid, has_gpu):
+    def spy(df, device, windows, main_tid, names, g):  # the rank's graph, as the analysis built it
         r = replay.Replay(df, g, windows, main_tid)
         got[len(got)] = {c: r.run(replay.parse(c) if c else None)[0] for c in changes}
-        return real(df, g, windows, main_tid, has_gpu)
+        return real(df, device, windows, main_tid, names, g=g)
 
-    monkeypatch.setattr(replay, "for_rank", spy)
+    monkeypatch.setattr(critical, "step_paths", spy)
     a = analyze(paths if hasattr(paths, "handles") else load(paths, use_cache=False), ON)
     return a, got
 

@@ -53,6 +53,19 @@ WHAT_IF = {
 }
 
 
+def changes_for(rank) -> list[str]:
+    """The changes (WHAT_IF) of the rules this rank triggers on its own: what its replay computes."""
+    out = []
+    for rule in RULES:
+        c = WHAT_IF.get(rule.id)
+        if c is None or c in out or rank.gpu is None or (rule.applies is not None and not rule.applies(rank)):
+            continue
+        v = rule.measure(rank)
+        if v is not None and v >= rule.threshold:
+            out.append(c)
+    return out
+
+
 def what_if(rule_id: str, ranks) -> dict[str, Any] | None:
     """The replayed prediction of a rule's change over the ranks it hit, their kept steps: the
     mean predicted step, the speed-up (measured time / predicted) and the MFU at that time."""

@@ -387,8 +387,7 @@ def _analyze_rank(df: pl.DataFrame, fi: int, meta, options: Options) -> RankResu
 
         g = critical.graph(df, meta.device_id, main_tid, names)
         crit = critical.summarize(critical.step_paths(df, meta.device_id, windows, main_tid, names, g=g), steps, kept_indices(steps))
-        what_if = replay.for_rank(df, g, windows, main_tid, has_gpu)  # each suggestion's predicted step (suggest.py)
-    return RankResult(
+    result = RankResult(
         rank=meta.rank,
         file=fi,
         path=meta.path,
@@ -425,7 +424,14 @@ def _analyze_rank(df: pl.DataFrame, fi: int, meta, options: Options) -> RankResu
         critical_path=crit,
         what_if=what_if,
         **quality,
-    ), C
+    )
+    if options.critical_path:  # the changes of the suggestions this rank triggers, replayed on its graph (suggest.what_if)
+        from tracelens.analysis import suggest
+
+        wanted = suggest.changes_for(result)
+        if wanted:
+            result = replace(result, what_if=replay.for_rank(df, g, windows, main_tid, wanted))
+    return result, C
 
 
 def _traced_host_end(df: pl.DataFrame, before: int) -> int | None:

@@ -130,18 +130,21 @@ class Replay:
         t_abs = nodes.get_column("t")
         base = int(t_abs.min())
         t = t_abs - base  # relative: no overflow near NEG
-        kind = pl.col("kind").cast(pl.String)
-        e = cand.with_columns(t.gather(cand.get_column("v")).alias("tv"), t.gather(cand.get_column("u")).alias("tu")).with_row_index("ei")
-        e = e.with_columns((pl.col("tv") - pl.col("tu")).alias("gap"), (pl.col("u") == pl.col("u").max().over("v")).alias("bind"))
-        # the waited-for edge's kind and source time, per node
-        b = e.filter("bind").group_by("v").agg(pl.col("kind").first().alias("bkind"), pl.col("tu").first().alias("btu"))
-        e = e.join(b, on="v", how="left").sort("ei")
-        typical = dict(e.filter("bind").group_by("kind").agg(pl.col("gap").median()).select(kind, "gap").iter_rows())
+        kind = pl.col("kind")  # (an Enum: compared with strings as they are)
+        # by node, then dependency: each node's last edge is the one it waited for (``bind``; its
+        # kind and source time carried back over the node's other edges)
+        e = cand.sort((pl.col("v") * (1 << 31) + pl.col("u")), maintain_order=True)
+        e = e.with_columns(t.gather(e.get_column("v")).alias("tv"), t.gather(e.get_column("u")).alias("tu")).with_row_index("ei")
+        last = pl.col("v") != pl.col("v").shift(-1).fill_null(-1)
+        e = e.with_columns((pl.col("tv") - pl.col("tu")).alias("gap"), last.alias("bind"),
+                           pl.when(last).then(pl.col("kind")).backward_fill().alias("bkind"),
+                           pl.when(last).then(pl.col("tu")).backward_fill().alias("btu"))
+        typical = dict(e.filter("bind").group_by("kind").agg(pl.col("gap").median()).select(pl.col("kind").cast(pl.String), "gap").iter_rows())
 
         def typ(k: str) -> pl.Expr:
             return pl.min_horizontal(pl.col("gap"), pl.lit(int(typical.get(k) or 0), pl.Int64))
 
-        blocked = pl.col("bkind").cast(pl.String).is_in(["sync", "return_sync", "handoff"]) & ~pl.col("bind")
+        blocked = pl.col("bkind").is_in(["sync", "return_sync", "handoff"]) & ~pl.col("bind")
         w = (pl.when(kind == "thread").then(pl.when(blocked).then(pl.col("tv") - pl.col("btu")).otherwise(pl.col("gap")))
              .when(kind == "act").then(pl.col("gap"))
              .when(pl.col("bind")).then(pl.col("gap")))
@@ -167,12 +170,13 @@ class Replay:
                            schema={"k": pl.Int64, "t0": pl.Int64, "t1": pl.Int64})
         win = win.with_columns(t.search_sorted(win.get_column("t0"), side="left").cast(pl.Int64).alias("lo"),
                                t.search_sorted(win.get_column("t1"), side="right").cast(pl.Int64).alias("hi"))
-        P = (win.filter(pl.col("hi") > pl.col("lo"))
-             .select("k", "t0", pl.int_ranges("lo", "hi").alias("o")).explode("o")
-             .join(nd.select("o", "chain", "pos", "cu", "ci"), on="o", how="left")
-             .sort("k", "chain", "pos"))
+        # each window's first row among the window-major rows (``f``: window k's node o is row off + o - lo)
+        win = win.with_columns((pl.col("hi") - pl.col("lo")).clip(lower_bound=0).cum_sum().shift(1, fill_value=0).alias("off"))
+        P = win.filter(pl.col("hi") > pl.col("lo")).select("k", "t0", pl.int_ranges("lo", "hi").alias("o")).explode("o")
         if P.height == 0:
             return
+        at = P.get_column("o")  # nd is by node: its row is the node
+        P = P.with_row_index("f").with_columns(*(nd.get_column(c).gather(at) for c in ("chain", "pos", "cu", "ci"))).sort("k", "chain", "pos")
         P = P.with_columns(pl.Series("t", t.gather(P.get_column("o"))),
                            pl.Series("tcu", t.gather(P.get_column("cu").fill_null(0))),
                            pl.Series("hin", has_in.gather(P.get_column("o")))).with_row_index("i")
@@ -182,10 +186,20 @@ class Replay:
                            (pl.col("cu").is_not_null() & ~inside).alias("_out"))
         self.P = P.with_columns((~pl.col("_ln")).cum_sum().alias("seg")).select("i", "k", "o", "t", "tcu", "ci", "hin", "_ln", "_out", "seg")
         # cross edges into the window's nodes: from a node in the window (by its row) or from before it (fixed)
-        idx = self.P.select("k", "o", "i")
-        ce = cross.join(idx.rename({"o": "v", "i": "vi"}), on="v").join(
-            idx.select("k", pl.col("o").alias("u"), pl.col("i").alias("ui")), on=["k", "u"], how="left")
-        ce = ce.with_columns(pl.Series("tu", t.gather(ce.get_column("u"))))
+        # (by arrays, not joins: the windows holding v are a run of k, from the first whose last node is
+        # at or after v to the last whose first is at or before it; u is in window k when at or after its first)
+        inv = pl.repeat(0, P.height, dtype=pl.UInt32, eager=True).scatter(P.get_column("f"), P.get_column("i"))
+        lo, hi = win.get_column("lo"), win.get_column("hi")
+        vs = cross.get_column("v")
+        ce = cross.with_columns(pl.int_ranges(pl.Series(hi.search_sorted(vs, side="right")).cast(pl.Int64),
+                                              pl.Series(lo.search_sorted(vs, side="right")).cast(pl.Int64)).alias("k")).explode("k") \
+            .filter(pl.col("k").is_not_null())
+        k = ce.get_column("k")
+        klo, koff = lo.gather(k), win.get_column("off").gather(k)
+        u = ce.get_column("u")
+        ce = ce.with_columns(inv.gather(koff + ce.get_column("v") - klo).alias("vi"),
+                             pl.Series("ui", inv.gather((koff + u - klo).clip(lower_bound=0))).zip_with(u >= klo, pl.Series([None], dtype=pl.UInt32)),
+                             pl.Series("tu", t.gather(u)))
         self.fixed = ce.filter(pl.col("ui").is_null()).select("vi", "tu", "ei")
         self.live = ce.filter(pl.col("ui").is_not_null()).select("vi", "ui", "ei")
         # each window's first and last node the makespan is read at (a device point or one on the step thread)
@@ -209,7 +223,7 @@ class Replay:
         e = self.e
         if any(c.what in ("launch", "comm", "kclass", "kernel") for c in changes):
             e = pl.concat([e, self._flags()], how="horizontal")
-        kind = pl.col("kind").cast(pl.String)
+        kind = pl.col("kind")
         cat = pl.col("cat").cast(pl.String)
         act = kind == "act"
         for change in changes:
@@ -293,7 +307,7 @@ class Replay:
 
 
 def _smax(a: pl.Series, b: pl.Series) -> pl.Series:
-    return pl.DataFrame({"a": a, "b": b}).select(pl.max_horizontal("a", "b")).to_series()
+    return a.zip_with(a >= b, b)
 
 
 def parse(text: str) -> tuple[Change, ...]:
@@ -317,26 +331,12 @@ def predict(df: pl.DataFrame, device: int | None, windows: list[tuple[int, int]]
 
 
 NON_MATMUL = tuple(k for k in KCLASSES if k not in ("attention", "conv", "gemm", "comm", "memcpy", "memset"))
-# the changes the report's suggestions map to (suggest.WHAT_IF): replayed only where the rank has what they change
-DATA, COMM, LAUNCH, MEMCPY = Change("data_loading"), Change("comm"), Change("launch"), Change("memcpy")
-NON_MATMUL_0 = Change("kclass", NON_MATMUL)
+NON_MATMUL_0 = Change("kclass", NON_MATMUL)  # the non-matmul bar's kernels removed
 
 
-def for_rank(df: pl.DataFrame, g, windows: list[tuple[int, int]], main_tid: int | None, has_gpu: bool) -> dict[str, list[int]] | None:
-    """The rank's ``what_if``: per change (``str``), each window's predicted time, for the changes
-    the suggestions map to that touch something in this rank (None: no graph)."""
+def for_rank(df: pl.DataFrame, g, windows: list[tuple[int, int]], main_tid: int | None, changes: list[str]) -> dict[str, list[int]] | None:
+    """The rank's ``what_if``: per change string, each window's predicted time (None: no graph)."""
     if g is None:
         return None
-    host, gpu, _nodes, _cand = g
-    cats = set(gpu.get_column("cat").cast(pl.String).unique().to_list()) if gpu.height else set()
-    changes = [c for c, on in (
-        (DATA, bool((host.get_column("cat") == "data_loading").any())),
-        (COMM, "exposed_comm" in cats),
-        (LAUNCH, has_gpu and bool((host.get_column("cat") == "launch_overhead").any())),
-        (MEMCPY, "memcpy" in cats),
-        (NON_MATMUL_0, any(f"compute_{k}" in cats for k in NON_MATMUL)),
-    ) if on]
-    if not changes:
-        return {}
     r = Replay(df, g, windows, main_tid)
-    return {str(c): r.run(c)[0] for c in changes}
+    return {c: r.run(parse(c))[0] for c in changes}
