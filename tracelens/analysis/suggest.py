@@ -2,7 +2,10 @@
 
 Each rule has a trigger (a threshold on a measured number), its evidence (the numbers), the
 fix in the user's terms, the ranks it applies to and an estimated speed-up.  The estimate is
-the first-order upper bound of removing the bar's time: 1 / (1 - bar).  Rules cover the
+the first-order upper bound of removing the bar's time: 1 / (1 - bar); with --critical-path
+a rule that maps to a change (``WHAT_IF``) also carries ``what_if``, the change replayed on each
+step's dependency graph (tracelens.analysis.rank.replay): what it buys given what else the step
+waits for.  Rules cover the
 TensorBoard plugin's advice (DataLoader, GPU utilization, memcpy, Tensor Cores, small kernels,
 synchronization), Nsight Systems' expert rules (GPU starvation, pageable memcpy, synchronous
 memcpy, low utilization), XProf's input-bound bands and PyTorch's performance anti-patterns,

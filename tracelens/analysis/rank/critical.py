@@ -49,7 +49,7 @@ the hand-off from the GPU to a blocked host, stream waits on events), ``idle`` (
 before the first and after the last node the path reaches through a known dependency).
 
 Not in this slice: cross-rank edges (a collective waits for its last rank), the autograd
-thread hand-off, CUDA-graph replays' inner dependencies, what-if replay.
+thread hand-off, CUDA-graph replays' inner dependencies.  The what-if replay (replay.py) reweighs this graph (``graph()``).
 """
 
 from __future__ import annotations
