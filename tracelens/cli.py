@@ -48,7 +48,9 @@ def _analysis_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--include-warmup", action="store_true", help="count the first step in the totals too")
     p.add_argument("--critical-path", action="store_true",
                    help="each step's critical path: the chain of waits that set its time, by category (cpu, launch overhead, "
-                        "compute, exposed comm, sync, ...) and its longest events (off by default: about doubles the analysis time)")
+                        "compute, exposed comm, sync, ...) and its longest events, and each suggestion's fix replayed on the "
+                        "step's dependency graph (predicted step time next to the upper bound; off by default: it costs "
+                        "several times the rest of the analysis)")
     p.add_argument("--gpu", metavar="NAME", help="take peaks from this GPU (e.g. 'H100 SXM', 'MI300X') instead of the trace's")
     p.add_argument("--peak-tflops", type=float, metavar="X", help="reference dense peak in TFLOP/s for MFU")
     p.add_argument("--model-flops-per-step", type=float, metavar="F", help="model FLOPs of one step per GPU (else counted from shapes)")

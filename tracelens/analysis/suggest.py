@@ -2,7 +2,10 @@
 
 Each rule has a trigger (a threshold on a measured number), its evidence (the numbers), the
 fix in the user's terms, the ranks it applies to and an estimated speed-up.  The estimate is
-the first-order upper bound of removing the bar's time: 1 / (1 - bar).  Rules cover the
+the first-order upper bound of removing the bar's time: 1 / (1 - bar); with --critical-path
+a rule that maps to a change (``WHAT_IF``) also carries ``what_if``, the change replayed on each
+step's dependency graph (tracelens.analysis.rank.replay): what it buys given what else the step
+waits for.  Rules cover the
 TensorBoard plugin's advice (DataLoader, GPU utilization, memcpy, Tensor Cores, small kernels,
 synchronization), Nsight Systems' expert rules (GPU starvation, pageable memcpy, synchronous
 memcpy, low utilization), XProf's input-bound bands and PyTorch's performance anti-patterns,
@@ -16,6 +19,7 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from tracelens.analysis.rank.replay import NON_MATMUL_0
 from tracelens.model.summary import kept_indices, kept_steps
 
 
@@ -27,11 +31,63 @@ class Suggestion:
     evidence: dict[str, Any]
     ranks: tuple[int, ...]
     est_speedup: float | None  # upper bound, e.g. 1.25 = up to 25% faster
+    # with --critical-path: the fix replayed on the dependency graph (tracelens.analysis.rank.replay):
+    # {change, predicted_step_ns, predicted_speedup, predicted_mfu}; absent without it
+    what_if: dict[str, Any] | None = None
 
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
         d["ranks"] = list(self.ranks)
+        if d["what_if"] is None:  # reports without --critical-path are as before
+            del d["what_if"]
         return d
+
+
+# the change each suggestion's fix stands for on the graph (replay.Change strings; replay.for_rank
+# replays them).  A straggler's lateness removed (rank_late=0) needs cross-rank edges: not yet.
+WHAT_IF = {
+    "input_bound_high": "data_loading=0",
+    "input_bound_moderate": "data_loading=0",
+    "host_launch_bound": "launch=0",
+    "launch_latency": "launch=0",
+    "exposed_communication": "comm=0",
+    "exposed_memcpy": "memcpy=0",
+    "non_matmul_heavy": str(NON_MATMUL_0),
+}
+
+
+def changes_for(rank) -> list[str]:
+    """The changes (WHAT_IF) of the rules this rank triggers on its own: what its replay computes."""
+    out = []
+    for rule in RULES:
+        c = WHAT_IF.get(rule.id)
+        if c is None or c in out or rank.gpu is None or (rule.applies is not None and not rule.applies(rank)):
+            continue
+        v = rule.measure(rank)
+        if v is not None and v >= rule.threshold:
+            out.append(c)
+    return out
+
+
+def what_if(rule_id: str, ranks) -> dict[str, Any] | None:
+    """The replayed prediction of a rule's change over the ranks it hit, their kept steps: the
+    mean predicted step, the speed-up (measured time / predicted) and the MFU at that time."""
+    change = WHAT_IF.get(rule_id)
+    got = [r for r in ranks if change and getattr(r, "what_if", None) and change in r.what_if]
+    if not got:
+        return None
+    meas = pred = n = 0
+    mfus = []
+    for r in got:
+        kept = kept_indices(list(r.steps))
+        m = sum(r.steps[i].dur_ns for i in kept)
+        p = sum(r.what_if[change][i] for i in kept)
+        meas, pred, n = meas + m, pred + p, n + len(kept)
+        mfus.append(r.mfu * m / p if (r.mfu is not None and p > 0) else None)
+    if not n or pred <= 0:
+        return None
+    return {"change": change, "predicted_step_ns": round(pred / n), "predicted_speedup": round(meas / pred, 3),
+            "predicted_mfu": round(sum(mfus) / len(mfus), 4) if all(x is not None for x in mfus) else None}
 
 
 # XProf's input-bound bands (DESIGN 4.5): one definition for the steps' verdicts and the rules
@@ -477,6 +533,7 @@ def suggest(analysis) -> list[Suggestion]:
                           **(rule.extra(hit) if rule.extra else {})},
                 ranks=tuple(rk for rk, _ in hits),
                 est_speedup=_speedup(mean) if rule.removable else None,
+                what_if=what_if(rule.id, hit),
             )
         )
     by_rank = {r.rank: r for r in ranks}

@@ -22,7 +22,7 @@ class Options:
     seq_len: int | None = None  # --seq-len, --layers, --hidden: add PaLM's attention term 12·L·h·S per token
     layers: int | None = None
     hidden: int | None = None
-    critical_path: bool = False  # --critical-path: each step's critical path (tracelens.analysis.rank.critical; costs ~+100% of a rank's analysis)
+    critical_path: bool = False  # --critical-path: each step's critical path (tracelens.analysis.rank.critical; costs ~+100% of a rank's analysis) and the suggestions' what-if replays (rank.replay)
     prefer: str | None = None  # --prefer kineto|nsys: the source of a rank recorded by both (tracelens.store.job.load)
     # where each option given came from: ("gpu", "--gpu") or ("gpu", "runs/job42/tracelens.toml")
     given: tuple[tuple[str, str], ...] = ()

@@ -137,6 +137,7 @@ class RankResult:
     mfu_error: str | None = None  # the user's FLOPs or peak give an MFU above 100%: the MFU is null
     pipeline: dict[str, Any] | None = None  # analysis.rank.pipeline.rank_pipeline: this rank's blocks, P2P roles and peers, per-step bubble (None: no P2P)
     critical_path: dict[str, Any] | None = None  # analysis.rank.critical.summarize: the kept steps' path, each step's
+    what_if: dict[str, list[int]] | None = None  # analysis.rank.replay.for_rank: per change, each step's predicted time (ns)
 
 
 @dataclass(frozen=True)

@@ -128,6 +128,9 @@ def render_text(d: dict[str, Any]) -> str:
         for sg in d["suggestions"][:8]:
             est = sg["est_speedup"]
             up = f" — up to {fmt_speedup(est)} faster" if est else ""
+            wi = sg.get("what_if")  # with --critical-path: the change replayed on the graph
+            if wi:
+                up += f"{',' if up else ' —'} {fmt_speedup(wi['predicted_speedup'])} faster replayed on the graph ({wi['change']})"
             ev = sg["evidence"]
             num = ""
             if "worst" in ev:

@@ -381,19 +381,20 @@ def _analyze_rank(df: pl.DataFrame, fi: int, meta, options: Options) -> RankResu
     matmuls = kt.keep_top(matmuls)
     if not has_gpu:
         warnings.append(f"{meta.path}: no GPU activity in the selected steps; GPU time is unknown")
-    crit = None
+    crit, what_if = None, None
     if options.critical_path:  # asked for (--critical-path): it costs about as much as the rest of this analysis
-        from tracelens.analysis.rank import critical
+        from tracelens.analysis.rank import critical, replay
         from tracelens.analysis.rank.collectives import collective_rows
 
         crows = collective_rows(df, C, fi, meta.rank)  # where the job's path may cross to another rank (a CPU job's: its host spans)
         marks = critical.collective_marks(crows, windows) if crows is not None else None
-        crit = critical.summarize(critical.step_paths(df, meta.device_id, windows, main_tid, names, marks=marks), steps,
+        g = critical.graph(df, meta.device_id, main_tid, names)  # built once: the path and the what-if replay share it
+        crit = critical.summarize(critical.step_paths(df, meta.device_id, windows, main_tid, names, marks=marks, g=g), steps,
                                   kept_indices(steps), crows, windows)
     from tracelens.analysis.rank import pipeline as pp
 
     pipe = pp.rank_pipeline(df, gpu_rows, steps, meta, names)
-    return RankResult(
+    result = RankResult(
         rank=meta.rank,
         file=fi,
         path=meta.path,
@@ -429,8 +430,16 @@ def _analyze_rank(df: pl.DataFrame, fi: int, meta, options: Options) -> RankResu
         mfu_error=mfu_error,
         critical_path=crit,
         pipeline=pipe,
+        what_if=what_if,
         **quality,
-    ), C
+    )
+    if options.critical_path:  # the changes of the suggestions this rank triggers, replayed on its graph (suggest.what_if)
+        from tracelens.analysis import suggest
+
+        wanted = suggest.changes_for(result)
+        if wanted:
+            result = replace(result, what_if=replay.for_rank(df, g, windows, main_tid, wanted))
+    return result, C
 
 
 def _traced_host_end(df: pl.DataFrame, before: int) -> int | None:

@@ -13,6 +13,10 @@ GPU, is dropped: the graph is a DAG by construction, never a cycle):
 * per thread: each node after the previous node on its thread; the interval between them is
   the innermost event open there (nesting comes from the order: a parent's self time, then its
   child, then the parent again), or untraced host time (``cpu``) between top-level events;
+* the forward/backward hand-off: a point on the step thread after the last end on a thread of its
+  process that runs autograd work, and a point on such a thread after the last point on the step
+  thread, where that point falls after the thread's own previous point (a dependency on another
+  thread is one only where it is what the thread waited for; so for host collectives, below);
 * an activity's end after its start;
 * launch -> activity: the activity's start after its runtime call's start (same ``correlation``);
 * per stream: an activity's start after the previous activity's end on its stream;
@@ -28,7 +32,9 @@ GPU, is dropped: the graph is a DAG by construction, never a cycle):
 * host collectives on another thread (gloo's): the span starts after the step thread's last point
   before it (the call that queued it), and a step thread idle then (nothing open) resumes after
   the span's end (``sync``); a rank without communication kernels charges these spans
-  ``exposed_comm``.
+  ``exposed_comm``;
+* autograd's fwdbwd flows where recorded: a backward op starts after the forward op it
+  differentiates ends.
 
 **Path.**  Every edge weighs the time between its nodes, so every path between two nodes has the
 same length: the difference of their times.  The critical path of a step window [t0, t1] is the
@@ -37,10 +43,15 @@ at every node, the dependency that was satisfied last (its zero-slack in-edge: t
 latest node in the order): what the node actually waited for.  Walking those last-arriving edges
 back to t0 (the edge that crosses t0 is cut there) gives a path whose length is t1 - t0, the
 step's time, exactly; its segments are charged to categories, so the categories sum to the length
-in integer ns.  Each node's last-arriving in-edge is one polars ``group_by`` over all candidate
-edges of the rank, and the path back from each step's end is read by pointer doubling (log2 of
+in integer ns.  The candidate edges come from one set of rules (``candidate_edges``: each with
+its ``kind``, EDGE_KINDS): the thread edges as a chain (one per host point, by scatters into
+arrays indexed by node) and the other edges as a frame, of which only those that can beat a
+node's thread edge are sorted to find each node's last-arriving in-edge (``_last_arrivals``);
+the path back from each step's end is read by pointer doubling over the chain's runs (log2 of
 the path's length rounds of ``gather``, all steps at once): no Python loop per event, no graph
-object.  (rustworkx 0.18 measured on control.json.gz, 35 MB, with only the 150 k chosen edges: 69 ms
+object.  ``graph()`` builds all of it once per rank; the critical path (``step_paths(g=)``) and
+the what-if replay (tracelens.analysis.rank.replay, which reweighs every candidate edge by its
+kind) share it.  (rustworkx 0.18 measured on control.json.gz, 35 MB, with only the 150 k chosen edges: 69 ms
 to hand them over as Python tuples, 22 ms to build the graph, 59 ms in ``dag_longest_path``, whose
 weights come from a Python callback per edge; the whole polars path here costs about that.)
 
@@ -59,8 +70,7 @@ reduce stitches the ranks' paths through each matched collective to its last-arr
 ``combine``): only collectives whose every member is loaded and whose match is believed (a sample
 of a large job's ranks is never stitched: ``unstitched`` counts them).
 
-Not in this slice: the autograd hand-off from recorded flows, CUDA-graph replays' inner
-dependencies, what-if replay.
+Not in this slice: CUDA-graph replays' inner dependencies.
 """
 
 from __future__ import annotations
@@ -91,8 +101,29 @@ CAT = pl.Enum([*CATEGORIES, *(f"compute_{k}" for k in KCLASSES if k not in ("com
 _NO_MARKS = pl.DataFrame(schema={"m": pl.Int64, "cat": CAT, "ns": pl.Int64})
 
 
+# the dependencies (``kind`` of candidate_edges): the previous point on a thread; the forward/backward
+# hand-off; an activity's start -> end; launch call -> activity; activity -> the end of a call that
+# returned after it (a launch call, a blocking copy); the previous activity on the stream; a
+# synchronize call after what it waited for; an event wait's activity after the recorded one; a host
+# collective on another thread after the step thread queued it, and the idle step thread after it
+# (``coll_wait``); a backward op after the forward op it differentiates (autograd's fwdbwd flows)
+EDGE_KINDS = ("thread", "handoff", "act", "launch", "return_launch", "return_sync", "stream", "sync", "wait",
+              "queue", "coll_wait", "flow")
+EDGE_KIND = pl.Enum(EDGE_KINDS)
+EDGE_SCHEMA = {"v": pl.Int64, "u": pl.Int64, "cat": CAT, "owner": pl.UInt32, "kind": EDGE_KIND}
+
+
 def _c(cat: str) -> pl.Expr:
     return pl.lit(cat, dtype=CAT)
+
+
+def _k(kind: str) -> pl.Expr:
+    return pl.lit(kind, dtype=EDGE_KIND).alias("kind")
+
+
+# a dependency on another thread's point (the hand-off, a host collective's queue and wait) is one
+# only where that point falls after the thread's previous point (``_pu``): what the thread waited for
+_LATER = pl.col("_pu").is_null() | (pl.col("u") > pl.col("_pu"))
 
 
 @dataclass(frozen=True)
@@ -186,21 +217,19 @@ def _nodes(host: pl.DataFrame, gpu: pl.DataFrame) -> pl.DataFrame:
     )
 
 
-def _edges(host: pl.DataFrame, gpu: pl.DataFrame, dsync: pl.DataFrame, nodes: pl.DataFrame, main_tid: int | None) -> pl.DataFrame:
-    """Each node's last-arriving in-edge (v, u, cat, owner), u before v in the order, one row per
-    node that has one, by v; ``owner``: the row in ``df`` of the event the segment is charged to (null: none)."""
-    n = nodes.height
-    last = _last_arrivals(host, gpu, dsync, nodes, main_tid)
-    return pl.DataFrame({"v": pl.int_range(0, n, dtype=pl.Int64, eager=True),
-                         **{k: last[k] for k in ("u", "cat", "owner")}}).filter(pl.col("u").is_not_null())
-
-
-def _last_arrivals(host: pl.DataFrame, gpu: pl.DataFrame, dsync: pl.DataFrame, nodes: pl.DataFrame,
-                   main_tid: int | None) -> dict[str, pl.Series]:
-    """Each node's last-arriving in-edge as arrays indexed by node: ``u`` (null: none), ``cat``, ``owner``."""
+def candidate_edges(host: pl.DataFrame, gpu: pl.DataFrame, dsync: pl.DataFrame, nodes: pl.DataFrame,
+                    main_tid: int | None) -> tuple[pl.DataFrame, pl.DataFrame, pl.Series]:
+    """Every candidate in-edge of every node, the graph's one set of edge rules (the module
+    docstring): (``thread``, ``others``, ``chain``).  ``thread``: the previous point on each host
+    point's thread (one edge per host point but its thread's first), by thread and order;
+    ``others``: every other dependency; both (v, u, cat, owner, kind) with u before v in the order,
+    ``owner`` the row in ``df`` of the event the segment is charged to (null: none), ``kind`` which
+    dependency (EDGE_KINDS; the what-if replay reweighs by it).  ``chain``: every node once, each
+    thread's points in order, then each stream's activities' points in order (most nodes'
+    last-arriving dependency is the node before them in it)."""
     hn = nodes.filter(~pl.col("dev"))  # host points, with their event's columns
     gn = nodes.filter(pl.col("dev"))
-    schema = {"v": pl.Int64, "u": pl.Int64, "cat": CAT, "owner": pl.UInt32}
+    schema = EDGE_SCHEMA
     out: list[pl.LazyFrame] = []
 
     # per thread: the previous point.  The interval after a start is its event's; after an end, the
@@ -218,10 +247,10 @@ def _last_arrivals(host: pl.DataFrame, gpu: pl.DataFrame, dsync: pl.DataFrame, n
         after_cat = pl.when(in_dl).then(_c(_DL)).otherwise(after_cat)
     th = th.with_columns(after_cat.alias("_icat"), after_owner.alias("_iown"),
                          pl.when(same_prev).then(pl.col("o").shift(1)).alias("_pu"))
-    # (the thread edges: one per host point but a thread's first; the other candidates are few and
-    # only those that arrive no earlier than the thread's previous point can win)
+    # (the thread edges: one per host point but a thread's first; of the others, only those that
+    # arrive no earlier than the thread's previous point can be a host point's last-arriving one)
     thread = th.select(pl.col("o").alias("v"), pl.col("_pu").alias("u"), pl.col("_icat").shift(1).cast(CAT).alias("cat"),
-                       pl.col("_iown").shift(1).cast(pl.UInt32).alias("owner")).filter(pl.col("u").is_not_null())
+                       pl.col("_iown").shift(1).cast(pl.UInt32).alias("owner"), _k("thread")).filter(pl.col("u").is_not_null())
     # the forward/backward hand-off: a point on the step thread after the last end on a thread of
     # its process that runs autograd work, and a point on such a thread after the last point on the step thread
     if main_tid is not None:
@@ -229,14 +258,15 @@ def _last_arrivals(host: pl.DataFrame, gpu: pl.DataFrame, dsync: pl.DataFrame, n
         if on_part.height:
             on_main = th.filter(pl.col("tid") == main_tid).select("o", "pid", "_pu")
             by = {"by": "pid"} if host.get_column("pid").n_unique() > 1 else {}  # one process (the usual case): no groups, 4x cheaper
-            later = pl.col("_pu").is_null() | (pl.col("u") > pl.col("_pu"))  # it arrives after the thread's previous point
             out.append(on_main.join_asof(on_part.filter(pl.col("end")).select(pl.col("o").alias("u"), "pid"), left_on="o",
                                          right_on="u", strategy="backward", allow_exact_matches=False,
                                          check_sortedness=False, **by)
-                       .lazy().filter(later).select(pl.col("o").alias("v"), "u", _c(_CPU).alias("cat"), pl.lit(None).alias("owner")))
+                       .lazy().filter(_LATER).select(pl.col("o").alias("v"), "u", _c(_CPU).alias("cat"), pl.lit(None).alias("owner"),
+                                                     _k("handoff")))
             out.append(on_part.join_asof(on_main.select(pl.col("o").alias("u"), "pid"), left_on="o", right_on="u",
                                          strategy="backward", allow_exact_matches=False, check_sortedness=False, **by)
-                       .lazy().filter(later).select(pl.col("o").alias("v"), "u", _c(_CPU).alias("cat"), pl.lit(None).alias("owner")))
+                       .lazy().filter(_LATER).select(pl.col("o").alias("v"), "u", _c(_CPU).alias("cat"), pl.lit(None).alias("owner"),
+                                                     _k("handoff")))
     # a host collective span on another thread of the step thread's process (gloo runs them on its
     # own threads): it starts after the step thread's last point before it (the call that queued
     # it), and a step thread idle while it runs (untraced time, nothing open) resumes after its end
@@ -246,15 +276,15 @@ def _last_arrivals(host: pl.DataFrame, gpu: pl.DataFrame, dsync: pl.DataFrame, n
         if coll.height:
             on_main = th.filter(pl.col("tid") == main_tid).select("o", "pid", "_pu", pl.col("_iown").shift(1).alias("_gap_own"))
             by = {"by": "pid"} if host.get_column("pid").n_unique() > 1 else {}
-            later = pl.col("_pu").is_null() | (pl.col("u") > pl.col("_pu"))
             out.append(coll.filter(~pl.col("end")).join_asof(
                 on_main.select(pl.col("o").alias("u"), "pid"), left_on="o", right_on="u", strategy="backward",
                 allow_exact_matches=False, check_sortedness=False, **by)
-                .lazy().filter(later).select(pl.col("o").alias("v"), "u", _c(_CPU).alias("cat"), pl.lit(None).alias("owner")))
-            waiting = on_main.join_asof(coll.filter(pl.col("end")).select(pl.col("o").alias("u"), "pid"), left_on="o", right_on="u",
-                                        strategy="backward", allow_exact_matches=False, check_sortedness=False, **by)
-            out.append(waiting.lazy().filter(later & pl.col("_gap_own").is_null() & pl.col("_pu").is_not_null()).select(
-                pl.col("o").alias("v"), "u", _c(_SYNC).alias("cat"), pl.lit(None).alias("owner")))
+                .lazy().filter(_LATER).select(pl.col("o").alias("v"), "u", _c(_CPU).alias("cat"), pl.lit(None).alias("owner"), _k("queue")))
+            waiting = on_main.filter(pl.col("_gap_own").is_null() & pl.col("_pu").is_not_null()).join_asof(
+                coll.filter(pl.col("end")).select(pl.col("o").alias("u"), "pid"), left_on="o", right_on="u",
+                strategy="backward", allow_exact_matches=False, check_sortedness=False, **by)
+            out.append(waiting.lazy().filter(_LATER).select(pl.col("o").alias("v"), "u", _c(_SYNC).alias("cat"), pl.lit(None).alias("owner"),
+                                             _k("coll_wait")))
     # autograd's fwdbwd flows (the parser's ``fwdbwd_s``/``fwdbwd_f`` args): a backward node starts
     # after the forward op it differentiates ends
     if bool(host.get_column("fwd_f").is_not_null().any()):
@@ -262,12 +292,13 @@ def _last_arrivals(host: pl.DataFrame, gpu: pl.DataFrame, dsync: pl.DataFrame, n
             hn.filter(pl.col("end")).select("_row", pl.col("o").alias("u")), on="_row").unique("_fid", keep="first")
         dst = host.filter(pl.col("fwd_f").is_not_null()).select("_row", pl.col("fwd_f").alias("_fid")).join(
             hn.filter(~pl.col("end")).select("_row", pl.col("o").alias("v")), on="_row")
-        out.append(dst.join(src.select("_fid", "u"), on="_fid").lazy().select("v", "u", _c(_CPU).alias("cat"), pl.lit(None).alias("owner")))
+        out.append(dst.join(src.select("_fid", "u"), on="_fid").lazy().select("v", "u", _c(_CPU).alias("cat"), pl.lit(None).alias("owner"),
+                                                                            _k("flow")))
     # an activity's end after its start
     gs = gn.filter(~pl.col("end")).select(pl.col("o").alias("_s"), "_row", "stream", "ts_ns", "dur_ns", "correlation", "cat")
     ge = gn.filter(pl.col("end")).select(pl.col("o").alias("_e"), "_row")
     acts = gs.join(ge, on="_row")  # one row per activity: its start and end nodes
-    out.append(acts.lazy().select(pl.col("_e").alias("v"), pl.col("_s").alias("u"), "cat", pl.col("_row").alias("owner")))
+    out.append(acts.lazy().select(pl.col("_e").alias("v"), pl.col("_s").alias("u"), "cat", pl.col("_row").alias("owner"), _k("act")))
     # launch -> activity (the call's start), and a call that returns after its activity ends: after that end
     calls = hn.filter(pl.col("correlation").is_not_null() & pl.col("kind").is_in(["runtime", "sync"]))
     cs = calls.filter(~pl.col("end")).select("correlation", pl.col("o").alias("_cs"), pl.col("ts_ns").alias("_cts"),
@@ -279,17 +310,18 @@ def _last_arrivals(host: pl.DataFrame, gpu: pl.DataFrame, dsync: pl.DataFrame, n
     ce = ce.unique("correlation", keep="first")
     acts = acts.join(cs, on="correlation", how="left")
     out.append(acts.lazy().filter(pl.col("_cs").is_not_null()).select(
-        pl.col("_s").alias("v"), pl.col("_cs").alias("u"), _c(_LAUNCH).alias("cat"), pl.col("_crow").alias("owner")))
+        pl.col("_s").alias("v"), pl.col("_cs").alias("u"), _c(_LAUNCH).alias("cat"), pl.col("_crow").alias("owner"), _k("launch")))
     # (a launch call that outlasts its kernel is launch overhead; a copy the host waits for, sync)
     out.append(acts.lazy().join(ce.lazy(), on="correlation").select(
         pl.col("_ce").alias("v"), pl.col("_e").alias("u"),
         pl.when(pl.col("_ccat") == _LAUNCH).then(_c(_LAUNCH)).otherwise(_c(_SYNC)).alias("cat"),
-        pl.col("_crow2").alias("owner")))
+        pl.col("_crow2").alias("owner"),
+        pl.when(pl.col("_ccat") == _LAUNCH).then(_k("return_launch")).otherwise(_k("return_sync")).alias("kind")))
     # per stream: the previous activity's end
     acts = acts.with_columns(pl.col("_cts").fill_null(pl.col("ts_ns")).alias("_lts"))  # when it was launched
     prev = acts.lazy().sort("_s").select(
         pl.col("_s").alias("v"), pl.col("_e").shift(1).over("stream").alias("u"), _c(_LAUNCH).alias("cat"),
-        pl.col("_row").alias("owner"))
+        pl.col("_row").alias("owner"), _k("stream"))
     out.append(prev.filter(pl.col("u").is_not_null()))
     by_launch = acts.select("stream", "_lts", "_s", "_e").sort("_lts")
 
@@ -316,7 +348,7 @@ def _last_arrivals(host: pl.DataFrame, gpu: pl.DataFrame, dsync: pl.DataFrame, n
         dev_s = syncs.filter(~(is_stream | is_event).fill_null(False)).sort("v").join_asof(
             ends.select("u"), left_on="v", right_on="u", strategy="backward", allow_exact_matches=False)
         for f in (stream_s, event_s, dev_s):
-            out.append(f.lazy().select("v", "u", _c(_SYNC).alias("cat"), "owner"))
+            out.append(f.lazy().select("v", "u", _c(_SYNC).alias("cat"), "owner", _k("sync")))
     # cudaEventRecord -> cudaStreamWaitEvent: the first activity launched on the waiting stream
     # after the wait call starts after the last one launched on the recorded stream before the record
     waits = dsync.filter((pl.col("name").cast(pl.String) == "Stream Wait Event") & (pl.col("wait_stream") >= 0)).join(
@@ -328,55 +360,94 @@ def _last_arrivals(host: pl.DataFrame, gpu: pl.DataFrame, dsync: pl.DataFrame, n
         dst = src.filter(pl.col("u").is_not_null()).sort("_cts").join_asof(
             by_launch.select("stream", "_lts", "_s"), left_on="_cts", right_on="_lts", by="stream", strategy="forward",
             check_sortedness=False)
-        out.append(dst.lazy().select(pl.col("_s").alias("v"), "u", _c(_SYNC).alias("cat"), pl.col("_crow").alias("owner")))
+        out.append(dst.lazy().select(pl.col("_s").alias("v"), "u", _c(_SYNC).alias("cat"), pl.col("_crow").alias("owner"), _k("wait")))
     others = (
         pl.concat([e.select([pl.col(k).cast(t) for k, t in schema.items()]) for e in out])
         .filter(pl.col("u").is_not_null() & pl.col("v").is_not_null() & (pl.col("u") < pl.col("v")))
-        .sort((pl.col("v") * (1 << 31) + pl.col("u")), maintain_order=True)  # by node, then dependency (stable: cheaper)
-        .filter(pl.col("v") != pl.col("v").shift(-1).fill_null(-1))  # each node's last-arriving dependency but its thread's
         .collect(engine="in-memory")
     )
-    # each node's last-arriving dependency: its thread's previous point unless another arrives no
-    # earlier (a tie goes to the other, as a stable sort of all of them put it last); by scatters into
-    # arrays indexed by node, no sort of the thread edges
-    n = nodes.height
+    chain = pl.concat([th.get_column("o"), gn.sort("stream", "o", maintain_order=True).get_column("o")])
+    return thread, others, chain
+
+
+def _last_arrivals(thread: pl.DataFrame, others: pl.DataFrame, n: int) -> dict[str, pl.Series]:
+    """Each node's last-arriving in-edge (of ``candidate_edges``) as arrays indexed by node: ``u``
+    (null: none), ``cat``, ``owner``, ``kind``, ``ei`` (the edge's row in ``thread`` then ``others``).
+    A host point's is its thread's previous point unless another arrives no earlier (a tie goes to
+    the other, as a stable sort of all of them would put it last); by scatters into the arrays, only
+    the other edges that can win sorted (by node, then dependency), never the thread edges."""
     tv = thread.get_column("v")
-    cols = {k: pl.repeat(None, n, dtype=t, eager=True).scatter(tv, thread.get_column(k)) for k, t in schema.items() if k != "v"}
+    cols = {k: pl.repeat(None, n, dtype=t, eager=True).scatter(tv, thread.get_column(k)) for k, t in EDGE_SCHEMA.items() if k != "v"}
+    cols["ei"] = pl.repeat(None, n, dtype=pl.Int64, eager=True).scatter(tv, pl.int_range(0, thread.height, dtype=pl.Int64, eager=True))
     ov = others.get_column("v")
     cur = cols["u"].gather(ov)
-    wins = others.filter(cur.is_null() | (others.get_column("u") >= cur))
+    wins = (
+        others.with_columns(pl.int_range(thread.height, thread.height + others.height, dtype=pl.Int64).alias("ei"))
+        .filter(cur.is_null() | (others.get_column("u") >= cur))  # (most edges into host points lose to the thread's)
+        .sort((pl.col("v") * (1 << 31) + pl.col("u")), maintain_order=True)  # by node, then dependency (stable: cheaper)
+        .filter(pl.col("v") != pl.col("v").shift(-1).fill_null(-1))  # each node's last-arriving one
+    )
     wv = wins.get_column("v")
-    out_cols = {k: c.scatter(wv, wins.get_column(k)) for k, c in cols.items()}
-    # the chain order: every node once, a thread's points in order, then each stream's activities'
-    # points in order; most nodes' last-arriving dependency is the node before them in it
-    out_cols["chain"] = pl.concat([th.get_column("o"), gn.sort("stream", "o", maintain_order=True).get_column("o")])
-    return out_cols
+    return {k: c.scatter(wv, wins.get_column(k)) for k, c in cols.items()}
+
+
+@dataclass(frozen=True)
+class Graph:
+    """One rank's dependency graph (``graph()``): its host events and GPU activities (with their
+    rows in the rank's frame), its nodes (``_nodes``: every event's start and end, in the graph's
+    order ``o``), every candidate edge (``candidate_edges``: ``thread``, ``others``, ``chain``) and
+    each node's last-arriving one (``last``: ``_last_arrivals``).  The critical path walks
+    ``last``; the what-if replay (tracelens.analysis.rank.replay) reweighs every edge (``edges``)."""
+
+    host: pl.DataFrame
+    gpu: pl.DataFrame
+    nodes: pl.DataFrame
+    thread: pl.DataFrame
+    others: pl.DataFrame
+    chain: pl.Series
+    last: dict[str, pl.Series]
+
+    def edges(self) -> pl.DataFrame:
+        """Every candidate edge (v, u, cat, owner, kind), the thread edges then the others: row i is ``last``'s ``ei`` i."""
+        return pl.concat([self.thread, self.others])
+
+
+def graph(df: pl.DataFrame, device: int | None, main_tid: int | None, names: Names) -> Graph | None:
+    """The rank's dependency graph (None: no host event or GPU activity), built once and shared by
+    the critical path (``step_paths(g=)``) and the what-if replay."""
+    host, gpu, dsync = _events(df, device, names)
+    if host.height + gpu.height == 0:
+        return None
+    nodes = _nodes(host, gpu)
+    thread, others, chain = candidate_edges(host, gpu, dsync, nodes, main_tid)
+    return Graph(host, gpu, nodes, thread, others, chain, _last_arrivals(thread, others, nodes.height))
 
 
 def step_paths(df: pl.DataFrame, device: int | None, windows: list[tuple[int, int]], main_tid: int | None,
                names: Names, with_rows: bool = False, marks: pl.DataFrame | None = None,
-               with_segments: bool = False) -> list[StepPath]:
+               with_segments: bool = False, g: Graph | None | bool = False) -> list[StepPath]:
     """The critical path of each window (a step's GPU window, in order); ``with_rows``: with the
     rows of the events on it (``StepPath.rows``, for tests); ``marks`` (``k``: window, ``m``: id,
     ``t``: a time in it): the path's ns per category up to each (``StepPath.marks``);
-    ``with_segments``: with its segments (``StepPath.segments``, for the views and the trace export)."""
-    host, gpu, dsync = _events(df, device, names)
+    ``with_segments``: with its segments (``StepPath.segments``, for the views and the trace export);
+    ``g``: the rank's ``graph()`` when already built (the what-if replay shares it)."""
+    if g is False:
+        g = graph(df, device, main_tid, names)
     n_win = len(windows)
-    if host.height + gpu.height == 0:
+    if g is None:
         return [StepPath(max(e - s, 0), {_IDLE: max(e - s, 0)} if e > s else {}, [], 0, (), _NO_MARKS,
                          pl.DataFrame({"start_ns": [s], "end_ns": [e], "category": [_IDLE], "row": [None]},
                                       schema=_NO_SEGMENTS.schema).filter(pl.col("end_ns") > pl.col("start_ns"))
                          if with_segments else None) for s, e in windows]
-    nodes = _nodes(host, gpu)
+    nodes = g.nodes
     # each node's last-arriving dependency (null for none) and that edge's category and event
-    last = _last_arrivals(host, gpu, dsync, nodes, main_tid)
-    p0, cat, owner = last["u"], last["cat"], last["owner"]
+    p0, cat, owner = g.last["u"], g.last["cat"], g.last["owner"]
     n = nodes.height
     t = nodes.get_column("t")
     # runs: stretches of the chain order where each node's dependency is the node before it (a
     # thread's ops between two cross-thread edges, back-to-back activities on a stream); a path that
     # reaches a node of a run walks back to the run's head, then jumps to the head's dependency
-    chain = last["chain"]
+    chain = g.chain
     pc = p0.gather(chain)  # the dependency of the node at each chain position
     cpos = pl.int_range(0, n, dtype=pl.Int64, eager=True)
     head = pl.select(pl.when(pc.is_null() | (pc != chain.shift(1))).then(cpos).forward_fill()).to_series()

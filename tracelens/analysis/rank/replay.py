@@ -1,0 +1,349 @@
+"""What-if replay on the critical-path graph (issue 17, Must 4; MFU.md 7.2, Daydream-style).
+
+The graph is critical.py's (``critical.graph``: every event's start and end, every candidate
+dependency with its ``kind``).  The replay gives each node a new time ``T``: the latest over its
+in-edges of ``T(u) + w``, where ``w`` is the edge's weight after the change.  The weights:
+
+* an event keeps its intrinsic duration: a thread's interval between two of its points (host
+  work, untraced host time), an activity's duration, each scaled or removed by the change;
+* a dependency keeps its observed delay when it is the one the node waited for (its
+  last-arriving in-edge, the one the critical path follows): a launch's latency to a kernel
+  that started when launched, the gap between back-to-back kernels on a stream, a blocking
+  call's return after what it waited for;
+* a dependency that was *not* waited for keeps only the typical delay of its kind (the rank's
+  median over the edges of that kind that were waited for) or its observed gap if shorter: a
+  queued kernel starts that long after its launch or the previous kernel, whichever is later;
+* waits shrink: a blocking call (a synchronize, a blocking copy) that waited for the GPU keeps,
+  on its thread, only its return lag after what it waited for, so it ends when that ends plus
+  the lag (so does a thread point that waited for another thread: the autograd hand-off, a
+  fwdbwd flow, a host collective the idle step thread waited for).  So a kernel starts at max(launch + latency, previous kernel on its stream's end,
+  recorded event), and a sync ends when what it waits for ends.
+
+With no change every node's ``T`` is its observed time exactly (the waited-for edge of every node
+carries the observed gap, every other edge no more): the identity replay reproduces each step's
+time.  Every edge's weight only shrinks under a change, so ``T <= t``.
+
+**Steps.**  Each step window [t0, t1] is replayed on its own, from the observed state at t0: the
+nodes before t0 keep their times; the window's nodes are replayed.  The predicted step time is
+the window's makespan: its measured time, less how much earlier its last node (the one the
+critical path ends at) is, plus how much earlier its first node is.  A step's lead-in (data
+loading of the next step, the host's launches) is inside the window before the next step's first
+kernel, so a change there shows in this step.
+
+**Longest path.**  Every node is on one chain (a host thread, or a stream: start, end, start,
+...).  Along a chain ``T(v) = max(X(v), T(prev) + w)`` is a running maximum: with ``W`` the
+chain's prefix sum of weights, ``T = W + cum_max(X - W)`` per chain segment, one running maximum
+for all chains of all steps at once (each segment lifted above the ones before it).  ``X`` (the
+cross-chain edges: launches, syncs, event waits, returns, the autograd hand-off and flows, host
+collectives) takes the previous round's ``T``; rounds repeat until nothing changes (as many as
+there are host/GPU hand-offs on a step's longest dependency chain: 1 to 33 on the shared traces).  No Python loop
+per event: a round is a few gathers, a scatter and the scan.  Cost on control.json.gz (35 MB,
+283 k edges, 6 steps): 128 ms to prepare the rank once (``Replay``), 20 to 105 ms per change
+(the weights 10 ms; 2 to 33 rounds of ~3 ms).  rustworkx 0.18 on the same graph: 138 ms to build
+it from Python tuples (per change: the weights are the edges' payloads) and 34 ms for one
+``dag_longest_path_length``, one number for the whole trace, where the replay needs each step's
+window replayed from its observed start (every node's time): not faster, so not a dependency.
+
+**Suggestions.**  ``suggest.WHAT_IF`` maps rules to changes (input-bound: ``data_loading=0``;
+host launch / launch latency: ``launch=0``; exposed communication: ``comm=0``; exposed memcpy:
+``memcpy=0``; non-matmul: ``kclass[<the non-matmul classes>]=0``); a rank replays those of the
+rules it triggers (``suggest.changes_for``) and the suggestion carries ``what_if``, next to its
+upper bound ``1 / (1 - bar)``: the bound counts the bar's time as removable, the replay only
+the part of it on the path (control.json.gz: non-matmul kernels up to 1.75x, replayed 1.01x: the
+steps are host-bound).
+
+**Validation** (tests/test_replay.py).  The identity replay reproduces every step of every
+shared trace with kernels exactly.  ResNet-50 ``num_workers_0`` (164.05 ms) with data loading
+removed predicts 118.5 ms where ``num_workers_4`` measures 132.38 ms (-10.5%): in that run the
+same host ops take 21.7% longer (its 4 worker processes share the CPU), which one trace cannot
+show; with the host slowed by that measured factor (``host/0.822``) the replay is within 5%.
+A recorded CPU DataLoader pair (a sleep per sample vs none) is predicted within 5%.
+
+**Changes** (``Change.parse``; the ``change`` strings of the report's ``what_if``; ``parse``
+takes several joined by ``+``, applied in turn):
+
+* ``data_loading=0`` host time inside DataLoader spans takes no time;
+* ``comm=0`` communication kernels take no time (exposed communication fully overlapped);
+  ``comm/K`` K x faster; ``comm[REGEX]/K`` only the collectives whose kernel name matches
+  (e.g. ``comm[AllReduce]/2``);
+* ``launch=0`` launch gaps closed (CUDA graphs): kernel launch calls take no host time and
+  their kernels start with no launch latency;
+* ``kclass[gemm,conv]/K`` compute kernels of those classes K x faster (``=0``: removed);
+  ``kernel[REGEX]/K`` the kernels whose name matches;
+* ``memcpy=0`` copies and fills take no time;
+* ``host/K`` host work (CPU ops, untraced host time, launch calls; not data loading, not waits)
+  K x faster (K < 1: slower, e.g. a CPU shared with DataLoader workers);
+* ``rank_late=0`` (a rank's lateness at collectives removed) needs cross-rank edges: not in
+  this module (``Change.parse`` accepts it, ``Replay.run`` leaves the steps unchanged).
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass
+
+import polars as pl
+
+from tracelens.analysis.rank import critical
+from tracelens.model.schema import KCLASSES
+
+WHATS = ("data_loading", "comm", "launch", "kclass", "kernel", "memcpy", "host", "rank_late")
+NEG = -(1 << 60)  # no dependency (kept far from int64's limits: times are relative to the trace's first node)
+MAX_ROUNDS = 100_000  # a safety cap: the rounds needed are the host/GPU hand-offs on one step's chain
+
+
+@dataclass(frozen=True)
+class Change:
+    """What the replay changes: ``what`` one of data_loading, comm, launch, kclass, kernel, memcpy,
+    rank_late; ``target`` the classes (kclass) or a name regex (comm, kernel); ``factor`` how
+    many times faster (``math.inf``: takes no time)."""
+
+    what: str
+    target: tuple[str, ...] | str | None = None
+    factor: float = math.inf
+
+    _RE = re.compile(r"^(?P<what>[a-z_]+)(\[(?P<target>[^\]]*)\])?(?P<op>=0|/(?P<k>[0-9.]+))$")
+
+    @classmethod
+    def parse(cls, text: str) -> Change:
+        m = cls._RE.match(text.strip())
+        if not m or m["what"] not in WHATS:
+            raise ValueError(f"not a change: {text!r} (e.g. data_loading=0, comm=0, comm[AllReduce]/2, launch=0, kclass[gemm]/2, kernel[REGEX]/2)")
+        factor = math.inf if m["op"] == "=0" else float(m["k"])
+        if not factor > 0:
+            raise ValueError(f"{text!r}: the factor must be positive")
+        what, target = m["what"], m["target"]
+        if what in ("kclass",) and not target:
+            raise ValueError(f"{text!r}: kclass needs classes, e.g. kclass[gemm,conv]/2")
+        if what == "kernel" and not target:
+            raise ValueError(f"{text!r}: kernel needs a name regex, e.g. kernel[gemm]/2")
+        if what == "host" and (target or factor == math.inf):
+            raise ValueError(f"{text!r}: host takes a factor only, e.g. host/2 (twice as fast), host/0.8 (slower)")
+        if what in ("data_loading", "launch", "memcpy", "rank_late") and (target or factor != math.inf):
+            raise ValueError(f"{text!r}: {what} takes no target and only =0")
+        tgt = tuple(c.strip() for c in target.split(",")) if what == "kclass" else target
+        return cls(what, tgt, factor)
+
+    def __str__(self) -> str:
+        t = f"[{','.join(self.target)}]" if isinstance(self.target, tuple) else f"[{self.target}]" if self.target else ""
+        k = "=0" if self.factor == math.inf else f"/{self.factor:g}"
+        return f"{self.what}{t}{k}"
+
+
+def _scale(dur: pl.Expr, factor: float) -> pl.Expr:
+    return pl.lit(0, pl.Int64) if factor == math.inf else (dur.cast(pl.Float64) / factor).round(0).cast(pl.Int64)
+
+
+class Replay:
+    """One rank's graph made ready for replays (the parts that no change alters: which edge each
+    node waited for, the window's nodes, the chains' segments, the cross edges' rows); ``run``
+    replays one set of changes."""
+
+    def __init__(self, df: pl.DataFrame, g, windows: list[tuple[int, int]], main_tid: int | None):
+        self.df, self.windows = df, windows
+        self.measured = [max(e - s, 0) for s, e in windows]
+        self.P = None
+        if g is None or not windows:
+            return
+        nodes, last = g.nodes, g.last
+        n = nodes.height
+        t_abs = nodes.get_column("t")
+        base = int(t_abs.min())
+        t = t_abs - base  # relative: no overflow near NEG
+        kind = pl.col("kind")  # (an Enum: compared with strings as they are)
+        # every candidate edge (row ``ei``); the one each node waited for is its last-arriving one,
+        # which the critical path computed (``bind``; its kind and source time gathered onto the
+        # node's other edges): no sort of the edges here
+        e = g.edges()
+        v, u = e.get_column("v"), e.get_column("u")
+        e = e.with_columns(t.gather(v).alias("tv"), t.gather(u).alias("tu"),
+                           (last["ei"].gather(v) == pl.int_range(0, e.height, dtype=pl.Int64, eager=True)).alias("bind"),
+                           last["kind"].gather(v).alias("bkind"), t.gather(last["u"].gather(v)).alias("btu")).with_row_index("ei")
+        e = e.with_columns((pl.col("tv") - pl.col("tu")).alias("gap"))
+        typical = dict(e.filter("bind").group_by("kind").agg(pl.col("gap").median()).select(pl.col("kind").cast(pl.String), "gap").iter_rows())
+
+        def typ(k: str) -> pl.Expr:
+            return pl.min_horizontal(pl.col("gap"), pl.lit(int(typical.get(k) or 0), pl.Int64))
+
+        blocked = pl.col("bkind").is_in(["sync", "return_sync", "handoff", "coll_wait", "flow"]) & ~pl.col("bind")
+        w = (pl.when(kind == "thread").then(pl.when(blocked).then(pl.col("tv") - pl.col("btu")).otherwise(pl.col("gap")))
+             .when(kind == "act").then(pl.col("gap"))
+             .when(pl.col("bind")).then(pl.col("gap")))
+        for k in critical.EDGE_KINDS:
+            if k not in ("thread", "act"):
+                w = w.when(kind == k).then(typ(k))
+        self.e = e.with_columns(w.otherwise(pl.col("gap")).alias("w")).select("ei", "v", "u", "kind", "cat", "owner", "gap", "w")
+        chain_kinds = ["thread", "act", "stream"]
+        ch = self.e.filter(kind.is_in(chain_kinds)).select("v", pl.col("u").alias("cu"), pl.col("ei").alias("ci"))
+        cross = self.e.filter(~kind.is_in(chain_kinds)).select("v", "u", "ei")
+        # each node's chain: its thread, or its stream (a stream's points in activity order: start, end, ...)
+        nd = nodes.select("o", "dev", "end", "pid", "tid", "stream").join(ch, left_on="o", right_on="v", how="left").sort("o")
+        nd = nd.with_columns(
+            pl.struct("dev", pl.when(pl.col("dev")).then(None).otherwise(pl.col("pid")).alias("p"),
+                      pl.when(pl.col("dev")).then(None).otherwise(pl.col("tid")).alias("h"),
+                      pl.when(pl.col("dev")).then(pl.col("stream")).alias("s")).rank("dense").alias("chain"),
+            pl.when(pl.col("dev") & pl.col("end")).then(pl.col("cu") * 2 + 1).otherwise(pl.col("o") * 2).alias("pos"),
+        )
+        has_in = pl.repeat(False, n, eager=True).scatter(self.e.get_column("v"), True)
+        # the window's nodes: the points at t0..t1 (t is non-decreasing in the node order); a node at
+        # a boundary is in both windows, replayed in each
+        win = pl.DataFrame({"k": range(len(windows)), "t0": [s - base for s, _ in windows], "t1": [x - base for _, x in windows]},
+                           schema={"k": pl.Int64, "t0": pl.Int64, "t1": pl.Int64})
+        win = win.with_columns(t.search_sorted(win.get_column("t0"), side="left").cast(pl.Int64).alias("lo"),
+                               t.search_sorted(win.get_column("t1"), side="right").cast(pl.Int64).alias("hi"))
+        # each window's first row among the window-major rows (``f``: window k's node o is row off + o - lo)
+        win = win.with_columns((pl.col("hi") - pl.col("lo")).clip(lower_bound=0).cum_sum().shift(1, fill_value=0).alias("off"))
+        P = win.filter(pl.col("hi") > pl.col("lo")).select("k", "t0", pl.int_ranges("lo", "hi").alias("o")).explode("o")
+        if P.height == 0:
+            return
+        at = P.get_column("o")  # nd is by node: its row is the node
+        P = P.with_row_index("f").with_columns(*(nd.get_column(c).gather(at) for c in ("chain", "pos", "cu", "ci"))).sort("k", "chain", "pos")
+        P = P.with_columns(pl.Series("t", t.gather(P.get_column("o"))),
+                           pl.Series("tcu", t.gather(P.get_column("cu").fill_null(0))),
+                           pl.Series("hin", has_in.gather(P.get_column("o")))).with_row_index("i")
+        prev_same = (pl.col("k") == pl.col("k").shift(1)) & (pl.col("chain") == pl.col("chain").shift(1)) & (pl.col("cu") == pl.col("o").shift(1))
+        inside = pl.col("cu").is_not_null() & (pl.col("tcu") >= pl.col("t0"))
+        P = P.with_columns((prev_same.fill_null(False) & inside).alias("_ln"),
+                           (pl.col("cu").is_not_null() & ~inside).alias("_out"))
+        self.P = P.with_columns((~pl.col("_ln")).cum_sum().alias("seg")).select("i", "k", "o", "t", "tcu", "ci", "hin", "_ln", "_out", "seg")
+        # cross edges into the window's nodes: from a node in the window (by its row) or from before it (fixed)
+        # (by arrays, not joins: the windows holding v are a run of k, from the first whose last node is
+        # at or after v to the last whose first is at or before it; u is in window k when at or after its first)
+        inv = pl.repeat(0, P.height, dtype=pl.UInt32, eager=True).scatter(P.get_column("f"), P.get_column("i"))
+        lo, hi = win.get_column("lo"), win.get_column("hi")
+        vs = cross.get_column("v")
+        ce = cross.with_columns(pl.int_ranges(pl.Series(hi.search_sorted(vs, side="right")).cast(pl.Int64),
+                                              pl.Series(lo.search_sorted(vs, side="right")).cast(pl.Int64)).alias("k")).explode("k") \
+            .filter(pl.col("k").is_not_null())
+        k = ce.get_column("k")
+        klo, koff = lo.gather(k), win.get_column("off").gather(k)
+        u = ce.get_column("u")
+        ce = ce.with_columns(inv.gather(koff + ce.get_column("v") - klo).alias("vi"),
+                             pl.Series("ui", inv.gather((koff + u - klo).clip(lower_bound=0))).zip_with(u >= klo, pl.Series([None], dtype=pl.UInt32)),
+                             pl.Series("tu", t.gather(u)))
+        self.fixed = ce.filter(pl.col("ui").is_null()).select("vi", "tu", "ei")
+        self.live = ce.filter(pl.col("ui").is_not_null()).select("vi", "ui", "ei")
+        # each window's first and last node the makespan is read at (a device point or one on the step thread)
+        ends = self.P.join(nodes.select("o", "dev", "tid"), on="o")
+        if main_tid is not None:
+            ends = ends.filter(pl.col("dev") | (pl.col("tid") == main_tid))
+        self.ends = ends.sort("k", "o").group_by("k", maintain_order=True).agg(pl.col("i").first().alias("a"), pl.col("i").last().alias("z"))
+
+    def _flags(self) -> pl.DataFrame:
+        """Per edge: its event's name and kind (for the changes that select by them)."""
+        if not hasattr(self, "_fl"):
+            rows = self.e.get_column("owner")
+            fill = rows.fill_null(0)
+            self._fl = pl.DataFrame({"_name": self.df.get_column("name").cast(pl.String).gather(fill),
+                                     "_dkind": self.df.get_column("kind").cast(pl.String).gather(fill),
+                                     "_own": rows.is_not_null()})
+        return self._fl
+
+    def weights(self, changes: tuple[Change, ...]) -> pl.Series:
+        """Each edge's weight (by ``ei``) under ``changes``, applied in turn (module docstring)."""
+        e = self.e
+        if any(c.what in ("launch", "comm", "kclass", "kernel") for c in changes):
+            e = pl.concat([e, self._flags()], how="horizontal")
+        kind = pl.col("kind")
+        cat = pl.col("cat").cast(pl.String)
+        act = kind == "act"
+        for change in changes:
+            if change.what == "data_loading":
+                rule = pl.when((kind == "thread") & (cat == "data_loading")).then(0)
+            elif change.what == "launch":
+                kernel_call = pl.col("_name").str.contains(r"(?i)launch") & pl.col("_own")  # kernel (and graph) launches, not copies
+                rule = (pl.when((kind.is_in(["thread", "launch"])) & (cat == "launch_overhead") & kernel_call).then(0)
+                        .when(kind == "return_launch").then(NEG))  # the call no longer waits for its kernel
+            elif change.what == "host":  # host work (ops, untraced host time, launch calls) K x faster; not waits, not data loading
+                rule = pl.when((kind == "thread") & cat.is_in(["cpu", "launch_overhead"])).then(_scale(pl.col("w"), change.factor))
+            else:
+                if change.what == "comm":
+                    sel = cat == "exposed_comm"
+                    if change.target:
+                        sel = sel & pl.col("_name").str.contains(change.target)
+                elif change.what == "kclass":
+                    sel = cat.is_in([f"compute_{c}" for c in change.target]) & (pl.col("_dkind") == "kernel")
+                elif change.what == "kernel":
+                    sel = (pl.col("_dkind") == "kernel") & pl.col("_name").str.contains(change.target)
+                else:
+                    sel = cat == "memcpy"
+                rule = pl.when(act & sel).then(_scale(pl.col("gap"), change.factor))
+            e = e.with_columns(rule.otherwise(pl.col("w")).alias("w"))
+        return e.get_column("w")
+
+    def run(self, change: Change | tuple[Change, ...] | None) -> tuple[list[int], int]:
+        """Each window's predicted time with ``change`` applied (None or (): the identity replay),
+        and the rounds the longest-path relaxation took."""
+        changes = () if change is None else (change,) if isinstance(change, Change) else tuple(change)
+        # rank_late (a rank's lateness at collectives removed) needs the cross-rank edges: the hook is here, the edges are not
+        changes = tuple(c for c in changes if c.what != "rank_late")
+        if self.P is None:
+            return list(self.measured), 0
+        w = self.weights(changes)
+        P = self.P
+        cw = w.gather(P.get_column("ci").fill_null(0))
+        fr = P.with_columns(cw.alias("cw")).select(
+            pl.when(pl.col("_ln")).then(pl.col("cw")).otherwise(0).cum_sum().over("seg").alias("W"),
+            # what reaches the node from before the window (fixed at its observed time) or, for a node with no dependency, its own time
+            pl.when(pl.col("_out")).then(pl.col("tcu") + pl.col("cw")).when(~pl.col("hin")).then(pl.col("t")).otherwise(NEG).alias("X0"))
+        W, X0 = fr.get_column("W"), fr.get_column("X0")
+        fixed = self.fixed.with_columns(w.gather(self.fixed.get_column("ei")).alias("w")).filter(pl.col("w") > NEG // 2) \
+            .group_by("vi").agg((pl.col("tu") + pl.col("w")).max().alias("x"))
+        if fixed.height:
+            vi = fixed.get_column("vi")
+            X0 = X0.scatter(vi, _smax(X0.gather(vi), fixed.get_column("x")))
+        live = self.live.with_columns(w.gather(self.live.get_column("ei")).alias("w")).filter(pl.col("w") > NEG // 2)
+        # a node with one cross edge (nearly all) takes it by a scatter; the few with several, by a group-by
+        many = live.get_column("vi").is_duplicated()
+        one, several = live.filter(~many), live.filter(many)
+        ov, ou, ow = one.get_column("vi"), one.get_column("ui"), one.get_column("w")
+        sv, su, sw = several.get_column("vi"), several.get_column("ui"), several.get_column("w")
+        seg, t = P.get_column("seg"), P.get_column("t")
+        # the running maximum per chain segment as one running maximum: each segment's values lifted
+        # above the ones before it (when the trace's span and its segments leave room in int64)
+        lift = int(seg.max() or 0) < (1 << 18) and int(t.max() or 0) < (1 << 41) and int(W.max() or 0) < (1 << 41)
+        off = seg.cast(pl.Int64) * (1 << 44) + (1 << 42)
+        T = t  # from above: with weights that only shrink, the observed times are an upper bound
+        rounds = 0
+        while rounds < MAX_ROUNDS:
+            rounds += 1
+            X = X0.clone()  # (scatter writes in place)
+            if one.height:
+                X = X.scatter(ov, _smax(X.gather(ov), T.gather(ou) + ow))
+            if several.height:
+                m = pl.DataFrame({"vi": sv, "x": T.gather(su) + sw}).group_by("vi").agg(pl.col("x").max())
+                vi = m.get_column("vi")
+                X = X.scatter(vi, _smax(X.gather(vi), m.get_column("x")))
+            d = X - W
+            if lift:
+                Tn = W + ((d.clip(lower_bound=-(1 << 42)) + off).cum_max() - off)
+            else:
+                Tn = pl.DataFrame({"d": d, "seg": seg}).select(pl.col("d").cum_max().over("seg")).to_series() + W
+            if (Tn == T).all():
+                break
+            T = Tn
+        T = pl.select(pl.when(T < -(1 << 40)).then(t).otherwise(T)).to_series()  # a node nothing reaches any more stays where it was
+        shift = {k: int(T[z] - t[z]) - int(T[a] - t[a]) for k, a, z in self.ends.iter_rows()}  # one row per window
+        return [max(m + shift.get(k, 0), 0) for k, m in enumerate(self.measured)], rounds
+
+
+def _smax(a: pl.Series, b: pl.Series) -> pl.Series:
+    return a.zip_with(a >= b, b)
+
+
+def parse(text: str) -> tuple[Change, ...]:
+    """A change string: one change, or several joined by ``+`` (``data_loading=0+host/0.9``)."""
+    return tuple(Change.parse(p) for p in text.split("+"))
+
+
+NON_MATMUL = tuple(k for k in KCLASSES if k not in ("attention", "conv", "gemm", "comm", "memcpy", "memset"))
+NON_MATMUL_0 = Change("kclass", NON_MATMUL)  # the non-matmul bar's kernels removed
+
+
+def for_rank(df: pl.DataFrame, g, windows: list[tuple[int, int]], main_tid: int | None, changes: list[str]) -> dict[str, list[int]] | None:
+    """The rank's ``what_if``: per change string, each window's predicted time (None: no graph)."""
+    if g is None:
+        return None
+    r = Replay(df, g, windows, main_tid)
+    return {c: r.run(parse(c))[0] for c in changes}
