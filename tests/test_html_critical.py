@@ -4,8 +4,10 @@ the same numbers as the JSON, names escaped; no section (and no change) without 
 from __future__ import annotations
 
 import copy
+import json
 import re
 from html import unescape
+from pathlib import Path
 
 from tests.conftest import real_traces
 from tests.test_critical import ON, K, L, X, write
@@ -57,3 +59,44 @@ def test_names_escaped_and_no_section_without_the_path(tmp_path):
     assert "<section id='critical'>" not in render_html(plain).decode()
     off = analyze(load([p], use_cache=False)).to_dict()
     assert "id='critical-path'" not in render_html(off).decode()
+
+
+GOLDEN = Path(__file__).resolve().parent / "golden" / "resnet50_v100_2021_critical_path.json"
+
+
+def _what_if_section(page: str) -> str:
+    section = page[page.index("<section id='critical'>"):]
+    section = section[:section.index("</section>")]
+    if "id='what-if'" not in section:
+        return ""
+    part = section[section.index("id='what-if'"):]
+    return part[:part.index("</table>")]
+
+
+def test_what_if_next_to_the_upper_bound_and_escaped():
+    # The ResNet-50 golden report (num_workers_0, --critical-path): only its input-bound suggestion
+    # carries a what_if (data_loading=0 replayed: 118.479 ms per step, 1.385x; its bound 1.382x)
+    d = json.loads(GOLDEN.read_text())
+    with_wi = [s for s in d["suggestions"] if s.get("what_if")]
+    assert [s["id"] for s in with_wi] == ["input_bound_high"]
+    wi = with_wi[0]["what_if"]
+    part = _what_if_section(render_html(d).decode())
+    rows = re.findall(r"<tbody>(.*)", part, re.S)[0].split("</tr>")[:-1]
+    assert len(rows) == 1
+    cells = re.findall(r'<td class="[^"]*"(?: data-v="([^"]*)")?>(.*?)</td>', rows[0])
+    assert [unescape(t) for _, t in cells[:2]] == [with_wi[0]["title"], "data_loading=0"]
+    assert [float(v) for v, _ in cells[2:4]] == [with_wi[0]["est_speedup"], wi["predicted_speedup"]]  # the bound, then the replay
+    assert cells[4] == (str(wi["predicted_step_ns"]), fmt_ns(118_479_000)) and float(cells[5][0]) == wi["predicted_mfu"]
+    # a saved report's strings are escaped; a what_if without a change is left out
+    bad = copy.deepcopy(d)
+    s0 = next(s for s in bad["suggestions"] if s.get("what_if"))
+    s0["title"], s0["what_if"]["change"] = "<script>t</script>", '<img src=x onerror="y">'
+    bad["suggestions"].append({**copy.deepcopy(s0), "title": "no change", "what_if": {"predicted_speedup": 2.0}})
+    part = _what_if_section(render_html(bad).decode())
+    assert "<script>" not in part and "<img" not in part
+    assert "&lt;script&gt;t&lt;/script&gt;" in part and "&lt;img src=x onerror=&quot;y&quot;&gt;" in part
+    assert "no change" not in part
+    # no what-if table where no suggestion has one
+    for s in bad["suggestions"]:
+        s.pop("what_if", None)
+    assert _what_if_section(render_html(bad).decode()) == ""

@@ -6,6 +6,9 @@ path the view says how to get it."""
 from __future__ import annotations
 
 import asyncio
+import copy
+import json
+from pathlib import Path
 
 from tests.conftest import real_traces
 from tracelens.analysis import Options, analyze
@@ -82,3 +85,35 @@ def test_without_the_critical_path_the_view_says_how_to_get_it():
             assert "--critical-path" in NO_CRITICAL_PATH
 
     asyncio.run(go())
+
+
+def test_view_shows_each_suggestions_what_if_next_to_its_bound():
+    # The ResNet-50 golden report (--critical-path; a saved report, no trace): its one suggestion
+    # with a what_if (input-bound, data_loading=0 replayed) in the view's what-if table, its
+    # strings shown as text (no markup); a report without what_if has no such table
+    golden = json.loads((Path(__file__).resolve().parent / "golden" / "resnet50_v100_2021_critical_path.json").read_text())
+    report = copy.deepcopy(golden)
+    sg = next(s for s in report["suggestions"] if s.get("what_if"))
+    sg["title"] = "[bold red]not markup[/]"
+
+    async def go(rep):
+        app = make_app(report=rep)
+        async with app.run_test(size=(140, 45)) as pilot:
+            await settle(app, pilot)
+            await pilot.press(KEY)
+            await settle(app, pilot)
+            assert app.query_one("#tabs").active == "critical"
+            found = app.query("#critical-whatif-table")
+            if not found:
+                return None
+            t = found.first(FilterTable)
+            return [(r["title"], r["change"], r["upper"], r["predicted_speedup"], r["predicted_step_ns"]) for r in t.shown], \
+                "\n".join(str(line) for line in t.query_one(RowTable).render_lines(t.query_one(RowTable).region.reset_offset)[:4])
+
+    shown, text = asyncio.run(go(report))
+    wi = sg["what_if"]
+    assert shown == [("[bold red]not markup[/]", "data_loading=0", sg["est_speedup"], wi["predicted_speedup"], wi["predicted_step_ns"])]
+    assert wi["predicted_step_ns"] == 118_479_000 and fmt_ns(118_479_000) in text and "[bold red]not markup[/]" in text
+    for s in report["suggestions"]:
+        s.pop("what_if", None)
+    assert asyncio.run(go(report)) is None

@@ -694,3 +694,26 @@ def path_colour(category: str) -> str:
     if category.startswith("compute_"):
         return KCLASS_COLOURS.get(category[len("compute_"):], "#26a269")
     return PATH_COLOURS.get(category, "#c0bfbc")
+
+
+def what_if_rows(report: dict[str, Any]) -> list[dict[str, Any]]:
+    """One row per suggestion that carries a ``what_if`` (only with --critical-path: its change
+    replayed on the graph): its title, the change, the upper bound ``1 / (1 - bar)``
+    (``est_speedup``, None when the rule has none) and the replay's predicted speed-up, step time
+    and MFU.  A saved report may hold anything: a what_if without a change or a positive
+    predicted speed-up is left out, other odd values become None."""
+    rows = []
+    for sg in report.get("suggestions") or ():
+        wi = sg.get("what_if") if isinstance(sg, dict) else None
+        if not isinstance(wi, dict):
+            continue
+        change, sp = wi.get("change"), wi.get("predicted_speedup")
+        if not isinstance(change, str) or not isinstance(sp, (int, float)) or isinstance(sp, bool) or not sp > 0:
+            continue
+
+        def num(v: Any) -> float | None:
+            return v if isinstance(v, (int, float)) and not isinstance(v, bool) else None
+        rows.append({"id": str(sg.get("id", "")), "title": str(sg.get("title", "")), "change": change,
+                     "upper": num(sg.get("est_speedup")), "predicted_speedup": float(sp),
+                     "predicted_step_ns": num(wi.get("predicted_step_ns")), "predicted_mfu": num(wi.get("predicted_mfu"))})
+    return rows

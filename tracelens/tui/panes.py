@@ -399,6 +399,18 @@ class CriticalPathPane(Vertical):
             Column("kind", "kind"),
             Column("name", "event", lambda v: views.printable(v)[:160]),
         ], critical_event_rows(first), id="critical-events-table", empty="no events on this step's path")
+        wis = views.what_if_rows(self.report)
+        if wis:  # each suggestion's change replayed on the graph, next to its upper bound
+            t = FilterTable("what-if: each suggestion's change replayed on the graph (predicted speed-up next to the upper bound)", [
+                Column("title", "suggestion", lambda v: views.printable(v)[:80]),
+                Column("change", "change", lambda v: views.printable(v)[:60]),
+                Column("upper", "up to", views.fmt_speedup, True),
+                Column("predicted_speedup", "replayed", views.fmt_speedup, True),
+                Column("predicted_step_ns", "predicted step", fmt_ns, True),
+                Column("predicted_mfu", "predicted MFU", lambda v: "-" if v is None else fmt_pct(v), True),
+            ], wis, id="critical-whatif-table")
+            t.styles.height = min(len(wis), 6) + 3  # its rows, the title and the header: the tables above keep the rest
+            yield t
 
     @on(RowTable.Highlighted)
     def _show_step(self, event: RowTable.Highlighted) -> None:

@@ -272,6 +272,18 @@ def _critical_path(d: dict[str, Any]) -> str:
         return ""
     out = ["<h2 id='critical-path'>Critical path</h2><p class='muted'>the chain of waits that set each step's time "
            "(the path's length is the step's time), by category</p>"]
+    wis = views.what_if_rows(d)
+    if wis:  # each suggestion's change replayed on the graph, next to its upper bound
+        trs = ["<tr>" + _td(None, w["title"], "") + _td(None, w["change"], "")
+               + _td(w["upper"], views.fmt_speedup(w["upper"]) if w["upper"] is not None else None)
+               + _td(w["predicted_speedup"], views.fmt_speedup(w["predicted_speedup"]))
+               + _td(w["predicted_step_ns"], fmt_ns(w["predicted_step_ns"]) if w["predicted_step_ns"] is not None else None)
+               + _td(w["predicted_mfu"], fmt_pct(w["predicted_mfu"]) if w["predicted_mfu"] is not None else None) + "</tr>"
+               for w in wis]
+        out.append("<h3 id='what-if'>What-if, replayed on the graph</h3><p class='muted'>each suggestion's change applied to "
+                   "every kept step's dependency graph: the predicted speed-up next to the upper bound 1 / (1 - bar)</p>"
+                   + _table([("suggestion", False), ("change", False), ("up to", True), ("replayed", True),
+                             ("predicted step", True), ("predicted MFU", True)], trs))
     for r in ranks:
         cp = r["critical_path"]
         out.append(f"<h3>rank {escape(str(r['rank']))}</h3>" + _path_bar(cp["by_category_ns"], "kept steps"))
