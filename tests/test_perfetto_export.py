@@ -98,7 +98,7 @@ def test_real_trace_valid_and_path_sums_to_the_report(tmp_path):
     # every timed event of the raw file is there once (plain Python over the raw JSON)
     raw = json.loads(gzip.decompress((CONTROL / "control.json.gz").read_bytes()))["traceEvents"]
     n_x = sum(1 for e in raw if e.get("ph") == "X" and e.get("cat") not in ("python_function",))
-    got_x = sum(1 for e in evs if e["ph"] == "X" and e["cat"] != FLOW_CAT)
+    got_x = sum(1 for e in evs if e["ph"] == "X" and e["cat"] not in (FLOW_CAT, "what_if"))  # not the export's own tracks
     assert got_x <= n_x and got_x >= 0.95 * n_x, (got_x, n_x)
     # a kernel keeps its ns: ts/dur in µs with three decimals
     k = next(e for e in raw if e.get("cat") == "kernel")
@@ -209,3 +209,29 @@ def test_cli_writes_and_reports(tmp_path, capsys):
     assert said.startswith("tracelens: wrote 1 rank(s)") and "arrows" in said
     evs = check_trace(read(out))
     assert {k[1] for k in path_slices(evs)} == set(pick)
+
+
+def test_what_if_tracks_one_slice_per_step(tmp_path):
+    # control.json.gz with the critical path: the suggestions it triggers that map to a change are
+    # replayed (RankResult.what_if: each step's predicted time); the export shows each as a thread
+    # "what-if: <change>" with one slice per step, from the step's start, lasting the prediction;
+    # the suggestion's what_if is the mean of those over the kept steps
+    out = tmp_path / "t.json"
+    export_trace([CONTROL], out)
+    evs = check_trace(read(out))
+    a = analyze(load([CONTROL]), ON)
+    (r,) = a.ranks
+    assert r.what_if
+    names = {e["tid"]: e["args"]["name"] for e in evs if e["ph"] == "M" and e["name"] == "thread_name"}
+    for change, pred in r.what_if.items():
+        (tid,) = [t for t, n in names.items() if n == f"what-if: {change}"]
+        got = sorted((e["ts"], e["dur"]) for e in evs if e["ph"] == "X" and e["tid"] == tid)
+        assert [round(d * 1000) for _, d in got] == pred
+        starts = [round(ts * 1000) for ts, _ in got]
+        assert [b - a for a, b in zip(starts, starts[1:])] == [s2.start_ns - s1.start_ns for s1, s2 in zip(r.steps, r.steps[1:])]
+    d = a.to_dict()
+    kept = [i for i, s in enumerate(d["ranks"][0]["steps"]) if not s.get("warmup")]
+    for sg in d["suggestions"]:
+        wi = sg.get("what_if")
+        if wi:
+            assert abs(wi["predicted_step_ns"] - sum(r.what_if[wi["change"]][i] for i in kept) / len(kept)) <= 1
