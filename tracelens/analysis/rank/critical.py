@@ -210,7 +210,10 @@ def _nodes(host: pl.DataFrame, gpu: pl.DataFrame) -> pl.DataFrame:
     durkey = pl.when(pl.col("end")).then(pl.col("dur_ns")).otherwise(-pl.col("dur_ns"))
     return (
         pts.with_columns(phase.alias("_ph"), lane.alias("_ln"), durkey.alias("_dk"))
-        .sort("t", "_ph", "_ln", "_dk", "dev", "_row", maintain_order=True)  # the keys are unique: the same order, the stable sort is cheaper
+        # then what the events are, not where the file put them (identical kernels launched at one
+        # time: the launch's correlation id tells them apart, whatever the file's order), the row last
+        .sort("t", "_ph", "_ln", "_dk", "dev", "correlation", "stream", "pid", "tid", "_row", nulls_last=True,
+              maintain_order=True)  # the keys are unique: the same order, the stable sort is cheaper
         .with_row_index("o")
         .select(pl.col("o").cast(pl.Int64), "t", "_row", "dev", "end", "ts_ns", "dur_ns", *cols)
         .collect(engine="in-memory")
