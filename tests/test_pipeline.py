@@ -85,6 +85,7 @@ def test_ranks_missing_make_no_claim_on_p(tmp_path):
 @pytest.mark.parametrize("schedule", ["gpipe", "1f1b", "interleaved"])
 def test_real_cpu_pipeline(pipeline_traces, schedule):
     d = _report(pipeline_traces[schedule])
+    _no_false_clock(d)  # one host's clock: P2P pairs bound the offset to their transfers, no collective sets it
     pipe = d["job"]["pipeline"]
     assert pipe["stages"] == 2
     assert pipe["microbatches"] == 4
@@ -124,3 +125,36 @@ def test_no_pipeline_no_key(tmp_path):
     d = _report([real_traces() / "amd-tracelens" / "b200" / "eager_trace.json.gz"])
     assert "pipeline" not in d["job"]
     assert set(d["ranks"][0]["pipeline"]) == {"stage", "bubble_ns", "bubble_fraction"}
+
+
+def _no_false_clock(d):
+    assert not [w for w in d["warnings"] if "clock differs" in w or "do not overlap in aligned time" in w], d["warnings"]
+
+
+def test_simulated_p2p_sets_no_clock_offset(tmp_path):
+    """The simulator's ranks share one clock: P2P send/recv are no collective to align on, and the
+    pairs' bounds (a recv cannot end before its send starts) keep the offsets at 0."""
+    sim = ps.simulate("1f1b", 4, 8, latency_ns=50_000, slow_stage=1)
+    a = analyze(load(ps.write(sim, tmp_path), use_cache=False))
+    d = a.to_dict()
+    _no_false_clock(d)
+    assert [r.clock_offset_ns for r in a.ranks] == [0, 0, 0, 0]
+    p2p = a.collectives.filter(a.collectives["collective"].is_in(["send", "recv"]))
+    assert p2p.height and (p2p["n_ranks"] == 1).all()  # each rank's send/recv is its own row, never matched as a collective
+
+
+def test_p2p_bounds():
+    from tracelens.analysis.job.clocks import _within_bounds, p2p_bounds
+
+    # rank 0 sends at 100 (its clock), rank 1's recv ends at 50 (its clock): off_1 - off_0 >= 50;
+    # rank 1 sends at 200, rank 0's recv ends at 290: off_0 - off_1 >= -90, i.e. off_1 - off_0 <= 90
+    pairs = {0: {"what": ["send", "recv"], "peer": [1, 1], "step": [1, 1], "k": [0, 0], "s": [100, 280], "e": [120, 290]},
+             1: {"what": ["recv", "send"], "peer": [0, 0], "step": [1, 1], "k": [0, 0], "s": [10, 200], "e": [50, 210]}}
+    b = p2p_bounds(pairs, {0: 0, 1: 1})
+    assert b == {(0, 1): (50, 90)}
+    off = {0: 0, 1: 7_000}
+    assert _within_bounds(off, {1}, b) == {1} and off[1] == 90
+    off = {0: 0, 1: 60}
+    assert _within_bounds(off, {1}, b) == set() and off[1] == 60
+    pairs[0]["e"][1] = 150  # off_1 - off_0 <= -50 < 50: contradicting bounds (lo > hi): the records do not pair so, no bound
+    assert p2p_bounds(pairs, {0: 0, 1: 1}) == {}

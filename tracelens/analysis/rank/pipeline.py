@@ -68,8 +68,8 @@ def _inside(q: pl.DataFrame, at: str, runs: pl.DataFrame, alias: str, by: list[s
 
 
 def _p2p_records(df: pl.DataFrame, gpu_rows: pl.DataFrame, names: Names, group_ranks: dict[str, list[int]]) -> pl.DataFrame:
-    """(t, kind, peer, group, s, e) of the rank's P2P records on the host timeline, ``peer`` its
-    global rank where the trace says it."""
+    """(t, kind, peer, group, s, e, hs) of the rank's P2P records on the host timeline, ``peer`` its
+    global rank where the trace says it, ``hs`` the start of the op that holds the record (else s)."""
     coll = pl.col("collective").cast(pl.String)
     host = (
         df.lazy().filter(pl.col("kind").is_in(["p2p", "collective"]) & coll.is_in(P2P_NAMES) & pl.col("tid").is_not_null())
@@ -81,7 +81,7 @@ def _p2p_records(df: pl.DataFrame, gpu_rows: pl.DataFrame, names: Names, group_r
         host = gpu_rows.filter((pl.col("kclass") == "comm") & coll.is_in(P2P_NAMES)).select(
             pl.col("launch_tid").fill_null(0).alias("tid"), pl.col("launch_ns").alias("ts_ns"), pl.col("ts_ns").alias("s"),
             END.alias("e"), coll.alias("what"), pl.col("group").cast(pl.String).fill_null("").alias("group"))
-        return host.with_columns(pl.lit(None, pl.Int64).alias("peer")).sort("ts_ns")
+        return host.with_columns(pl.lit(None, pl.Int64).alias("peer"), pl.col("s").alias("hs")).sort("ts_ns")
     nccl = names.matching(_PEER_NCCL)
     c10d = names.matching(_PEER_C10D)
     holders = (
@@ -94,15 +94,40 @@ def _p2p_records(df: pl.DataFrame, gpu_rows: pl.DataFrame, names: Names, group_r
     out = host.sort("ts_ns")
     if holders.height:
         out = (out.join_asof(holders, left_on="ts_ns", right_on="_hs", by="tid", strategy="backward", check_sortedness=False)
-               .with_columns(pl.when(pl.col("_he") >= pl.col("ts_ns")).then(pl.col("_peer")).alias("peer")).drop("_hs", "_he", "_peer"))
+               .with_columns(pl.when(pl.col("_he") >= pl.col("ts_ns")).then(pl.col("_peer")).alias("peer"),
+                             # the op that holds the record started the transfer (gloo's record starts when its worker runs it)
+                             pl.when(pl.col("_he") >= pl.col("ts_ns")).then(pl.min_horizontal("_hs", "s")).otherwise("s").alias("hs"))
+               .drop("_hs", "_he", "_peer"))
     else:
-        out = out.with_columns(pl.lit(None, pl.Int64).alias("peer"))
+        out = out.with_columns(pl.lit(None, pl.Int64).alias("peer"), pl.col("s").alias("hs"))
     if group_ranks:  # group rank -> global rank
         table = pl.DataFrame([{"group": g, "peer": i, "_global": r} for g, rs in group_ranks.items() for i, r in enumerate(rs)],
                              schema={"group": pl.String, "peer": pl.Int64, "_global": pl.Int64})
         out = out.join(table, on=["group", "peer"], how="left").with_columns(
             pl.coalesce("_global", "peer").alias("peer")).drop("_global")
     return out.sort("ts_ns")
+
+
+MAX_PAIRS = 256  # P2P records per (step, direction, peer) kept for the clock bounds: a bound from fewer is weaker, still true
+
+
+def _pair_keys(records: pl.DataFrame, spans: pl.DataFrame, steps) -> dict[str, list]:
+    """The P2P records with a known peer, keyed for pairing across ranks (the k-th send of step
+    N to rank b is the k-th recv of step N on b from this rank): columns what, peer, step, k, s (the
+    start of the op that holds the record), e
+    as plain lists (at most ``MAX_PAIRS`` per key).  They only bound the ranks' clock offsets (a
+    recv cannot end before its send starts: ``analysis.job.clocks.p2p_bounds``)."""
+    named = [s.step for s in steps]
+    if records.height == 0 or any(n is None for n in named):
+        return {}
+    got = (records.filter(pl.col("peer").is_not_null()).sort("ts_ns")
+           .join_asof(spans, left_on="ts_ns", right_on="_cs", strategy="backward", check_sortedness=False)
+           .filter(pl.col("_step").is_not_null() & (pl.col("ts_ns") < pl.col("_ce")))
+           .with_columns(pl.col("_step").replace_strict(list(range(len(named))), named, return_dtype=pl.Int64).alias("step"))
+           .with_columns(pl.int_range(pl.len()).over("step", "what", "peer").alias("k"))
+           .filter(pl.col("k") < MAX_PAIRS)
+           .select("what", "peer", "step", "k", pl.col("hs").alias("s"), "e"))
+    return got.to_dict(as_series=False) if got.height else {}
 
 
 def _actions(df: pl.DataFrame, names: Names) -> pl.DataFrame:
@@ -148,6 +173,7 @@ def rank_pipeline(df: pl.DataFrame, gpu_rows: pl.DataFrame, steps, meta, names: 
         return base
     spans = pl.DataFrame({"_step": list(range(len(steps))), "_cs": [s.cpu_start_ns for s in steps], "_ce": [s.cpu_end_ns for s in steps]},
                          schema={"_step": pl.Int64, "_cs": pl.Int64, "_ce": pl.Int64}).sort("_cs")
+    base["p2p_pairs"] = _pair_keys(records, spans, steps)
     lf = df.lazy()
     # the anchors: (t host time, tid, s, e) of the stage's compute
     if has_gpu:
