@@ -106,6 +106,13 @@ def test_real_cpu_pipeline(pipeline_traces, schedule):
             assert s["forward_blocks"] == 4 * pipe["virtual_stages"] == s["backward_blocks"]
     first, last = (r["pipeline"] for r in d["ranks"])
     assert last["warmup_ns"] > first["warmup_ns"]  # the last stage waits for the first forward to arrive
+    # the gap to the theory, attributed: consistent with the per-stage compute the trace shows
+    g = pipe["gap"]
+    per_step = [r["pipeline"]["busy_ns"] / len(r["pipeline"]["steps"]) for r in d["ranks"]]
+    assert g["stage_compute_ns"] == [pytest.approx(b, abs=1) for b in per_step]
+    assert g["slowest_stage"] == max(range(2), key=lambda s: per_step[s])
+    assert g["slow_stage_ns"] + g["p2p_ns"] + g["host_ns"] == g["gap_ns"] == pytest.approx(pipe["bubble_ns"] - g["theory_bubble_ns"], abs=2)
+    assert min(g["slow_stage_ns"], g["p2p_ns"], g["host_ns"]) >= 0
 
 
 def test_trace_filter_makes_no_claim():
@@ -158,3 +165,39 @@ def test_p2p_bounds():
     assert _within_bounds(off, {1}, b) == set() and off[1] == 60
     pairs[0]["e"][1] = 150  # off_1 - off_0 <= -50 < 50: contradicting bounds (lo > hi): the records do not pair so, no bound
     assert p2p_bounds(pairs, {0: 0, 1: 1}) == {}
+
+
+def _bars(r) -> dict[str, int]:
+    return {b["key"]: b["ns"] for b in r["waterfall"]}
+
+
+def test_waterfall_bubble_is_the_pipeline_measurement(tmp_path):
+    """On a pipeline rank the waterfall's bubble bar is the measured bubble (idle outside the blocks
+    and the exposed P2P the stage waits on), not the idle before a P2P kernel; the bars still
+    partition the window exactly."""
+    sim = ps.simulate("1f1b", 4, 8, latency_ns=50_000, slow_stage=2, slow_factor=1.6)
+    d = _report(ps.write(sim, tmp_path))
+    for r in d["ranks"]:
+        bars, pr = _bars(r), r["pipeline"]
+        assert sum(bars.values()) == r["window_ns"]
+        assert bars["pipeline_bubble"] == pr["bubble_ns"]  # the simulator's blocks have no gaps inside them
+        assert bars["exposed_comm"] == 0  # the P2P transfers are the bubble's, no other communication here
+        assert r["idle_ns"]["pipeline_bubble"] == pr["bubble_ns"] - pr["exposed_p2p_ns"]
+
+
+def test_gap_to_theory_is_attributed(tmp_path):
+    """The known answers: balanced with zero latency, no gap; P2P latency, all communication; a
+    slow stage without latency, all the slow stage's (and it is named)."""
+    def gap(**kw):
+        sim = ps.simulate("1f1b", 4, 8, **kw)
+        return _report(ps.write(sim, tmp_path / str(len(list(tmp_path.iterdir())))))["job"]["pipeline"]
+
+    g = gap(latency_ns=0)["gap"]
+    assert g["gap_ns"] == 0 and g["slow_stage_ns"] == g["p2p_ns"] == g["host_ns"] == 0
+    pipe = gap(latency_ns=50_000)
+    g = pipe["gap"]
+    assert g["gap_ns"] > 0 and g["p2p_ns"] == g["gap_ns"] and g["slow_stage_ns"] == 0
+    assert pipe["bubble_ns"] - g["theory_bubble_ns"] == pytest.approx(g["gap_ns"], abs=1)
+    g = gap(latency_ns=0, slow_stage=2, slow_factor=1.6)["gap"]
+    assert g["slowest_stage"] == 2 and g["gap_ns"] > 0 and g["slow_stage_ns"] == g["gap_ns"]
+    assert g["slowest_stage_excess"] == pytest.approx(1.6 * 4 / (3 + 1.6) - 1)

@@ -147,9 +147,17 @@ def _actions(df: pl.DataFrame, names: Names) -> pl.DataFrame:
     )
 
 
-def rank_pipeline(df: pl.DataFrame, gpu_rows: pl.DataFrame, steps, meta, names: Names) -> dict[str, Any] | None:
+BLOCK_SCHEMA = {"_step": pl.Int64, "s": pl.Int64, "e": pl.Int64}
+MAX_VIEW_BLOCKS = 400  # the blocks of one step a rank's summary keeps for the views (the slowest kept step's)
+
+
+def rank_pipeline(df: pl.DataFrame, gpu_rows: pl.DataFrame, steps, meta, names: Names) -> tuple[dict[str, Any] | None, pl.DataFrame]:
     """This rank's pipeline facts (a plain dict: the reduce's input), or None when it has no P2P
-    record, no schedule action range and no SendRecv kernel."""
+    record, no schedule action range and no SendRecv kernel; and the micro-batch blocks of its
+    pipeline steps (``BLOCK_SCHEMA``: step index, GPU or host span; the idle attribution's bubble
+    is the idle outside them).  ``steps``: anything with the Step fields step, cpu_start_ns,
+    cpu_end_ns, start_ns, end_ns and warmup."""
+    none = pl.DataFrame(schema=BLOCK_SCHEMA)
     pg = (meta.distributed or {}).get("pg_config") or []
     group_ranks = {str(g.get("pg_name")): list(g["ranks"]) for g in pg if isinstance(g, dict) and isinstance(g.get("ranks"), list)}
     coll = pl.col("collective").cast(pl.String)
@@ -163,14 +171,14 @@ def rank_pipeline(df: pl.DataFrame, gpu_rows: pl.DataFrame, steps, meta, names: 
     actions = _actions(df, names)
     overlap = names.matching(_OVERLAP_PP).len() > 0
     if records.height == 0 and actions.height == 0 and not other_sr:
-        return None
+        return None, none
     base = {"rank": meta.rank, "world_size": meta.world_size, "p2p_records": records.height,
             "sendrecv_not_p2p": {k: int(v) for k, v in sorted(other_sr.items())}, "groups": sorted(set(records.get_column("group").to_list())),
             "annotations": ("pp" if actions.get_column("a_stage").drop_nulls().len() else "torch") if actions.height else None,
             "overlap_actions": overlap, "steps": []}
     kept = [i for i, s in enumerate(steps) if not s.warmup] or list(range(len(steps)))
     if not steps or (records.height == 0 and actions.height == 0):  # SendRecv kernels of collectives only: nothing to measure
-        return base
+        return base, none
     spans = pl.DataFrame({"_step": list(range(len(steps))), "_cs": [s.cpu_start_ns for s in steps], "_ce": [s.cpu_end_ns for s in steps]},
                          schema={"_step": pl.Int64, "_cs": pl.Int64, "_ce": pl.Int64}).sort("_cs")
     base["p2p_pairs"] = _pair_keys(records, spans, steps)
@@ -205,7 +213,7 @@ def rank_pipeline(df: pl.DataFrame, gpu_rows: pl.DataFrame, steps, meta, names: 
         .with_columns(pl.col("_nb").fill_null(0))
     )
     if anchors.height == 0:
-        return base
+        return base, none
     key_change = ((pl.col("label") != pl.col("label").shift(1)) | (pl.col("_nb") != pl.col("_nb").shift(1))
                   | (pl.col("a_s").fill_null(-1) != pl.col("a_s").fill_null(-1).shift(1))
                   | (pl.col("_step") != pl.col("_step").shift(1))).fill_null(True)
@@ -280,6 +288,12 @@ def rank_pipeline(df: pl.DataFrame, gpu_rows: pl.DataFrame, steps, meta, names: 
         m = iv.covered(m, col, B, f"B_{col}")
         m = iv.covered(m, col, U, f"U_{col}")
     m = m.sort("_step").collect(engine="in-memory")
+    # the bubble inside the blocks (gaps between one micro-batch's own ops: the host's, not the schedule's)
+    pipe_blocks = blocks.join(per.select("_step"), on="_step", how="semi")
+    runs = iv.merged(pipe_blocks.lazy().select("_step", "s", "e"), by=["_step"]).with_columns(pl.col("s").alias("_s"), pl.col("e").alias("_e"))
+    inb = iv.covered(iv.covered(runs, "_s", B, "_b0"), "_e", B, "_b1")
+    inblock = dict(inb.group_by("_step").agg(((pl.col("_e") - pl.col("_s")) - (pl.col("_b1") - pl.col("_b0"))).sum())
+                   .collect(engine="in-memory").iter_rows())
     out_steps = []
     for row, meas in zip(per.iter_rows(named=True), m.iter_rows(named=True)):
         i = row["_step"]
@@ -297,13 +311,31 @@ def rank_pipeline(df: pl.DataFrame, gpu_rows: pl.DataFrame, steps, meta, names: 
             "steady_ns": bubble - warm - cool, "exposed_p2p_ns": exposed, "forward_blocks": row["nF"], "backward_blocks": row["nB"],
             "forward_microbatches": row["mbF"] if row["mbF_null"] == 0 else None, "forward_blocks_first": row["f_first"],
             "order": _rle(row["order"]), "stages": list(row["stages"]), "split_backward": bool(row["split_backward"]),
+            "inblock_ns": int(inblock.get(i, 0)),
         })
     up, down = got.get("up", ([], 0)), got.get("down", ([], 0))
     base.update(
         upstream=[int(x) for x in up[0]], downstream=[int(x) for x in down[0]], upstream_p2p=int(up[1]), downstream_p2p=int(down[1]),
-        steps=out_steps,
+        steps=out_steps, view=_view(blocks, out_steps, steps, m),
     )
-    return base
+    return base, pipe_blocks.select([pl.col(c).cast(t) for c, t in BLOCK_SCHEMA.items()])
+
+
+def _view(blocks: pl.DataFrame, out_steps: list[dict], steps, meas: pl.DataFrame) -> dict[str, Any] | None:
+    """The blocks of the slowest kept step, for the views: {step, start_ns, end_ns, blocks: [{label,
+    mb, stage, s, e}] (ns from the window's start)}, at most ``MAX_VIEW_BLOCKS``; None without one."""
+    if not out_steps:
+        return None
+    slow = max(out_steps, key=lambda st: st["window_ns"])
+    idx = next(i for i, st in enumerate(steps) if st.step == slow["step"]) if slow["step"] is not None else None
+    if idx is None:
+        return None
+    ws = meas.filter(pl.col("_step") == idx).get_column("ws")
+    ws = int(ws[0]) if ws.len() else steps[idx].start_ns
+    b = (blocks.filter(pl.col("_step") == idx).sort("s").head(MAX_VIEW_BLOCKS)
+         .select("label", "mb", "stage", (pl.col("s") - ws).alias("s"), (pl.col("e") - ws).alias("e")))
+    return {"step": slow["step"], "start_ns": ws, "window_ns": slow["window_ns"], "blocks": b.to_dicts(),
+            "truncated": blocks.filter(pl.col("_step") == idx).height > MAX_VIEW_BLOCKS}
 
 
 def _rle(order: str) -> str:
