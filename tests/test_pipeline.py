@@ -201,3 +201,32 @@ def test_gap_to_theory_is_attributed(tmp_path):
     g = gap(latency_ns=0, slow_stage=2, slow_factor=1.6)["gap"]
     assert g["slowest_stage"] == 2 and g["gap_ns"] > 0 and g["slow_stage_ns"] == g["gap_ns"]
     assert g["slowest_stage_excess"] == pytest.approx(1.6 * 4 / (3 + 1.6) - 1)
+
+
+def test_pipeline_suggestion(tmp_path):
+    """The schedule-specific fix, with the theory's numbers: m' = 2m and 4p, v = 2, and the slow
+    stage to balance, by how much."""
+    from tracelens.analysis.job.pipeline import theory
+
+    sim = ps.simulate("1f1b", 4, 4, slow_stage=2, slow_factor=1.6)
+    d = _report(ps.write(sim, tmp_path))
+    (sg,) = [s for s in d["suggestions"] if s["id"] == "pipeline_schedule"]
+    ev = sg["evidence"]
+    assert (ev["schedule"], ev["stages"], ev["microbatches"], ev["virtual_stages"]) == ("1f1b", 4, 4, 1)
+    opts = {(o["change"], o.get("microbatches") or o.get("virtual_stages") or o.get("stage")): o for o in ev["options"]}
+    assert opts["microbatches", 8]["theory_fraction"] == pytest.approx(theory("1f1b", 4, 8, 1), abs=1e-4)
+    assert opts["microbatches", 16]["theory_fraction"] == pytest.approx(3 / 19, abs=1e-4)  # m' = 4p
+    assert opts["interleave", 2]["theory_fraction"] == pytest.approx(3 / 11, abs=1e-4)
+    bal = opts["balance", 2]
+    assert bal["excess"] == pytest.approx(1.6 * 4 / 4.6 - 1, abs=1e-3) and bal["saves_ns"] == d["job"]["pipeline"]["gap"]["slow_stage_ns"]
+    assert "stage 2" in sg["detail"] and "m=16" in sg["detail"] and "v=2" in sg["detail"]
+    assert sg["ranks"] == [0, 1, 2, 3] and sg["est_speedup"] > 1
+
+
+def test_no_pipeline_no_pipeline_suggestion():
+    from tracelens.analysis.suggest import pipeline_suggestion
+
+    assert pipeline_suggestion(None) is None
+    assert pipeline_suggestion({"theory_fraction": None, "bubble_fraction": 0.5}) is None  # 2 of 128 ranks: nothing to predict
+    d = _report([real_traces() / "amd-tracelens" / "b200" / "eager_trace.json.gz"])
+    assert not [s for s in d["suggestions"] if s["id"] == "pipeline_schedule"]
