@@ -191,7 +191,7 @@ def reduce(ranks) -> tuple[dict[str, Any] | None, dict[int, dict[str, Any]]]:
                    "bubble_fraction": s["bubble_ns"] / s["window_ns"] if s["window_ns"] else None,
                    "warmup_ns": s["warmup_ns"], "cooldown_ns": s["cooldown_ns"], "steady_ns": s["steady_ns"],
                    "exposed_p2p_ns": s["exposed_p2p_ns"], "busy_ns": s["busy_ns"], "window_ns": s["window_ns"],
-                   "order": s["order"],
+                   "order": s["order"], "view": f.get("view"),
                    "steps": [{k: st[k] for k in ("step", "window_ns", "busy_ns", "bubble_ns", "warmup_ns", "cooldown_ns", "steady_ns",
                                                    "exposed_p2p_ns", "forward_blocks", "backward_blocks")} for st in f["steps"]]}
     job_gap = gap(schedule, p, m, v, {fi: (stage.get(fi), f["steps"]) for fi, f in measured.items()}) if th is not None else None
