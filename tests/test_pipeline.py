@@ -230,3 +230,39 @@ def test_no_pipeline_no_pipeline_suggestion():
     assert pipeline_suggestion({"theory_fraction": None, "bubble_fraction": 0.5}) is None  # 2 of 128 ranks: nothing to predict
     d = _report([real_traces() / "amd-tracelens" / "b200" / "eager_trace.json.gz"])
     assert not [s for s in d["suggestions"] if s["id"] == "pipeline_schedule"]
+
+
+def test_megatron_markers_and_the_records_rank_field(tmp_path):
+    """``## forward ##`` / ``## backward ##`` ranges label the blocks, and without the nccl:send/recv
+    annotations the record_param_comms ``Rank`` field (the peer) still chains the stages."""
+    import json
+    import re
+
+    sim = ps.simulate("1f1b", 4, 8, latency_ns=20_000, annotations="torch")
+    paths = ps.write(sim, tmp_path)
+    for p in paths:
+        d = json.loads(p.read_text())
+        for e in d["traceEvents"]:
+            e["name"] = re.sub(r"^Forward \d+$", "## forward ##", re.sub(r"^Backward \d+$", "## backward ##", e.get("name", "")))
+        d["traceEvents"] = [e for e in d["traceEvents"] if not e["name"].startswith("nccl:")]
+        p.write_text(json.dumps(d))
+    d = _report(paths)
+    _check_against(sim, d)
+    ev = d["job"]["pipeline"]["evidence"]
+    assert d["job"]["pipeline"]["confidence"] == "high" and any("P2P peers chain the ranks: 0 -> 1 -> 2 -> 3" in e for e in ev)
+    assert any("marker ranges" in e for e in ev) and any("m = 8 from forward blocks per step" in e for e in ev)
+
+
+def test_markers_alone_claim_no_pipeline(tmp_path):
+    """Marker ranges without any P2P record are no evidence of a pipeline."""
+    import json
+
+    sim = ps.simulate("gpipe", 2, 4, annotations="torch")
+    p = ps.write(sim, tmp_path)[0]
+    d = json.loads(p.read_text())
+    d["traceEvents"] = [dict(e, name="## forward ##") if str(e.get("name", "")).startswith("Forward ") else e for e in d["traceEvents"]
+                        if "send" not in str(e.get("name", "")) and "recv" not in str(e.get("name", ""))
+                        and "SendRecv" not in str(e.get("name", "")) and e.get("name") != "record_param_comms"
+                        and not str(e.get("name", "")).startswith("Backward ")]
+    p.write_text(json.dumps(d))
+    assert "pipeline" not in _report([p])["job"]

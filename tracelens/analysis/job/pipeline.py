@@ -154,7 +154,10 @@ def reduce(ranks) -> tuple[dict[str, Any] | None, dict[int, dict[str, Any]]]:
             elif st["forward_blocks"] % v == 0:
                 per_rank_m.append(st["forward_blocks"] // v)
     m, agree = _mode(per_rank_m)
-    src = "the action ranges' micro-batch indices" if any(f["annotations"] for f in measured.values()) else "forward blocks per step"
+    indexed = any(f["annotations"] in ("pp", "torch") for f in measured.values())
+    src = "the action ranges' micro-batch indices" if indexed else "forward blocks per step"
+    if any(f["annotations"] == "markers" for f in measured.values()):
+        evidence.append("forward/backward marker ranges (Megatron-style, no micro-batch index) label the blocks")
     if m is not None:
         evidence.append(f"m = {m} from {src}" + ("" if agree else " (not the same on every rank and step: the most common)"))
     # schedule

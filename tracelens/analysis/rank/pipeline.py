@@ -41,6 +41,9 @@ P2P_NAMES = ("send", "recv", "sendrecv")
 _ACTION_TORCH = r"^(Forward|Backward) (\d+)$"
 _ACTION_PP = r"^PP:(\d+)(F|B|I|W)(\d+)$"
 _OVERLAP_PP = r"^PP:\(.*\)OVERLAP_F_B$"
+# marker ranges around one micro-batch's forward or backward, without its index (Megatron-style
+# "## forward ##", forward_step, backward-compute ...): labels only, no detection on their own
+_ACTION_MARKER = r"(?i)^#*\s*(forward|backward)(?:[ _-]?(?:step|pass|compute))?\s*#*$"
 _OPTIMIZER = r"^Optimizer\."
 _BACKWARD = r"^autograd::engine::evaluate_function|Backward\d*$"
 _PEER_NCCL = r"^nccl:(send|recv) (\d+)(->|<-)(\d+)$"
@@ -74,7 +77,10 @@ def _p2p_records(df: pl.DataFrame, gpu_rows: pl.DataFrame, names: Names, group_r
     host = (
         df.lazy().filter(pl.col("kind").is_in(["p2p", "collective"]) & coll.is_in(P2P_NAMES) & pl.col("tid").is_not_null())
         .select("tid", "ts_ns", pl.col("ts_ns").alias("s"), END.alias("e"), coll.alias("what"),
-                pl.col("group").cast(pl.String).fill_null("").alias("group"))
+                pl.col("group").cast(pl.String).fill_null("").alias("group"),
+                # record_param_comms of a send/recv names the peer (its group rank) in "Rank"
+                pl.when(pl.col("name").cast(pl.String) == "record_param_comms")
+                .then(pl.col("args").str.extract(r'"Rank":\s*"?(-?\d+)', 1).cast(pl.Int64)).alias("_rank_arg"))
         .collect(engine="in-memory")
     )
     if host.height == 0:  # no host records (an nsys export): the P2P kernels, at their launches
@@ -92,14 +98,15 @@ def _p2p_records(df: pl.DataFrame, gpu_rows: pl.DataFrame, names: Names, group_r
         .sort("_hs").collect(engine="in-memory")
     )
     out = host.sort("ts_ns")
-    if holders.height:
+    if holders.height:  # the annotation or c10d op that holds the record names the peer, else the record's Rank
         out = (out.join_asof(holders, left_on="ts_ns", right_on="_hs", by="tid", strategy="backward", check_sortedness=False)
-               .with_columns(pl.when(pl.col("_he") >= pl.col("ts_ns")).then(pl.col("_peer")).alias("peer"),
+               .with_columns(pl.coalesce(pl.when(pl.col("_he") >= pl.col("ts_ns")).then(pl.col("_peer")), "_rank_arg").alias("peer"),
                              # the op that holds the record started the transfer (gloo's record starts when its worker runs it)
                              pl.when(pl.col("_he") >= pl.col("ts_ns")).then(pl.min_horizontal("_hs", "s")).otherwise("s").alias("hs"))
                .drop("_hs", "_he", "_peer"))
     else:
-        out = out.with_columns(pl.lit(None, pl.Int64).alias("peer"), pl.col("s").alias("hs"))
+        out = out.with_columns(pl.col("_rank_arg").alias("peer"), pl.col("s").alias("hs"))
+    out = out.drop("_rank_arg")
     if group_ranks:  # group rank -> global rank
         table = pl.DataFrame([{"group": g, "peer": i, "_global": r} for g, rs in group_ranks.items() for i, r in enumerate(rs)],
                              schema={"group": pl.String, "peer": pl.Int64, "_global": pl.Int64})
@@ -131,18 +138,24 @@ def _pair_keys(records: pl.DataFrame, spans: pl.DataFrame, steps) -> dict[str, l
 
 
 def _actions(df: pl.DataFrame, names: Names) -> pl.DataFrame:
-    """The schedule's action ranges: (a_s, a_e, a_label, a_mb, a_stage), sorted by start."""
-    torch_names, pp_names = names.matching(_ACTION_TORCH), names.matching(_ACTION_PP)
-    if torch_names.len() == 0 and pp_names.len() == 0:
-        return pl.DataFrame(schema={"a_s": pl.Int64, "a_e": pl.Int64, "a_label": pl.String, "a_mb": pl.Int64, "a_stage": pl.Int64})
+    """The schedule's action ranges: (a_s, a_e, a_label, a_mb, a_stage, a_marker), sorted by
+    start; ``a_marker``: a marker range (``_ACTION_MARKER``: no index, no stage)."""
+    torch_names, pp_names, markers = names.matching(_ACTION_TORCH), names.matching(_ACTION_PP), names.matching(_ACTION_MARKER)
+    if torch_names.len() == 0 and pp_names.len() == 0 and markers.len() == 0:
+        return pl.DataFrame(schema={"a_s": pl.Int64, "a_e": pl.Int64, "a_label": pl.String, "a_mb": pl.Int64, "a_stage": pl.Int64,
+                                    "a_marker": pl.Boolean})
     name = pl.col("name").cast(pl.String)
+    marker = name.str.extract(_ACTION_MARKER, 1).str.to_lowercase()
     return (
         df.lazy().filter(pl.col("kind").is_in(["annotation", "cpu_op", "python"])
-                         & (pl.col("name").is_in(torch_names.implode()) | pl.col("name").is_in(pp_names.implode())))
+                         & (pl.col("name").is_in(torch_names.implode()) | pl.col("name").is_in(pp_names.implode())
+                            | pl.col("name").is_in(markers.implode())))
         .select(pl.col("ts_ns").alias("a_s"), END.alias("a_e"),
-                pl.coalesce(name.str.extract(_ACTION_TORCH, 1).str.slice(0, 1), name.str.extract(_ACTION_PP, 2)).alias("a_label"),
+                pl.coalesce(name.str.extract(_ACTION_TORCH, 1).str.slice(0, 1), name.str.extract(_ACTION_PP, 2),
+                            pl.when(marker == "forward").then(pl.lit("F")).when(marker == "backward").then(pl.lit("B"))).alias("a_label"),
                 pl.coalesce(name.str.extract(_ACTION_TORCH, 2), name.str.extract(_ACTION_PP, 3)).cast(pl.Int64).alias("a_mb"),
-                name.str.extract(_ACTION_PP, 1).cast(pl.Int64).alias("a_stage"))
+                name.str.extract(_ACTION_PP, 1).cast(pl.Int64).alias("a_stage"),
+                marker.is_not_null().alias("a_marker"))
         .sort("a_s").collect(engine="in-memory")
     )
 
@@ -169,12 +182,15 @@ def rank_pipeline(df: pl.DataFrame, gpu_rows: pl.DataFrame, steps, meta, names: 
                         .group_by(coll.fill_null("unknown")).len().iter_rows())
     records = _p2p_records(df, gpu_rows, names, group_ranks)
     actions = _actions(df, names)
+    if records.height == 0:  # marker ranges label a pipeline's blocks; alone they are no evidence of one
+        actions = actions.filter(~pl.col("a_marker"))
     overlap = names.matching(_OVERLAP_PP).len() > 0
     if records.height == 0 and actions.height == 0 and not other_sr:
         return None, none
     base = {"rank": meta.rank, "world_size": meta.world_size, "p2p_records": records.height,
             "sendrecv_not_p2p": {k: int(v) for k, v in sorted(other_sr.items())}, "groups": sorted(set(records.get_column("group").to_list())),
-            "annotations": ("pp" if actions.get_column("a_stage").drop_nulls().len() else "torch") if actions.height else None,
+            "annotations": ("pp" if actions.get_column("a_stage").drop_nulls().len() else "torch" if (~actions.get_column("a_marker")).any()
+                            else "markers") if actions.height else None,
             "overlap_actions": overlap, "steps": []}
     kept = [i for i, s in enumerate(steps) if not s.warmup] or list(range(len(steps)))
     if not steps or (records.height == 0 and actions.height == 0):  # SendRecv kernels of collectives only: nothing to measure
@@ -199,7 +215,7 @@ def rank_pipeline(df: pl.DataFrame, gpu_rows: pl.DataFrame, steps, meta, names: 
                    .with_columns(pl.when(pl.col("a_e") > pl.col("t")).then(pl.struct("a_s", "a_label", "a_mb", "a_stage")).alias("_a"))
                    .with_columns(pl.col("_a").struct.field("a_s").alias("a_s"), pl.col("_a").struct.field("a_label").alias("a_label"),
                                  pl.col("_a").struct.field("a_mb").alias("a_mb"), pl.col("_a").struct.field("a_stage").alias("a_stage"))
-                   .drop("_a", "a_e"))
+                   .drop("_a", "a_e", "a_marker"))
     else:
         anchors = anchors.with_columns(pl.lit(None, pl.Int64).alias("a_s"), pl.lit(None, pl.String).alias("a_label"),
                                        pl.lit(None, pl.Int64).alias("a_mb"), pl.lit(None, pl.Int64).alias("a_stage"))
