@@ -92,7 +92,10 @@ def analyze(job: Job, options: Options | None = None, engine=None) -> Analysis:
         zero = dict.fromkeys(range(len(metas)), 0)
         align = clocks.ClockAlignment(zero, "none", dict(zero))
     else:
-        align = clocks.align_clocks(rows, pl.concat(starts) if starts else pl.DataFrame(schema=STEP_STARTS_SCHEMA), len(metas), derived)
+        file_of = {m.rank: i for i, m in enumerate(metas) if isinstance(m.rank, int)}
+        bounds = clocks.p2p_bounds({r.file: (r.pipeline or {}).get("p2p_pairs") or {} for r in ranks}, file_of) if several else {}
+        align = clocks.align_clocks(rows, pl.concat(starts) if starts else pl.DataFrame(schema=STEP_STARTS_SCHEMA), len(metas), derived,
+                                    bounds)
     if several:
         if align.method == "none" and not job.separate_runs:
             warnings.append("ranks' clocks could not be aligned (no shared collectives or steps): cross-rank times are as recorded")

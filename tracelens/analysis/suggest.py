@@ -505,7 +505,71 @@ def where(rule_focus: tuple[str, str] | None, show: tuple[str, ...], rank) -> di
             "value": round(value(i), 4) if rule_focus else None, "show": list(show)}
 
 
-def suggest(analysis) -> list[Suggestion]:
+PIPELINE_MIN_BUBBLE = 0.05  # the measured bubble share at which the schedule-specific fix is worth a suggestion
+BALANCE_MIN_EXCESS = 0.05  # the slowest stage's compute over the mean at which balancing is suggested
+
+
+def pipeline_suggestion(pipe: dict[str, Any] | None, per_rank: dict[int, float] | None = None) -> Suggestion | None:
+    """The schedule-specific fix where a pipeline was detected (``job.pipeline``: stages, m, v, a
+    schedule with a theory) and its bubble is worth it: more micro-batches (the theory's bubble at
+    m' = 2m and at m' = 4p), interleaving (the theory at v = 2, or 2v when interleaved already),
+    and balancing the slowest stage (by how much, from ``gap``), each with its numbers.
+    ``per_rank``: rank -> its measured bubble fraction."""
+    from tracelens.analysis.job.pipeline import theory
+
+    if not pipe or pipe.get("theory_fraction") is None or (pipe.get("bubble_fraction") or 0) < PIPELINE_MIN_BUBBLE:
+        return None
+    sched, p, m, v = pipe["schedule"], pipe["stages"], pipe["microbatches"], pipe.get("virtual_stages") or 1
+    now = pipe["theory_fraction"]
+    options: list[dict[str, Any]] = []
+    for mm in sorted({2 * m, 4 * p}):
+        if mm > m:
+            options.append({"change": "microbatches", "microbatches": mm, "theory_fraction": round(theory(sched, p, mm, v), 4)})
+    vv = 2 * v if sched == "interleaved" else 2
+    if sched in ("1f1b", "interleaved", "gpipe"):
+        options.append({"change": "interleave", "virtual_stages": vv, "theory_fraction": round(theory("interleaved", p, m, vv), 4),
+                        **({"note": "needs m a multiple of p (Megatron)"} if m % p else {})})
+    parts = [f"The {sched} schedule over p={p} stages with m={m} micro-batches" + (f" and v={v} virtual stages" if v > 1 else "")
+             + f" leaves a bubble of {100 * now:.1f}% in theory; measured {100 * pipe['bubble_fraction']:.1f}%."]
+    mb = [o for o in options if o["change"] == "microbatches"]
+    if mb:
+        parts.append("More micro-batches (same global batch, smaller micro-batches): "
+                     + ", ".join(f"m={o['microbatches']} -> {100 * o['theory_fraction']:.1f}%" for o in mb) + ".")
+    il = [o for o in options if o["change"] == "interleave"]
+    if il:
+        parts.append(f"Interleaved 1F1B with v={il[0]['virtual_stages']} virtual stages per rank -> {100 * il[0]['theory_fraction']:.1f}%"
+                     + (" (needs m a multiple of p)" if m % p else "") + ".")
+    g = pipe.get("gap") or {}
+    if g.get("slow_stage_ns") and (g.get("slowest_stage_excess") or 0) >= BALANCE_MIN_EXCESS:
+        comp = g.get("stage_compute_ns") or []
+        mean = sum(comp) / len(comp) if comp else 0
+        move = (comp[g["slowest_stage"]] - mean) if comp else 0
+        options.append({"change": "balance", "stage": g["slowest_stage"], "excess": round(g["slowest_stage_excess"], 4),
+                        "move_ns_per_step": round(move), "saves_ns": g["slow_stage_ns"]})
+        parts.append(f"Balance the stages: stage {g['slowest_stage']} computes {100 * g['slowest_stage_excess']:.0f}% more than the mean"
+                     f" (move about {move / 1e6:.2f} ms of its work per step, i.e. layers, to the other stages); the imbalance costs"
+                     f" {g['slow_stage_ns'] / 1e6:.2f} ms of bubble over the measured steps.")
+    if g.get("p2p_ns") and g.get("gap_ns") and g["p2p_ns"] > 0.5 * g["gap_ns"]:
+        parts.append(f"Most of the gap to the theory ({g['p2p_ns'] / 1e6:.2f} ms) is P2P: overlap the sends/recvs with compute "
+                     "(batched isend/irecv, the runtime's overlapped schedules), check the P2P links.")
+    best = min([o["theory_fraction"] for o in options if "theory_fraction" in o], default=now)
+    return Suggestion(
+        id="pipeline_schedule", title=f"Pipeline bubble: {100 * pipe['bubble_fraction']:.0f}% of the stages' time ({sched}, p={p}, m={m})",
+        detail=" ".join(parts),
+        evidence={"measure": "pipeline bubble, share of the stages' windows (job.pipeline)", "unit": "share",
+                  "worst": round(max((per_rank or {}).values(), default=pipe["bubble_fraction"]), 4),
+                  "mean": round(pipe["bubble_fraction"], 4), "threshold": PIPELINE_MIN_BUBBLE,
+                  "per_rank": {str(rk): round(v, 4) for rk, v in sorted((per_rank or {}).items())},
+                  "schedule": sched, "stages": p, "microbatches": m, "virtual_stages": v, "confidence": pipe.get("confidence"),
+                  "bubble_fraction": round(pipe["bubble_fraction"], 4), "theory_fraction": round(now, 4), "options": options,
+                  "gap": g or None},
+        ranks=tuple(sorted(per_rank or {})), est_speedup=_speedup(now - best) if best < now else None,
+    )
+
+
+def suggest(analysis, pipeline: dict[str, Any] | None = None, pipeline_ranks: dict[int, dict[str, Any]] | None = None) -> list[Suggestion]:
+    """The rules' suggestions, the stragglers', and with ``pipeline`` (``job.pipeline``; its ranks'
+    dicts by file in ``pipeline_ranks``) the schedule-specific fix (``pipeline_suggestion``)."""
     out: list[Suggestion] = []
     ranks = [r for r in analysis.ranks if r.gpu is not None]
     for rule in RULES:
@@ -548,4 +612,10 @@ def suggest(analysis) -> list[Suggestion]:
                 ranks=(st.rank,), est_speedup=None,
             )
         )
+    rank_of = {r.file: r.rank for r in analysis.ranks} if pipeline_ranks else {}
+    fractions = {rank_of[f]: d["bubble_fraction"] for f, d in (pipeline_ranks or {}).items()
+                 if isinstance(rank_of.get(f), int) and d.get("bubble_fraction") is not None}
+    sg = pipeline_suggestion(pipeline, fractions)
+    if sg is not None:
+        out.append(sg)
     return sorted(out, key=lambda s: -(s.est_speedup or 1.0))

@@ -178,8 +178,11 @@ def _not_compute(T: int, idle: dict[str, int], exposed_comm: dict[str, int], exp
     bars: list[Bar] = []
     for key, label in IDLE_BARS:
         bars.append(Bar(f"idle_{key}", label, idle.get(key, 0), idle.get(key, 0) / T))
-    pp = idle.get("pipeline_bubble", 0)
-    bars.append(Bar("pipeline_bubble", "pipeline bubble", pp, pp / T))
+    # the pipeline bubble: the idle outside the micro-batch blocks and, on a pipeline rank, the
+    # exposed P2P (``pipeline_bubble_p2p``: the transfers the stage waits on), as rank.pipeline measures it
+    gap, p2p = idle.get("pipeline_bubble", 0), idle.get("pipeline_bubble_p2p", 0)
+    pp = gap + p2p
+    bars.append(Bar("pipeline_bubble", "pipeline bubble", pp, pp / T, _parts({"idle": gap, "exposed P2P": p2p}, T) if p2p else ()))
     xc = sum(exposed_comm.values())
     bars.append(Bar("exposed_comm", "exposed communication", xc, xc / T, _parts(exposed_comm, T)))
     bars.append(Bar("exposed_memcpy", "exposed memcpy / memset", exposed_memcpy, exposed_memcpy / T))

@@ -12,7 +12,7 @@ from typing import Any
 
 from tracelens.model.printable import REPLACEMENT, printable, printable_json, printable_report  # noqa: F401 (re-exported for the front ends)
 from tracelens.model.summary import kept_steps
-from tracelens.model.units import fmt_pct
+from tracelens.model.units import fmt_ns, fmt_pct
 
 # One colour per cause (waterfall bars) and per kernel class (timeline), shared by the TUI and
 # the HTML report.  Idle causes are greys/oranges, communication red, compute blues/greens.
@@ -717,3 +717,58 @@ def what_if_rows(report: dict[str, Any]) -> list[dict[str, Any]]:
                      "upper": num(sg.get("est_speedup")), "predicted_speedup": float(sp),
                      "predicted_step_ns": num(wi.get("predicted_step_ns")), "predicted_mfu": num(wi.get("predicted_mfu"))})
     return rows
+
+
+PIPELINE_COLOURS = {"F": "#3584e4", "B": "#33d17a", "I": "#2ec27e", "W": "#26a269", "bubble": "#e01b24"}
+PIPELINE_PHASES = {"warmup": "warm-up", "steady": "between micro-batches", "cooldown": "cool-down"}
+
+
+def pipeline_lanes(report: dict[str, Any]) -> list[dict[str, Any]]:
+    """The Pipeline view's lanes (TUI and HTML): per rank with a pipeline view (``ranks[].pipeline.view``,
+    the blocks of its slowest kept step), stages first: rank, stage, step, start_ns (the window's
+    start on the rank's clock), window_ns, the blocks, the bubbles between them (kind warmup /
+    steady / cooldown, s, e: ns from the window's start) and bubble_ns (their sum)."""
+    lanes = []
+    for r in report.get("ranks") or []:
+        pr = r.get("pipeline") or {}
+        view = pr.get("view")
+        if not isinstance(view, dict) or not isinstance(view.get("blocks"), list):
+            continue
+        blocks = sorted((b for b in view["blocks"] if isinstance(b, dict)), key=lambda b: (b["s"], b["e"]))
+        bubbles, cur, w = [], 0, int(view.get("window_ns") or 0)
+        for i, b in enumerate(blocks):
+            if b["s"] > cur:
+                bubbles.append({"kind": "warmup" if i == 0 else "steady", "s": cur, "e": min(b["s"], w) if w else b["s"]})
+            cur = max(cur, b["e"])
+        if w > cur:
+            bubbles.append({"kind": "cooldown", "s": cur, "e": w})
+        bubbles = [x for x in bubbles if x["e"] > x["s"]]
+        lanes.append({"rank": r.get("rank"), "stage": pr.get("stage"), "step": view.get("step"), "start_ns": view.get("start_ns"),
+                      "window_ns": w, "blocks": blocks, "bubbles": bubbles, "bubble_ns": sum(x["e"] - x["s"] for x in bubbles),
+                      "truncated": bool(view.get("truncated"))})
+    return sorted(lanes, key=lambda ln: (ln["stage"] is None, ln["stage"] if ln["stage"] is not None else 0, ln["rank"] or 0))
+
+
+def pipeline_summary_lines(report: dict[str, Any]) -> list[str]:
+    """The pipeline's lines of the text report (and the views' headers): what was detected, the
+    bubble against the theory and the gap's attribution; none without a schedule or stages."""
+    pipe = (report.get("job") or {}).get("pipeline")
+    if not pipe or (pipe.get("stages") is None and pipe.get("schedule") is None):
+        return []
+    def pct(v):
+        return "?" if v is None else f"{100 * v:.1f}%"
+    out = [f"pipeline: {pipe.get('schedule') or '?'}, p={pipe.get('stages') or '?'} stages, m={pipe.get('microbatches') or '?'} micro-batches"
+           + (f", v={pipe['virtual_stages']}" if (pipe.get("virtual_stages") or 1) > 1 else "")
+           + f" (confidence {pipe.get('confidence') or '?'}); bubble {pct(pipe.get('bubble_fraction'))}, theory {pct(pipe.get('theory_fraction'))}"]
+    g = pipe.get("gap")
+    if g:
+        out.append(f"  gap to the theory {fmt_ns(g['gap_ns'])}: slow stage {fmt_ns(g['slow_stage_ns'])} (stage {g['slowest_stage']}"
+                   + (f", +{100 * g['slowest_stage_excess']:.0f}% compute" if g.get("slowest_stage_excess") is not None else "")
+                   + f"), P2P {fmt_ns(g['p2p_ns'])}, host {fmt_ns(g['host_ns'])}")
+    for r in report.get("ranks") or []:
+        pr = r.get("pipeline") or {}
+        if "warmup_ns" in pr:
+            out.append(f"  rank {r['rank']} stage {pr['stage'] if pr['stage'] is not None else '?'}: bubble {pct(pr['bubble_fraction'])}"
+                       f" ({fmt_ns(pr['bubble_ns'])}: warm-up {fmt_ns(pr['warmup_ns'])}, steady {fmt_ns(pr['steady_ns'])},"
+                       f" cool-down {fmt_ns(pr['cooldown_ns'])}; exposed P2P {fmt_ns(pr['exposed_p2p_ns'])})")
+    return out

@@ -83,6 +83,10 @@ def render_text(d: dict[str, Any]) -> str:
             best = sorted(events.items(), key=lambda kv: (-kv[1], kv[0]))[:3]
             if best:
                 lines.append("    longest on it: " + "; ".join(f"{(nm or '?')[:50]} ({fmt_ns(ns)})" for nm, ns in best))
+    pipe = views.pipeline_summary_lines(d)
+    if pipe:
+        lines.append("")
+        lines += pipe
     bound = [
         (r["rank"], s) for r in d["ranks"] for s in r["steps"]
         if not s["warmup"] and s["data_loading"] and s["data_loading"]["input_bound"] != "no"

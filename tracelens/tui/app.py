@@ -81,7 +81,7 @@ class TracelensApp(App):
         Binding("p", "toggle_parts", "Bar parts", show=False),
         Binding("G", "set_gpu", "Set GPU"),
         Binding("F", "set_flops", "Set FLOPs"),
-    ] + [Binding(str(i + 1), f"show_tab('{pane_id}')", title, show=False) for i, (pane_id, title, _) in enumerate(VIEWS)]
+    ] + [Binding(str((i + 1) % 10), f"show_tab('{pane_id}')", title, show=False) for i, (pane_id, title, _) in enumerate(VIEWS)]  # the tenth: 0
 
     def __init__(self, *, paths: list[str], options: Any = None, use_cache: bool = True, jobs: int | None = None,
                  report: dict[str, Any] | None = None, trace: Any = None, strict: bool = False, error: str | None = None,
@@ -405,6 +405,8 @@ class TracelensApp(App):
                                     (w["start_ns"], w["end_ns"]) if w.get("start_ns") is not None else None)
         elif tid == "critical-events-table":  # the event, in its step, the path's top events highlighted
             await self._timeline_at(row["step_start_ns"], row["step_end_ns"], row["rank"], None, None, row["path_spans"])
+        elif tid == "pipeline-bubbles-table":  # the bubble, in its step, marked
+            await self._timeline_at(row["step_start_ns"], row["step_end_ns"], row["rank"], None, (row["start_ns"], row["end_ns"]))
         elif tid == "slow-table":
             if row["start_ns"] is not None:
                 await self._timeline_at(row["start_ns"], row["start_ns"] + (row["max_ns"] or 1), row["first_rank"], {"comm"})

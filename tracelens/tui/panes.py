@@ -16,7 +16,7 @@ from textual.widgets import Label, Static, TabbedContent, TabPane
 
 from tracelens.model.units import fmt_bytes, fmt_ns, fmt_num, fmt_pct, fmt_pct2
 from tracelens.render import tables as views
-from tracelens.render.tables import KCLASS_COLOURS, path_colour
+from tracelens.render.tables import KCLASS_COLOURS, PIPELINE_COLOURS, PIPELINE_PHASES, path_colour
 from tracelens.tui.widgets.rank_strip import RankStrip
 from tracelens.tui.widgets.table import Column, FilterTable, RowTable
 from tracelens.tui.widgets.timeline import TimelineView
@@ -423,6 +423,84 @@ class CriticalPathPane(Vertical):
         self.query_one("#critical-events-table", FilterTable).set_rows(critical_event_rows(s))
 
 
+NO_PIPELINE = "no pipeline parallelism detected (no P2P send/recv records or schedule action ranges with micro-batch blocks)"
+
+
+def pipeline_picture(lanes: list[dict[str, Any]], width: int = 96) -> Text:
+    """Stages x time of one step per lane: F and B blocks coloured, bubbles marked (░); each lane
+    over its own window (the slowest kept step's), one width for all."""
+    t = Text()
+    span = max((ln["window_ns"] for ln in lanes), default=0)
+    if span <= 0:
+        return t
+    for ln in lanes:
+        cells = [(" ", "")] * width
+        scale = width / span
+        for x in ln["bubbles"]:
+            for c in range(int(x["s"] * scale), max(int(x["s"] * scale) + 1, int(x["e"] * scale))):
+                if c < width:
+                    cells[c] = ("░", PIPELINE_COLOURS["bubble"])
+        for b in ln["blocks"]:
+            ch = b["label"] if b.get("mb") is None else str(b["mb"] % 10)
+            for c in range(int(b["s"] * scale), max(int(b["s"] * scale) + 1, int(b["e"] * scale))):
+                if c < width:
+                    cells[c] = (ch, f"bold white on {PIPELINE_COLOURS.get(b['label'], '#77767b')}")
+        stage = ln["stage"] if ln["stage"] is not None else "?"
+        t.append(f"stage {stage:>2} rank {ln['rank']!s:>3} ", style="bold")
+        for ch, st in cells:
+            t.append(ch, style=st)
+        t.append(f" {fmt_ns(ln['window_ns'])}, bubble {fmt_pct(ln['bubble_ns'] / ln['window_ns'] if ln['window_ns'] else None)}\n")
+    t.append("■", style=PIPELINE_COLOURS["F"])
+    t.append(" forward  ")
+    t.append("■", style=PIPELINE_COLOURS["B"])
+    t.append(" backward  ")
+    t.append("░", style=PIPELINE_COLOURS["bubble"])
+    t.append(" bubble   (digits: the micro-batch, where the trace names it)")
+    return t
+
+
+def pipeline_bubble_rows(lanes: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The bubbles of the picture, longest first, each with its place on the rank's clock (for the timeline)."""
+    rows = []
+    for ln in lanes:
+        for x in ln["bubbles"]:
+            start = (ln["start_ns"] or 0) + x["s"]
+            rows.append({"rank": ln["rank"], "stage": ln["stage"], "step": ln["step"], "phase": PIPELINE_PHASES[x["kind"]],
+                         "ns": x["e"] - x["s"], "at_ns": x["s"], "start_ns": start, "end_ns": (ln["start_ns"] or 0) + x["e"],
+                         "step_start_ns": ln["start_ns"], "step_end_ns": (ln["start_ns"] or 0) + ln["window_ns"]})
+    return sorted(rows, key=lambda r: (-r["ns"], r["rank"] or 0, r["at_ns"]))
+
+
+class PipelinePane(Vertical):
+    """The pipeline: what was detected (schedule, p, m, v, bubble vs theory, the gap's parts), the
+    stages x time picture of one step, and its bubbles (enter: the timeline at the bubble)."""
+
+    def __init__(self, report: dict[str, Any]):
+        super().__init__(id="pipeline-body")
+        self.report = report
+        self.lanes = views.pipeline_lanes(report)
+
+    def compose(self) -> ComposeResult:
+        lines = views.pipeline_summary_lines(self.report)
+        if not self.lanes:
+            pipe = (self.report.get("job") or {}).get("pipeline")
+            why = "\n".join(views.printable(e) for e in (pipe or {}).get("evidence") or [])
+            yield Static(Text(NO_PIPELINE + (f"\n\n{why}" if why else "")), id="pipeline-none", classes="empty")
+            return
+        yield Static(Text("\n".join(views.printable(x) for x in lines[:2])), id="pipeline-summary")
+        yield Label(f"stages x time, one step each (the slowest kept; {fmt_ns(max(ln['window_ns'] for ln in self.lanes))} wide)",
+                    classes="section")
+        yield Static(pipeline_picture(self.lanes), id="pipeline-picture")
+        yield FilterTable("bubbles, longest first (enter: the timeline at the bubble)", [
+            Column("rank", "rank", str, True),
+            Column("stage", "stage", lambda v: "?" if v is None else str(v), True),
+            Column("step", "step", lambda v: "" if v is None else str(v)),
+            Column("phase", "phase"),
+            Column("ns", "bubble", fmt_ns, True),
+            Column("at_ns", "at", fmt_ns, True),
+        ], pipeline_bubble_rows(self.lanes), id="pipeline-bubbles-table", empty="no bubbles in the step shown")
+
+
 class WarningsPane(Horizontal):
     """Every warning of the report, one row each (filterable), the highlighted one in full."""
 
@@ -470,7 +548,7 @@ class MainView(Vertical):
     def compose(self) -> ComposeResult:
         with TabbedContent(id="tabs"):
             for i, (pane_id, title, make) in enumerate(VIEWS):
-                with TabPane(f"{i + 1} {title}", id=pane_id):
+                with TabPane(f"{(i + 1) % 10} {title}", id=pane_id):  # the tenth view's key is 0
                     if i == 0:  # the view shown first: composed with the tabs, drawn in the same screen
                         first = make(self.report, self.timeline)
                         self._mounts[pane_id] = AwaitMount(self, [first])
@@ -556,5 +634,6 @@ VIEWS += [
     ("timeline-tab", "Timeline", lambda report, timeline: TimelinePane(timeline, report)),
     ("warnings", "Warnings", lambda report, timeline: WarningsPane(report)),
     ("critical", "Critical path", lambda report, timeline: CriticalPathPane(report)),
+    ("pipeline", "Pipeline", lambda report, timeline: PipelinePane(report)),
 ]
 WARNINGS_KEY = str(1 + next(i for i, (pane_id, _, _) in enumerate(VIEWS) if pane_id == "warnings"))

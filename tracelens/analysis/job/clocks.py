@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 
 import polars as pl
 
-from tracelens.analysis.job.collectives import MIN_OVERLAP, ROOTED
+from tracelens.analysis.job.collectives import MIN_OVERLAP, P2P, ROOTED
 
 
 @dataclass(frozen=True)
@@ -28,17 +28,23 @@ class ClockAlignment:
     unordered: frozenset[int] = frozenset()
 
 
-def align_clocks(rows: pl.DataFrame, steps: pl.DataFrame, n_files: int, derived: frozenset[int] = frozenset()) -> ClockAlignment:
+def align_clocks(rows: pl.DataFrame, steps: pl.DataFrame, n_files: int, derived: frozenset[int] = frozenset(),
+                 bounds: dict[tuple[int, int], tuple[int | None, int | None]] | None = None) -> ClockAlignment:
     """Offsets that make shared collectives (``rows``: the collective rows of every file) end
     together, else same-named steps (``steps``: file, name, start_ns) start together; file 0 is
     the reference.  Where either file's sequence numbers are derived (``derived``: from per-rank
     order, which can pair different collectives), only the matches that agree set the offset
     (``_derived_offset``); when none agree beyond chance the file is ``unordered`` (its derived
-    matches are all refused) and its offset comes from the steps.  One join of the reference's
+    matches are all refused) and its offset comes from the steps.  P2P rows (send, recv) set no
+    offset; ``bounds`` (``p2p_bounds``) keep the offsets of the files aligned by step starts, or not
+    at all, within what their P2P pairs allow.  One join of the reference's
     collectives with every other file's, one aggregation over the files."""
     if n_files <= 1:
         return ClockAlignment({0: 0}, "none", {0: 0})
     key = ["group", "seq", "collective"]
+    # a send and its recv are a pair between two ranks, not a rendezvous of a group: they set no
+    # offset (at most they bound it: ``p2p_bounds``)
+    rows = rows.filter(~pl.col("collective").is_in(list(P2P)))
     ends = rows.group_by(["file"] + key).agg(pl.col("end_ns").max().alias("end"),
                                              (pl.col("end_ns").max() - pl.col("start_ns").min()).alias("span"), pl.col("on_host").any())
     found: dict[int, tuple[int, int, tuple[int, int]]] = {}  # file -> (offset, spread, support)
@@ -84,9 +90,14 @@ def align_clocks(rows: pl.DataFrame, steps: pl.DataFrame, n_files: int, derived:
         for f in range(n_files):
             offsets.setdefault(f, 0)
             spread.setdefault(f, 0)
+    bounded: set[int] = set()
+    if bounds:
+        bounded = _within_bounds(offsets, set(range(n_files)) - by_coll - {0}, bounds)
     # how the other files were put on the reference's clock (a file neither way keeps its own)
-    method = ("none" if not (by_coll or by_step) else "step starts" if not by_coll
+    method = ("none" if not (by_coll or by_step or bounded) else "step starts" if not by_coll
               else "collective ends" if not by_step else "collective ends, step starts")
+    if bounded:
+        method = "P2P bounds" if method == "none" else f"{method}, P2P bounds"
     return ClockAlignment(offsets, method, spread, support, frozenset(unordered))
 
 
@@ -152,3 +163,70 @@ def _by_chance(k: int, m: int, width: int, extent: int) -> float:
     lam = m * width / extent
     tail = 1.0 - sum(math.exp(-lam) * lam**i / math.factorial(i) for i in range(k))
     return min(1.0, max(tail, 0.0) * extent / width)
+
+
+def p2p_bounds(pairs: dict[int, dict[str, list]], file_of: dict[int, int]) -> dict[tuple[int, int], tuple[int | None, int | None]]:
+    """Per pair of files (a, b), a < b, the range [lo, hi] of off_b - off_a (the offsets that put
+    them on one clock) their P2P pairs allow: a recv cannot end before its send starts.  ``pairs``:
+    file -> its P2P records keyed for pairing (``analysis.rank.pipeline._pair_keys``: what, peer
+    (a global rank), step, k, s, e); ``file_of``: global rank -> file.  The k-th send of a step to
+    a peer is paired with the peer's k-th recv of that step from the sender.  A pair of files
+    whose bounds contradict each other (lo > hi: the records do not pair so) gets none."""
+    frames = [pl.DataFrame(d).with_columns(pl.lit(f, pl.Int64).alias("file")) for f, d in pairs.items() if d and d.get("what")]
+    if not frames:
+        return {}
+    recs = pl.concat(frames, how="vertical_relaxed").with_columns(
+        pl.col("peer").replace_strict(list(file_of), list(file_of.values()), default=None, return_dtype=pl.Int64).alias("peer_file"))
+    sends = recs.filter((pl.col("what") == "send") & pl.col("peer_file").is_not_null()).select(
+        pl.col("file").alias("a"), pl.col("peer_file").alias("b"), "step", "k", pl.col("s").alias("send_s"))
+    recvs = recs.filter(pl.col("what") == "recv").select(
+        pl.col("peer_file").alias("a"), pl.col("file").alias("b"), "step", "k", pl.col("e").alias("recv_e"))
+    # (a sends to b) off_b - off_a >= send_s - recv_e
+    got = (sends.join(recvs, on=["a", "b", "step", "k"]).filter(pl.col("a") != pl.col("b"))
+           .group_by("a", "b").agg((pl.col("send_s") - pl.col("recv_e")).max().alias("lo")))
+    out: dict[tuple[int, int], list] = {}
+    for a, b, lo in got.iter_rows():
+        if a < b:
+            out.setdefault((a, b), [None, None])[0] = lo
+        else:  # off_a - off_b >= lo: off_b - off_a <= -lo
+            out.setdefault((b, a), [None, None])[1] = -lo
+    return {k: (lo, hi) for k, (lo, hi) in out.items() if lo is None or hi is None or lo <= hi}
+
+
+def _within_bounds(offsets: dict[int, int], free: set[int], bounds: dict[tuple[int, int], tuple[int | None, int | None]]) -> set[int]:
+    """Move the ``free`` files' offsets (in place) into the ranges their P2P pairs allow with the
+    files already placed, outward from those fixed (the reference, the files aligned by
+    collectives); a file with no estimate of its own (offset 0 from no source) takes the middle of
+    a two-sided range.  The files it moved or placed."""
+    placed = set(offsets) - free
+    moved: set[int] = set()
+    todo = set(free)
+    while todo:
+        step = None
+        for f in sorted(todo):
+            lo, hi = None, None
+            for (a, b), (bl, bh) in bounds.items():
+                if b == f and a in placed:  # off_f - off_a in [bl, bh]
+                    nl, nh = (None if bl is None else offsets[a] + bl), (None if bh is None else offsets[a] + bh)
+                elif a == f and b in placed:  # off_b - off_f in [bl, bh]: off_f in [off_b - bh, off_b - bl]
+                    nl, nh = (None if bh is None else offsets[b] - bh), (None if bl is None else offsets[b] - bl)
+                else:
+                    continue
+                lo = nl if lo is None else (lo if nl is None else max(lo, nl))
+                hi = nh if hi is None else (hi if nh is None else min(hi, nh))
+            if lo is None and hi is None:
+                continue
+            step = f
+            cur = offsets.get(f, 0)
+            new = min(max(cur, lo if lo is not None else cur), hi if hi is not None else cur)
+            if lo is not None and hi is not None and lo > hi:
+                new = cur
+            if new != cur:
+                offsets[f] = new
+                moved.add(f)
+            break
+        if step is None:
+            break
+        todo.discard(step)
+        placed.add(step)
+    return moved

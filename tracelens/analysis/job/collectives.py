@@ -27,6 +27,7 @@ MIN_OVERLAP = 0.5
 # broadcast's root can be done before a receiver starts), and host-side spans (gloo's, on a CPU-only
 # rank) end when their thread gets the CPU back: for those the spans need only meet
 ROOTED = ("broadcast", "reduce", "gather", "scatter", "send", "recv", "sendrecv")
+P2P = ("send", "recv", "sendrecv")  # matched across ranks as pairs, if at all (clocks.p2p_bounds), never as collectives
 
 
 def min_overlap(collective: str | None, on_host: bool = False) -> float:
@@ -86,7 +87,9 @@ def collective_table(rows: pl.DataFrame, align: ClockAlignment, derived: frozens
     factors = pl.DataFrame({"collective": [c for c, _ in kinds], "_gsize": [g for _, g in kinds],
                             "_factor": [bus_factor(c or None, g) for c, g in kinds]},
                            schema={"collective": pl.String, "_gsize": pl.Int32, "_factor": pl.Float64})
-    changed = pl.lit(False)
+    # a send or recv is a pair between two ranks, not a rendezvous of a group: each rank's row is
+    # a collective of its own (n_ranks 1, never complete: no wait, no straggler evidence)
+    changed = pl.col("collective").is_in(list(P2P)) & pl.col("file").ne_missing(pl.col("file").shift(1))
     for c in COLLECTIVE_KEY:
         changed = changed | pl.col(c).ne_missing(pl.col(c).shift(1))
     t = (

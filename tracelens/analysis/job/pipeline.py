@@ -154,7 +154,10 @@ def reduce(ranks) -> tuple[dict[str, Any] | None, dict[int, dict[str, Any]]]:
             elif st["forward_blocks"] % v == 0:
                 per_rank_m.append(st["forward_blocks"] // v)
     m, agree = _mode(per_rank_m)
-    src = "the action ranges' micro-batch indices" if any(f["annotations"] for f in measured.values()) else "forward blocks per step"
+    indexed = any(f["annotations"] in ("pp", "torch") for f in measured.values())
+    src = "the action ranges' micro-batch indices" if indexed else "forward blocks per step"
+    if any(f["annotations"] == "markers" for f in measured.values()):
+        evidence.append("forward/backward marker ranges (Megatron-style, no micro-batch index) label the blocks")
     if m is not None:
         evidence.append(f"m = {m} from {src}" + ("" if agree else " (not the same on every rank and step: the most common)"))
     # schedule
@@ -191,10 +194,48 @@ def reduce(ranks) -> tuple[dict[str, Any] | None, dict[int, dict[str, Any]]]:
                    "bubble_fraction": s["bubble_ns"] / s["window_ns"] if s["window_ns"] else None,
                    "warmup_ns": s["warmup_ns"], "cooldown_ns": s["cooldown_ns"], "steady_ns": s["steady_ns"],
                    "exposed_p2p_ns": s["exposed_p2p_ns"], "busy_ns": s["busy_ns"], "window_ns": s["window_ns"],
-                   "order": s["order"],
+                   "order": s["order"], "view": f.get("view"),
                    "steps": [{k: st[k] for k in ("step", "window_ns", "busy_ns", "bubble_ns", "warmup_ns", "cooldown_ns", "steady_ns",
                                                    "exposed_p2p_ns", "forward_blocks", "backward_blocks")} for st in f["steps"]]}
+    job_gap = gap(schedule, p, m, v, {fi: (stage.get(fi), f["steps"]) for fi, f in measured.items()}) if th is not None else None
     job = {"stages": p, "microbatches": m, "virtual_stages": v if p is not None else (v if v > 1 else None), "schedule": schedule,
            "confidence": confidence, "evidence": evidence, "bubble_fraction": tot_b / tot_w if tot_w else None,
-           "theory_fraction": th, "bubble_ns": tot_b, "ranks_traced": n, "world_size": world}
+           "theory_fraction": th, "bubble_ns": tot_b, "ranks_traced": n, "world_size": world, "gap": job_gap}
     return job, per
+
+
+def gap(schedule: str, p: int, m: int, v: int, ranks: dict[int, tuple[int | None, list[dict]]]) -> dict[str, Any] | None:
+    """The measured bubble less the theory's, attributed (all ns, summed over the ranks' measured
+    steps).  With tau_s a stage's compute per micro-batch (its busy time per step over m), the
+    theory's step at the stages' mean compute is W_th = m*tau + (p-1)*tau/v (GPipe/1F1B: (m+p-1)*tau),
+    and with the slowest stage setting the pace W_slow = m*tau_max + (sum tau_s - tau_max)/v.  The
+    gap (sum over ranks of window - W_th: bubble_ns - theory_bubble_ns) is split into
+    ``slow_stage_ns`` (the imbalance: W_slow - W_th per rank and step, at most the gap), ``host_ns``
+    (the bubble inside the micro-batch blocks: the host between one micro-batch's own ops, at most
+    what is left) and ``p2p_ns`` (the rest: the transfers and waits on them beyond the schedule's).
+    ``slowest_stage`` and ``stage_compute_ns`` (per stage, its busy ns per step) say which stage
+    and by how much; None without every stage's measurement."""
+    per_stage: dict[int, tuple[float, float, int, int]] = {}  # stage -> (busy per step, window per step, steps, in-block ns)
+    for st, steps in ranks.values():
+        if st is None or not steps:
+            return None
+        k = len(steps)
+        per_stage[st] = (sum(x["busy_ns"] for x in steps) / k, sum(x["window_ns"] for x in steps) / k, k,
+                         sum(x.get("inblock_ns", 0) for x in steps))
+    if sorted(per_stage) != list(range(p)):
+        return None
+    tau = {st: b / m for st, (b, _, _, _) in per_stage.items()}
+    mean, top = sum(tau.values()) / p, max(tau.values())
+    w_th = m * mean + (p - 1) * mean / v
+    w_slow = m * top + (sum(tau.values()) - top) / v
+    measured = sum(k * (w - b) for b, w, k, _ in per_stage.values())
+    theory_bubble = sum(k * (w_th - b) for b, _, k, _ in per_stage.values())
+    total = round(measured - theory_bubble)
+    slowest = max(tau, key=tau.get)
+    slow = host = 0
+    if total > 0:
+        slow = min(round(sum(k * (w_slow - w_th) for _, _, k, _ in per_stage.values())), total)
+        host = min(sum(x for *_, x in per_stage.values()), total - slow)
+    return {"gap_ns": total, "theory_bubble_ns": round(theory_bubble), "slow_stage_ns": slow, "p2p_ns": total - slow - host,
+            "host_ns": host, "slowest_stage": slowest, "slowest_stage_excess": top / mean - 1 if mean else None,
+            "stage_compute_ns": [round(per_stage[s][0]) for s in range(p)]}

@@ -52,7 +52,7 @@ def finish_job(a: Analysis) -> Analysis:
         straggler_check=check,
         communication={"by_group": coll.by_group(table), "slowest": coll.slowest(table, 20),
                        **(a.comm_notes or comm.report_notes(table, ()))},
-        suggestions=[sg.to_dict() for sg in suggest(a)],
+        suggestions=[sg.to_dict() for sg in suggest(a, pipe, pipe_ranks)],
         critical_path=critical.combine([r.critical_path for r in ranks], table, [(r.file, r.rank) for r in ranks]),
         pipeline=pipe,
         pipeline_ranks=pipe_ranks,

@@ -287,10 +287,21 @@ def _analyze_rank(df: pl.DataFrame, fi: int, meta, options: Options) -> RankResu
         kernels = gpu_rows.filter(pl.col("kind") == "kernel")
         linked = kt.kernel_ops(df, counted, kernels, spec)
         known = _known_matmul(gpu_rows, kernels, linked)
-    # one sweep: the partition, the gaps, and the matmul time whose FLOPs are known (segments.cut's known_matmul)
-    cuts, gaps = segments.cut_frames(gpu_rows, launched, windows, known)
+    # the pipeline's blocks first: where a step has them, its idle outside them is the pipeline bubble
+    from types import SimpleNamespace
+
+    from tracelens.analysis.rank import pipeline as pp
+
+    pre = [SimpleNamespace(step=row["step"], cpu_start_ns=row["start"], cpu_end_ns=row["end"], start_ns=ws, end_ns=we,
+                           warmup=(i == 0 and len(windows) > 1 and not options.include_warmup))
+           for i, (row, (ws, we)) in enumerate(zip(spans.iter_rows(named=True), windows))]
+    pipe, pipe_blocks = pp.rank_pipeline(df, gpu_rows, pre, meta, names)
+    piped = set(pipe_blocks.get_column("_step").unique().to_list()) if has_gpu else set()
+    # one sweep: the partition, the gaps, and the matmul time whose FLOPs are known (segments.cut's known_matmul);
+    # on a pipeline rank the P2P kernels' exposed time apart (the waterfall's bubble, not its exposed communication)
+    cuts, gaps = segments.cut_frames(gpu_rows, launched, windows, known, p2p_apart=bool(piped))
     known_mm = [c.known_matmul for c in cuts] if known is not None else None  # per window
-    attr.run(gaps)
+    attr.run(gaps, pipe_blocks if has_gpu else None)
     parts = []
     for i, k in enumerate(cuts):
         gpu = GpuTime(k.window, k.idle, k.compute, k.exposed_comm, k.exposed_memcpy, k.comm, k.memcpy)
@@ -341,7 +352,7 @@ def _analyze_rank(df: pl.DataFrame, fi: int, meta, options: Options) -> RankResu
         for i, st in enumerate(steps)
     ]
     if has_gpu:
-        steps = _waterfalls(steps, cuts, step_ideal, known_mm if source == "shapes" else None)
+        steps = _waterfalls(steps, cuts, step_ideal, known_mm if source == "shapes" else None, piped)
     kept = kept_steps(steps)
     total = sum((s.gpu for s in kept), ZERO)
     idle_total = sum((s.idle for s in kept), IdleSplit())
@@ -391,9 +402,6 @@ def _analyze_rank(df: pl.DataFrame, fi: int, meta, options: Options) -> RankResu
         g = critical.graph(df, meta.device_id, main_tid, names)  # built once: the path and the what-if replay share it
         crit = critical.summarize(critical.step_paths(df, meta.device_id, windows, main_tid, names, marks=marks, g=g), steps,
                                   kept_indices(steps), crows, windows)
-    from tracelens.analysis.rank import pipeline as pp
-
-    pipe = pp.rank_pipeline(df, gpu_rows, steps, meta, names)
     result = RankResult(
         rank=meta.rank,
         file=fi,
@@ -593,7 +601,8 @@ def _workload(df: pl.DataFrame, host: dict[str, int], backward_kernels: int, nam
     return {"workload": None, "workload_evidence": "no CPU ops recorded and no backward kernels: training or inference unknown"}
 
 
-def _waterfalls(steps: list[Step], cuts: list[segments.StepCut], ideal: dict[int, tuple], known: list[int] | None) -> list[Step]:
+def _waterfalls(steps: list[Step], cuts: list[segments.StepCut], ideal: dict[int, tuple], known: list[int] | None,
+                piped: set[int] = frozenset()) -> list[Step]:
     """Each step's MFU waterfall (when its MFU is known) and GPU-time waterfall, from its
     window's segment sums.  ``ideal``: per step, _Ideal (FLOPs at their dtypes' peaks, held to
     their kernels, by dtype); ``known``: per window, the matmul time whose FLOPs are known (None:
@@ -601,16 +610,20 @@ def _waterfalls(steps: list[Step], cuts: list[segments.StepCut], ideal: dict[int
     out = []
     for i, st in enumerate(steps):
         k = cuts[i]
+        idle, exposed = asdict(st.idle), k.comm_by_group
+        if i in piped and segments.P2P_LABEL in exposed:  # a pipeline step: its exposed P2P is bubble (rank.pipeline)
+            exposed = {g: ns for g, ns in exposed.items() if g != segments.P2P_LABEL}
+            idle["pipeline_bubble_p2p"] = k.comm_by_group[segments.P2P_LABEL]
         st = replace(st, time_waterfall=waterfall.build_time(
-            T=st.gpu.window, idle=asdict(st.idle), exposed_comm=k.comm_by_group, exposed_memcpy=st.gpu.exposed_memcpy,
+            T=st.gpu.window, idle=idle, exposed_comm=exposed, exposed_memcpy=st.gpu.exposed_memcpy,
             compute={"matmul": k.matmul, "recompute": k.recompute, **k.non_matmul}))
         if st.mfu is None or st.gpu.window <= 0:
             out.append(st)
             continue
         fall = waterfall.build(
             T=st.gpu.window,
-            idle=asdict(st.idle),
-            exposed_comm=k.comm_by_group,
+            idle=idle,
+            exposed_comm=exposed,
             exposed_memcpy=st.gpu.exposed_memcpy,
             recompute=k.recompute,
             non_matmul=k.non_matmul,

@@ -139,11 +139,25 @@ class _IdleAttribution:
         q = iv.covered(iv.covered(q, "x", self.dl.lazy(), "_cx", by=_DL_KEY), "y", self.dl.lazy(), "_cy", by=_DL_KEY)
         return q.sort("_w").select(pl.col("_cy") - pl.col("_cx")).collect(engine="in-memory").to_series().to_list()
 
-    def run(self, gaps: pl.DataFrame) -> None:
+    def run(self, gaps: pl.DataFrame, blocks: pl.DataFrame | None = None) -> None:
         """Split every idle gap (``gaps``: step, a, b, from segments.cut_frames) at once: fills
-        ``splits``, ``sync_by``, ``graph_latency`` and ``graph_host``."""
+        ``splits``, ``sync_by``, ``graph_latency`` and ``graph_host``.  ``blocks`` (_step, s, e:
+        the pipeline analysis's micro-batch blocks, ``rank.pipeline.rank_pipeline``): in a step
+        with blocks a gap outside every block is pipeline bubble, one inside a block is split as
+        any other (no name rule); steps without blocks keep the rule (a gap ended by a P2P
+        kernel is bubble)."""
         if gaps.height == 0:
             return
+        if blocks is not None and blocks.height:
+            runs = iv.merged(blocks.lazy().select(pl.col("_step").alias("step"), "s", "e"), by=["step"]).collect(engine="in-memory")
+            piped = runs.select(pl.col("step").unique())
+            inside = (gaps.select("step", "a").with_row_index("_gi").sort("a")
+                      .join_asof(runs.sort("s"), left_on="a", right_on="s", by="step", strategy="backward", check_sortedness=False)
+                      .select("_gi", (pl.col("e").is_not_null() & (pl.col("a") < pl.col("e"))).alias("_inblock")).sort("_gi"))
+            gaps = gaps.with_columns(pl.col("step").is_in(piped.get_column("step").implode()).alias("_piped"),
+                                     inside.get_column("_inblock").alias("_inblock"))
+        else:
+            gaps = gaps.with_columns(pl.lit(False).alias("_piped"), pl.lit(False).alias("_inblock"))
         # the activity that ends each gap: the first to start at its end (the first launched among them)
         firsts = (
             self.gpu_rows.lazy().filter(pl.col("ts_ns").is_in(gaps.get_column("b").unique().implode()))
@@ -157,7 +171,8 @@ class _IdleAttribution:
         )
         a, b, tid = pl.col("a"), pl.col("b"), pl.col("tid")
         found = pl.col("launch_ns").is_not_null()
-        p2p = found & pl.col("_p2p").fill_null(False)
+        # the bubble: outside the blocks of a pipeline step, else (no blocks) a gap ended by a P2P kernel
+        p2p = (pl.col("_piped") & ~pl.col("_inblock")) | (~pl.col("_piped") & found & pl.col("_p2p").fill_null(False))
         normal = found & ~p2p & pl.col("launch_known")
         h = pl.min_horizontal(pl.max_horizontal(pl.col("launch_ns"), a), b)
         g = (
@@ -201,12 +216,12 @@ class _IdleAttribution:
             .with_columns(((pl.col("_rest") > 0) & pl.col("_se").is_not_null() & (pl.col("_se") < pl.col("h"))).alias("_after_sync"))
         )
         split = g.with_columns(
-            pl.col("_dl").alias("data_loading"),
+            pl.when(pl.col("_bubble")).then(0).otherwise(pl.col("_dl")).alias("data_loading"),
             pl.when(pl.col("_after_sync")).then(0).otherwise(pl.col("_rest")).alias("host_launch"),
             (pl.col("_blocked") + pl.when(pl.col("_after_sync")).then(pl.col("_rest")).otherwise(0)).alias("sync"),
             pl.when(pl.col("_normal")).then(b - pl.col("h") - pl.col("_blocked")).otherwise(0).alias("launch_latency"),
             pl.when(pl.col("_bubble")).then(b - a).otherwise(0).alias("pipeline_bubble"),
-            pl.when(~pl.col("_found")).then(b - a - pl.col("_dl")).when(~pl.col("_bubble") & ~pl.col("_normal")).then(b - a)
+            pl.when(pl.col("_bubble")).then(0).when(~pl.col("_found")).then(b - a - pl.col("_dl")).when(~pl.col("_normal")).then(b - a)
             .otherwise(0).alias("other"),
         ).with_columns(
             pl.when(pl.col("_graph")).then(pl.col("launch_latency")).otherwise(0).alias("_glat"),

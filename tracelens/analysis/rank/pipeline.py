@@ -41,6 +41,9 @@ P2P_NAMES = ("send", "recv", "sendrecv")
 _ACTION_TORCH = r"^(Forward|Backward) (\d+)$"
 _ACTION_PP = r"^PP:(\d+)(F|B|I|W)(\d+)$"
 _OVERLAP_PP = r"^PP:\(.*\)OVERLAP_F_B$"
+# marker ranges around one micro-batch's forward or backward, without its index (Megatron-style
+# "## forward ##", forward_step, backward-compute ...): labels only, no detection on their own
+_ACTION_MARKER = r"(?i)^#*\s*(forward|backward)(?:[ _-]?(?:step|pass|compute))?\s*#*$"
 _OPTIMIZER = r"^Optimizer\."
 _BACKWARD = r"^autograd::engine::evaluate_function|Backward\d*$"
 _PEER_NCCL = r"^nccl:(send|recv) (\d+)(->|<-)(\d+)$"
@@ -68,20 +71,23 @@ def _inside(q: pl.DataFrame, at: str, runs: pl.DataFrame, alias: str, by: list[s
 
 
 def _p2p_records(df: pl.DataFrame, gpu_rows: pl.DataFrame, names: Names, group_ranks: dict[str, list[int]]) -> pl.DataFrame:
-    """(t, kind, peer, group, s, e) of the rank's P2P records on the host timeline, ``peer`` its
-    global rank where the trace says it."""
+    """(t, kind, peer, group, s, e, hs) of the rank's P2P records on the host timeline, ``peer`` its
+    global rank where the trace says it, ``hs`` the start of the op that holds the record (else s)."""
     coll = pl.col("collective").cast(pl.String)
     host = (
         df.lazy().filter(pl.col("kind").is_in(["p2p", "collective"]) & coll.is_in(P2P_NAMES) & pl.col("tid").is_not_null())
         .select("tid", "ts_ns", pl.col("ts_ns").alias("s"), END.alias("e"), coll.alias("what"),
-                pl.col("group").cast(pl.String).fill_null("").alias("group"))
+                pl.col("group").cast(pl.String).fill_null("").alias("group"),
+                # record_param_comms of a send/recv names the peer (its group rank) in "Rank"
+                pl.when(pl.col("name").cast(pl.String) == "record_param_comms")
+                .then(pl.col("args").str.extract(r'"Rank":\s*"?(-?\d+)', 1).cast(pl.Int64)).alias("_rank_arg"))
         .collect(engine="in-memory")
     )
     if host.height == 0:  # no host records (an nsys export): the P2P kernels, at their launches
         host = gpu_rows.filter((pl.col("kclass") == "comm") & coll.is_in(P2P_NAMES)).select(
             pl.col("launch_tid").fill_null(0).alias("tid"), pl.col("launch_ns").alias("ts_ns"), pl.col("ts_ns").alias("s"),
             END.alias("e"), coll.alias("what"), pl.col("group").cast(pl.String).fill_null("").alias("group"))
-        return host.with_columns(pl.lit(None, pl.Int64).alias("peer")).sort("ts_ns")
+        return host.with_columns(pl.lit(None, pl.Int64).alias("peer"), pl.col("s").alias("hs")).sort("ts_ns")
     nccl = names.matching(_PEER_NCCL)
     c10d = names.matching(_PEER_C10D)
     holders = (
@@ -92,11 +98,15 @@ def _p2p_records(df: pl.DataFrame, gpu_rows: pl.DataFrame, names: Names, group_r
         .sort("_hs").collect(engine="in-memory")
     )
     out = host.sort("ts_ns")
-    if holders.height:
+    if holders.height:  # the annotation or c10d op that holds the record names the peer, else the record's Rank
         out = (out.join_asof(holders, left_on="ts_ns", right_on="_hs", by="tid", strategy="backward", check_sortedness=False)
-               .with_columns(pl.when(pl.col("_he") >= pl.col("ts_ns")).then(pl.col("_peer")).alias("peer")).drop("_hs", "_he", "_peer"))
+               .with_columns(pl.coalesce(pl.when(pl.col("_he") >= pl.col("ts_ns")).then(pl.col("_peer")), "_rank_arg").alias("peer"),
+                             # the op that holds the record started the transfer (gloo's record starts when its worker runs it)
+                             pl.when(pl.col("_he") >= pl.col("ts_ns")).then(pl.min_horizontal("_hs", "s")).otherwise("s").alias("hs"))
+               .drop("_hs", "_he", "_peer"))
     else:
-        out = out.with_columns(pl.lit(None, pl.Int64).alias("peer"))
+        out = out.with_columns(pl.col("_rank_arg").alias("peer"), pl.col("s").alias("hs"))
+    out = out.drop("_rank_arg")
     if group_ranks:  # group rank -> global rank
         table = pl.DataFrame([{"group": g, "peer": i, "_global": r} for g, rs in group_ranks.items() for i, r in enumerate(rs)],
                              schema={"group": pl.String, "peer": pl.Int64, "_global": pl.Int64})
@@ -105,26 +115,62 @@ def _p2p_records(df: pl.DataFrame, gpu_rows: pl.DataFrame, names: Names, group_r
     return out.sort("ts_ns")
 
 
+MAX_PAIRS = 256  # P2P records per (step, direction, peer) kept for the clock bounds: a bound from fewer is weaker, still true
+
+
+def _pair_keys(records: pl.DataFrame, spans: pl.DataFrame, steps) -> dict[str, list]:
+    """The P2P records with a known peer, keyed for pairing across ranks (the k-th send of step
+    N to rank b is the k-th recv of step N on b from this rank): columns what, peer, step, k, s (the
+    start of the op that holds the record), e
+    as plain lists (at most ``MAX_PAIRS`` per key).  They only bound the ranks' clock offsets (a
+    recv cannot end before its send starts: ``analysis.job.clocks.p2p_bounds``)."""
+    named = [s.step for s in steps]
+    if records.height == 0 or any(n is None for n in named):
+        return {}
+    got = (records.filter(pl.col("peer").is_not_null()).sort("ts_ns")
+           .join_asof(spans, left_on="ts_ns", right_on="_cs", strategy="backward", check_sortedness=False)
+           .filter(pl.col("_step").is_not_null() & (pl.col("ts_ns") < pl.col("_ce")))
+           .with_columns(pl.col("_step").replace_strict(list(range(len(named))), named, return_dtype=pl.Int64).alias("step"))
+           .with_columns(pl.int_range(pl.len()).over("step", "what", "peer").alias("k"))
+           .filter(pl.col("k") < MAX_PAIRS)
+           .select("what", "peer", "step", "k", pl.col("hs").alias("s"), "e"))
+    return got.to_dict(as_series=False) if got.height else {}
+
+
 def _actions(df: pl.DataFrame, names: Names) -> pl.DataFrame:
-    """The schedule's action ranges: (a_s, a_e, a_label, a_mb, a_stage), sorted by start."""
-    torch_names, pp_names = names.matching(_ACTION_TORCH), names.matching(_ACTION_PP)
-    if torch_names.len() == 0 and pp_names.len() == 0:
-        return pl.DataFrame(schema={"a_s": pl.Int64, "a_e": pl.Int64, "a_label": pl.String, "a_mb": pl.Int64, "a_stage": pl.Int64})
+    """The schedule's action ranges: (a_s, a_e, a_label, a_mb, a_stage, a_marker), sorted by
+    start; ``a_marker``: a marker range (``_ACTION_MARKER``: no index, no stage)."""
+    torch_names, pp_names, markers = names.matching(_ACTION_TORCH), names.matching(_ACTION_PP), names.matching(_ACTION_MARKER)
+    if torch_names.len() == 0 and pp_names.len() == 0 and markers.len() == 0:
+        return pl.DataFrame(schema={"a_s": pl.Int64, "a_e": pl.Int64, "a_label": pl.String, "a_mb": pl.Int64, "a_stage": pl.Int64,
+                                    "a_marker": pl.Boolean})
     name = pl.col("name").cast(pl.String)
+    marker = name.str.extract(_ACTION_MARKER, 1).str.to_lowercase()
     return (
         df.lazy().filter(pl.col("kind").is_in(["annotation", "cpu_op", "python"])
-                         & (pl.col("name").is_in(torch_names.implode()) | pl.col("name").is_in(pp_names.implode())))
+                         & (pl.col("name").is_in(torch_names.implode()) | pl.col("name").is_in(pp_names.implode())
+                            | pl.col("name").is_in(markers.implode())))
         .select(pl.col("ts_ns").alias("a_s"), END.alias("a_e"),
-                pl.coalesce(name.str.extract(_ACTION_TORCH, 1).str.slice(0, 1), name.str.extract(_ACTION_PP, 2)).alias("a_label"),
+                pl.coalesce(name.str.extract(_ACTION_TORCH, 1).str.slice(0, 1), name.str.extract(_ACTION_PP, 2),
+                            pl.when(marker == "forward").then(pl.lit("F")).when(marker == "backward").then(pl.lit("B"))).alias("a_label"),
                 pl.coalesce(name.str.extract(_ACTION_TORCH, 2), name.str.extract(_ACTION_PP, 3)).cast(pl.Int64).alias("a_mb"),
-                name.str.extract(_ACTION_PP, 1).cast(pl.Int64).alias("a_stage"))
+                name.str.extract(_ACTION_PP, 1).cast(pl.Int64).alias("a_stage"),
+                marker.is_not_null().alias("a_marker"))
         .sort("a_s").collect(engine="in-memory")
     )
 
 
-def rank_pipeline(df: pl.DataFrame, gpu_rows: pl.DataFrame, steps, meta, names: Names) -> dict[str, Any] | None:
+BLOCK_SCHEMA = {"_step": pl.Int64, "s": pl.Int64, "e": pl.Int64}
+MAX_VIEW_BLOCKS = 400  # the blocks of one step a rank's summary keeps for the views (the slowest kept step's)
+
+
+def rank_pipeline(df: pl.DataFrame, gpu_rows: pl.DataFrame, steps, meta, names: Names) -> tuple[dict[str, Any] | None, pl.DataFrame]:
     """This rank's pipeline facts (a plain dict: the reduce's input), or None when it has no P2P
-    record, no schedule action range and no SendRecv kernel."""
+    record, no schedule action range and no SendRecv kernel; and the micro-batch blocks of its
+    pipeline steps (``BLOCK_SCHEMA``: step index, GPU or host span; the idle attribution's bubble
+    is the idle outside them).  ``steps``: anything with the Step fields step, cpu_start_ns,
+    cpu_end_ns, start_ns, end_ns and warmup."""
+    none = pl.DataFrame(schema=BLOCK_SCHEMA)
     pg = (meta.distributed or {}).get("pg_config") or []
     group_ranks = {str(g.get("pg_name")): list(g["ranks"]) for g in pg if isinstance(g, dict) and isinstance(g.get("ranks"), list)}
     coll = pl.col("collective").cast(pl.String)
@@ -136,18 +182,22 @@ def rank_pipeline(df: pl.DataFrame, gpu_rows: pl.DataFrame, steps, meta, names: 
                         .group_by(coll.fill_null("unknown")).len().iter_rows())
     records = _p2p_records(df, gpu_rows, names, group_ranks)
     actions = _actions(df, names)
+    if records.height == 0:  # marker ranges label a pipeline's blocks; alone they are no evidence of one
+        actions = actions.filter(~pl.col("a_marker"))
     overlap = names.matching(_OVERLAP_PP).len() > 0
     if records.height == 0 and actions.height == 0 and not other_sr:
-        return None
+        return None, none
     base = {"rank": meta.rank, "world_size": meta.world_size, "p2p_records": records.height,
             "sendrecv_not_p2p": {k: int(v) for k, v in sorted(other_sr.items())}, "groups": sorted(set(records.get_column("group").to_list())),
-            "annotations": ("pp" if actions.get_column("a_stage").drop_nulls().len() else "torch") if actions.height else None,
+            "annotations": ("pp" if actions.get_column("a_stage").drop_nulls().len() else "torch" if (~actions.get_column("a_marker")).any()
+                            else "markers") if actions.height else None,
             "overlap_actions": overlap, "steps": []}
     kept = [i for i, s in enumerate(steps) if not s.warmup] or list(range(len(steps)))
     if not steps or (records.height == 0 and actions.height == 0):  # SendRecv kernels of collectives only: nothing to measure
-        return base
+        return base, none
     spans = pl.DataFrame({"_step": list(range(len(steps))), "_cs": [s.cpu_start_ns for s in steps], "_ce": [s.cpu_end_ns for s in steps]},
                          schema={"_step": pl.Int64, "_cs": pl.Int64, "_ce": pl.Int64}).sort("_cs")
+    base["p2p_pairs"] = _pair_keys(records, spans, steps)
     lf = df.lazy()
     # the anchors: (t host time, tid, s, e) of the stage's compute
     if has_gpu:
@@ -165,7 +215,7 @@ def rank_pipeline(df: pl.DataFrame, gpu_rows: pl.DataFrame, steps, meta, names: 
                    .with_columns(pl.when(pl.col("a_e") > pl.col("t")).then(pl.struct("a_s", "a_label", "a_mb", "a_stage")).alias("_a"))
                    .with_columns(pl.col("_a").struct.field("a_s").alias("a_s"), pl.col("_a").struct.field("a_label").alias("a_label"),
                                  pl.col("_a").struct.field("a_mb").alias("a_mb"), pl.col("_a").struct.field("a_stage").alias("a_stage"))
-                   .drop("_a", "a_e"))
+                   .drop("_a", "a_e", "a_marker"))
     else:
         anchors = anchors.with_columns(pl.lit(None, pl.Int64).alias("a_s"), pl.lit(None, pl.String).alias("a_label"),
                                        pl.lit(None, pl.Int64).alias("a_mb"), pl.lit(None, pl.Int64).alias("a_stage"))
@@ -179,7 +229,7 @@ def rank_pipeline(df: pl.DataFrame, gpu_rows: pl.DataFrame, steps, meta, names: 
         .with_columns(pl.col("_nb").fill_null(0))
     )
     if anchors.height == 0:
-        return base
+        return base, none
     key_change = ((pl.col("label") != pl.col("label").shift(1)) | (pl.col("_nb") != pl.col("_nb").shift(1))
                   | (pl.col("a_s").fill_null(-1) != pl.col("a_s").fill_null(-1).shift(1))
                   | (pl.col("_step") != pl.col("_step").shift(1))).fill_null(True)
@@ -254,6 +304,12 @@ def rank_pipeline(df: pl.DataFrame, gpu_rows: pl.DataFrame, steps, meta, names: 
         m = iv.covered(m, col, B, f"B_{col}")
         m = iv.covered(m, col, U, f"U_{col}")
     m = m.sort("_step").collect(engine="in-memory")
+    # the bubble inside the blocks (gaps between one micro-batch's own ops: the host's, not the schedule's)
+    pipe_blocks = blocks.join(per.select("_step"), on="_step", how="semi")
+    runs = iv.merged(pipe_blocks.lazy().select("_step", "s", "e"), by=["_step"]).with_columns(pl.col("s").alias("_s"), pl.col("e").alias("_e"))
+    inb = iv.covered(iv.covered(runs, "_s", B, "_b0"), "_e", B, "_b1")
+    inblock = dict(inb.group_by("_step").agg(((pl.col("_e") - pl.col("_s")) - (pl.col("_b1") - pl.col("_b0"))).sum())
+                   .collect(engine="in-memory").iter_rows())
     out_steps = []
     for row, meas in zip(per.iter_rows(named=True), m.iter_rows(named=True)):
         i = row["_step"]
@@ -271,13 +327,31 @@ def rank_pipeline(df: pl.DataFrame, gpu_rows: pl.DataFrame, steps, meta, names: 
             "steady_ns": bubble - warm - cool, "exposed_p2p_ns": exposed, "forward_blocks": row["nF"], "backward_blocks": row["nB"],
             "forward_microbatches": row["mbF"] if row["mbF_null"] == 0 else None, "forward_blocks_first": row["f_first"],
             "order": _rle(row["order"]), "stages": list(row["stages"]), "split_backward": bool(row["split_backward"]),
+            "inblock_ns": int(inblock.get(i, 0)),
         })
     up, down = got.get("up", ([], 0)), got.get("down", ([], 0))
     base.update(
         upstream=[int(x) for x in up[0]], downstream=[int(x) for x in down[0]], upstream_p2p=int(up[1]), downstream_p2p=int(down[1]),
-        steps=out_steps,
+        steps=out_steps, view=_view(blocks, out_steps, steps, m),
     )
-    return base
+    return base, pipe_blocks.select([pl.col(c).cast(t) for c, t in BLOCK_SCHEMA.items()])
+
+
+def _view(blocks: pl.DataFrame, out_steps: list[dict], steps, meas: pl.DataFrame) -> dict[str, Any] | None:
+    """The blocks of the slowest kept step, for the views: {step, start_ns, end_ns, blocks: [{label,
+    mb, stage, s, e}] (ns from the window's start)}, at most ``MAX_VIEW_BLOCKS``; None without one."""
+    if not out_steps:
+        return None
+    slow = max(out_steps, key=lambda st: st["window_ns"])
+    idx = next(i for i, st in enumerate(steps) if st.step == slow["step"]) if slow["step"] is not None else None
+    if idx is None:
+        return None
+    ws = meas.filter(pl.col("_step") == idx).get_column("ws")
+    ws = int(ws[0]) if ws.len() else steps[idx].start_ns
+    b = (blocks.filter(pl.col("_step") == idx).sort("s").head(MAX_VIEW_BLOCKS)
+         .select("label", "mb", "stage", (pl.col("s") - ws).alias("s"), (pl.col("e") - ws).alias("e")))
+    return {"step": slow["step"], "start_ns": ws, "window_ns": slow["window_ns"], "blocks": b.to_dicts(),
+            "truncated": blocks.filter(pl.col("_step") == idx).height > MAX_VIEW_BLOCKS}
 
 
 def _rle(order: str) -> str:

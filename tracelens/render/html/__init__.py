@@ -28,7 +28,7 @@ import orjson
 
 from tracelens.model.units import fmt_bytes, fmt_ns, fmt_num, fmt_pct
 from tracelens.render import tables as views
-from tracelens.render.tables import BAR_COLOURS, KCLASS_COLOURS, path_colour
+from tracelens.render.tables import BAR_COLOURS, KCLASS_COLOURS, PIPELINE_COLOURS, path_colour
 
 ASSETS = ("page.css", "page.js")  # the static text of the page, package data files beside this module
 
@@ -304,6 +304,59 @@ def _critical_path(d: dict[str, Any]) -> str:
     return "<section id='critical'>" + "".join(out) + "</section>"
 
 
+def _pipeline(d: dict[str, Any]) -> str:
+    """The pipeline: what was detected and why, the bubble against the theory and the gap's parts,
+    the ranks' bubbles, and stages x time of one step per rank as static SVG (blocks coloured F/B,
+    bubbles marked; each rect's ns in ``data-ns``, the lane's bubble in ``data-bubble-ns``: the
+    JSON's numbers); nothing without a pipeline in the report."""
+    pipe = (d.get("job") or {}).get("pipeline")
+    if not pipe:
+        return ""
+    out = ["<h2 id='pipeline'>Pipeline</h2>"]
+    out += [f"<p>{escape(line.strip())}</p>" for line in views.pipeline_summary_lines(d)[:2]]
+    out.append("<ul class='muted'>" + "".join(f"<li>{escape(str(e))}</li>" for e in pipe.get("evidence") or []) + "</ul>")
+    lanes = views.pipeline_lanes(d)
+    span = max((ln["window_ns"] for ln in lanes), default=0)
+    if lanes and span > 0:
+        W, H, left = 720, 18, 110
+        svg = [f'<svg class="pp-chart" viewBox="0 0 {left + W} {H * len(lanes) + 4}" width="{left + W}" height="{H * len(lanes) + 4}" '
+               f'role="img" aria-label="pipeline stages x time">']
+        for i, ln in enumerate(lanes):
+            y = i * H + 2
+            stage = "?" if ln["stage"] is None else str(ln["stage"])
+            name = f"stage {stage} · rank {ln['rank']}"
+            svg.append(f'<g class="pp-lane" data-rank="{escape(str(ln["rank"]))}" data-stage="{escape(stage)}" '
+                       f'data-window-ns="{int(ln["window_ns"])}" data-bubble-ns="{int(ln["bubble_ns"])}">'
+                       f'<text x="0" y="{y + 12}">{escape(name)}</text>')
+            for kind, items in (("block", ln["blocks"]), ("bubble", ln["bubbles"])):
+                for b in items:
+                    x, w = left + W * b["s"] / span, max(W * (b["e"] - b["s"]) / span, 0.5)
+                    label = b.get("label") if kind == "block" else None
+                    colour = PIPELINE_COLOURS.get(label or "bubble", "#77767b")
+                    what = (f"{label}{'' if b.get('mb') is None else ' mb ' + str(b['mb'])}" if kind == "block"
+                            else views.PIPELINE_PHASES.get(b["kind"], b["kind"]) + " bubble")
+                    tip = f"{what}: {fmt_ns(b['e'] - b['s'])} at {fmt_ns(b['s'])}"
+                    faint = ' fill-opacity="0.35"' if kind == "bubble" else ""
+                    svg.append(f'<rect class="pp-{kind}" data-ns="{int(b["e"] - b["s"])}" x="{x:.2f}" y="{y}" width="{w:.2f}" height="{H - 4}" '
+                               f'fill="{colour}"{faint}><title>{escape(tip)}</title></rect>')
+            svg.append("</g>")
+        svg.append("</svg>")
+        out.append(f"<p class='muted'>stages x time: one step per rank (its slowest kept one, {escape(fmt_ns(span))} wide); "
+                   f"<span style='color:{PIPELINE_COLOURS['F']}'>■</span> forward · <span style='color:{PIPELINE_COLOURS['B']}'>■</span> "
+                   f"backward · <span style='color:{PIPELINE_COLOURS['bubble']}'>■</span> bubble</p>" + "".join(svg))
+    trs = []
+    for r in d["ranks"]:
+        pr = r.get("pipeline") or {}
+        if "warmup_ns" not in pr:
+            continue
+        trs.append("<tr>" + _td(r["rank"]) + _td(pr["stage"]) + _td(pr["bubble_ns"], fmt_ns(pr["bubble_ns"]))
+                   + _td(pr["bubble_fraction"], fmt_pct(pr["bubble_fraction"]) if pr["bubble_fraction"] is not None else None)
+                   + "".join(_td(pr[k], fmt_ns(pr[k])) for k in ("warmup_ns", "steady_ns", "cooldown_ns", "exposed_p2p_ns")) + "</tr>")
+    out.append(_table([("rank", True), ("stage", True), ("bubble", True), ("share", True), ("warm-up", True), ("steady", True),
+                       ("cool-down", True), ("exposed P2P", True)], trs, empty="no rank with pipeline blocks"))
+    return "<section id='pipeline-section'>" + "".join(out) + "</section>"
+
+
 def _roofline(d: dict[str, Any]) -> str:
     """The 200 longest op shapes (over all ranks) against the roof of the dtype each ran at:
     one roof per dtype (its own peak, its ridge at peak / bandwidth), so that a point's % of
@@ -559,6 +612,7 @@ def render_html(d: dict[str, Any], comparison: dict[str, Any] | None = None) -> 
         _kernels(d),
         _comm(d),
         _critical_path(d),
+        _pipeline(d),
         _timeline(d),
         _warnings(d),
     ]
