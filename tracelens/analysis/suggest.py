@@ -44,7 +44,8 @@ class Suggestion:
 
 
 # the change each suggestion's fix stands for on the graph (replay.Change strings; replay.for_rank
-# replays them).  A straggler's lateness removed (rank_late=0) needs cross-rank edges: not yet.
+# replays them).  A straggler's lateness removed (``rank_late[<rank>]=0``) is the job reduce's
+# (tracelens.analysis.rank.critical.rank_late, on the stitched path): ``suggest``'s ``late``.
 WHAT_IF = {
     "input_bound_high": "data_loading=0",
     "input_bound_moderate": "data_loading=0",
@@ -505,7 +506,8 @@ def where(rule_focus: tuple[str, str] | None, show: tuple[str, ...], rank) -> di
             "value": round(value(i), 4) if rule_focus else None, "show": list(show)}
 
 
-def suggest(analysis) -> list[Suggestion]:
+def suggest(analysis, late: dict[int, dict[str, Any] | None] | None = None) -> list[Suggestion]:
+    """The suggestions; ``late``: straggler rank -> its ``what_if`` (rank_late replayed on the job's path)."""
     out: list[Suggestion] = []
     ranks = [r for r in analysis.ranks if r.gpu is not None]
     for rule in RULES:
@@ -545,7 +547,7 @@ def suggest(analysis) -> list[Suggestion]:
                     "the others wait for it at every collective."),
                 evidence={"excess_ns": st.excess_ns, "last_in": st.last_in, "of": st.of, "p_value": st.p_value, "detail": st.evidence,
                           "where": where(None, ("comm",), by_rank[st.rank]) if st.rank in by_rank else None},
-                ranks=(st.rank,), est_speedup=None,
+                ranks=(st.rank,), est_speedup=None, what_if=(late or {}).get(st.rank),
             )
         )
     return sorted(out, key=lambda s: -(s.est_speedup or 1.0))
