@@ -110,3 +110,24 @@ def test_rank_late_predicts_the_unslowed_run(tmp_path):
     for s in sg:
         assert s["what_if"]["change"] == "rank_late[1]=0"
         assert s["what_if"]["predicted_step_ns"] == round(sum(got["steps"][k] for k in got["kept"]) / len(got["kept"]))
+
+
+def test_the_text_report_shows_the_job_path(tmp_path):
+    # 3 ranks, rank 1's gemm ends last (700): the chain is 1 -> 0 (rank 0 ends the step, the lowest
+    # file of the tie), 800 µs: the late gemm 600 µs (75%), the all-reduce after it 200 µs (25%);
+    # rank 0 waited 400 µs (300 -> 700) and rank 2 200 µs (500 -> 700) for rank 1
+    from tracelens.render.text import _job_path_lines, render_text
+
+    d = _job(tmp_path, (300, 700, 500), group_size=3)
+    out = render_text(d)
+    cp = d["job"]["critical_path"]
+    assert cp["steps"][0]["ranks"] == [1, 0] and cp["wait_rank_ns"] == {"0": {"1": 400_000}, "2": {"1": 200_000}}
+    assert "  job (stitched across ranks): compute gemm  75.0%, exposed comm  25.0%" in out
+    assert "    step 1: 800.0 µs, ranks 1 -> 0" in out
+    assert out.index("rank 0 waited for rank 1: 400.0 µs") < out.index("rank 2 waited for rank 1: 200.0 µs")
+    # a saved report without the job's path (older, one rank) or with an odd one: no job lines, no crash
+    assert _job_path_lines(None) == [] and _job_path_lines({"length_ns": 5}) == []
+    assert _job_path_lines({"length_ns": 5, "steps": [7, {"kept": True, "ranks": None}], "wait_rank_ns": {"0": 3}})[1:] == [
+        "    step None: -, ranks ?"]
+    del d["job"]["critical_path"]
+    assert "job (stitched" not in render_text(d)
