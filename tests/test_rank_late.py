@@ -131,3 +131,23 @@ def test_the_text_report_shows_the_job_path(tmp_path):
         "    step None: -, ranks ?"]
     del d["job"]["critical_path"]
     assert "job (stitched" not in render_text(d)
+
+
+def test_the_html_report_shows_the_job_path(tmp_path):
+    # the same job as the text test: one kept step 1 -> 0, 800 µs; the waits table equals wait_rank_ns
+    import re
+
+    from tracelens.render.html import _job_path
+
+    d = _job(tmp_path, (300, 700, 500), group_size=3)
+    cp = d["job"]["critical_path"]
+    h = _job_path(cp)
+    assert "step 1, ranks 1 → 0 (800.0 µs)" in h
+    parts = dict(re.findall(r'data-cat="([^"]+)" data-ns="(\d+)"', h))
+    assert {k: int(v) for k, v in parts.items()} == cp["steps"][0]["by_category_ns"] == {"compute_gemm": 600_000, "exposed_comm": 200_000}
+    assert h.index('data-v="400000">400.0 µs') < h.index('data-v="200000">200.0 µs')
+    # a saved report without it, or with odd strings: nothing, or escaped
+    assert _job_path(None) == "" and _job_path({"steps": 3}) == ""
+    odd = _job_path({"by_category_ns": {"<b>": 5}, "steps": [{"kept": True, "step": "<i>", "ranks": [None], "by_category_ns": {}}],
+                     "wait_rank_ns": {"<x>": {"1": 7}, "2": 9}})
+    assert "<b>" not in odd and "<x>" not in odd and "&lt;x&gt;" in odd
