@@ -65,8 +65,9 @@ def _coll(ts, dur, seq, n):
                                  "Group size": n, "Seq": seq, "dtype": "Float", "In msg nelems": 1 << 20, "Out msg nelems": 1 << 20}}
 
 
-def _job(tmp_path, gemm_ends, group_size, world=None, step_end=1000):
-    """One step [0, step_end] µs per rank: a gemm [100, gemm_end] then an all-reduce from its end to 900."""
+def _job(tmp_path, gemm_ends, group_size, world=None, step_end=1000, raw=False):
+    """One step [0, step_end] µs per rank: a gemm [100, gemm_end] then an all-reduce from its end to 900
+    (the Analysis itself with ``raw``, else its dict)."""
     paths = []
     for r, gemm_end in enumerate(gemm_ends):
         ev = [{"ph": "X", "cat": "user_annotation", "name": "ProfilerStep#1", "pid": 1, "tid": 1, "ts": 0, "dur": step_end, "args": {}},
@@ -77,7 +78,8 @@ def _job(tmp_path, gemm_ends, group_size, world=None, step_end=1000):
         p.write_text(json.dumps({"distributedInfo": {"rank": r, "world_size": world or group_size}, "traceEvents": ev,
                                  "deviceProperties": [{"id": 0, "name": "NVIDIA H100 80GB HBM3"}]}))
         paths.append(p)
-    return analyze(load(paths, use_cache=False, jobs=1), ON).to_dict()
+    a = analyze(load(paths, use_cache=False, jobs=1), ON)
+    return a if raw else a.to_dict()
 
 
 def test_a_collective_with_absent_members_is_not_a_hop(tmp_path):

@@ -5,6 +5,7 @@ over gloo, reading batches from a DataLoader with one worker process, under
 ``torch.profiler.profile(record_shapes=True)``; each rank writes ``rank-<r>.json``.
 ``slow_rank``/``sleep_s``: that rank sleeps ``sleep_s`` (inside a ``slow`` annotation) before its
 backward pass each step, so it arrives last at DDP's gradient all-reduce and the others wait for it.
+``width``/``batch``: the MLP's hidden width and the batch size (a longer step: more work per step).
 """
 
 from __future__ import annotations
@@ -21,7 +22,8 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def _worker(rank: int, world: int, port: int, out_dir: str, steps: int, slow_rank: int = -1, sleep_s: float = 0.0) -> None:
+def _worker(rank: int, world: int, port: int, out_dir: str, steps: int, slow_rank: int = -1, sleep_s: float = 0.0,
+            width: int = 128, batch: int = 32) -> None:
     import time
 
     import torch
@@ -34,11 +36,11 @@ def _worker(rank: int, world: int, port: int, out_dir: str, steps: int, slow_ran
     torch.set_num_threads(1)
     dist.init_process_group("gloo", rank=rank, world_size=world)
     torch.manual_seed(0)
-    model = torch.nn.Sequential(torch.nn.Linear(64, 128), torch.nn.ReLU(), torch.nn.Linear(128, 10))
+    model = torch.nn.Sequential(torch.nn.Linear(64, width), torch.nn.ReLU(), torch.nn.Linear(width, 10))
     ddp = DDP(model)
     opt = torch.optim.SGD(ddp.parameters(), lr=0.01)
-    data = TensorDataset(torch.randn(32 * (steps + 2), 64), torch.randint(0, 10, (32 * (steps + 2),)))
-    loader = DataLoader(data, batch_size=32, num_workers=1)
+    data = TensorDataset(torch.randn(batch * (steps + 2), 64), torch.randint(0, 10, (batch * (steps + 2),)))
+    loader = DataLoader(data, batch_size=batch, num_workers=1)
     it = iter(loader)
     sched = torch.profiler.schedule(wait=0, warmup=1, active=steps)
     with torch.profiler.profile(
@@ -59,12 +61,13 @@ def _worker(rank: int, world: int, port: int, out_dir: str, steps: int, slow_ran
     dist.destroy_process_group()
 
 
-def record_ddp(out_dir: str | Path, world: int = 2, steps: int = 3, slow_rank: int = -1, sleep_s: float = 0.0) -> list[Path]:
+def record_ddp(out_dir: str | Path, world: int = 2, steps: int = 3, slow_rank: int = -1, sleep_s: float = 0.0,
+               width: int = 128, batch: int = 32) -> list[Path]:
     import torch.multiprocessing as mp
 
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    mp.spawn(_worker, args=(world, _free_port(), str(out), steps, slow_rank, sleep_s), nprocs=world, join=True)
+    mp.spawn(_worker, args=(world, _free_port(), str(out), steps, slow_rank, sleep_s, width, batch), nprocs=world, join=True)
     return [out / f"rank-{r}.json" for r in range(world)]
 
 

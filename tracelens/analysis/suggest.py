@@ -44,7 +44,8 @@ class Suggestion:
 
 
 # the change each suggestion's fix stands for on the graph (replay.Change strings; replay.for_rank
-# replays them).  A straggler's lateness removed (rank_late=0) needs cross-rank edges: not yet.
+# replays them).  A straggler's lateness removed (``rank_late[<rank>]=0``) is the job reduce's
+# (tracelens.analysis.rank.critical.rank_late, on the stitched path): ``suggest``'s ``late``.
 WHAT_IF = {
     "input_bound_high": "data_loading=0",
     "input_bound_moderate": "data_loading=0",
@@ -567,9 +568,11 @@ def pipeline_suggestion(pipe: dict[str, Any] | None, per_rank: dict[int, float] 
     )
 
 
-def suggest(analysis, pipeline: dict[str, Any] | None = None, pipeline_ranks: dict[int, dict[str, Any]] | None = None) -> list[Suggestion]:
+def suggest(analysis, pipeline: dict[str, Any] | None = None, pipeline_ranks: dict[int, dict[str, Any]] | None = None,
+            late: dict[int, dict[str, Any] | None] | None = None) -> list[Suggestion]:
     """The rules' suggestions, the stragglers', and with ``pipeline`` (``job.pipeline``; its ranks'
-    dicts by file in ``pipeline_ranks``) the schedule-specific fix (``pipeline_suggestion``)."""
+    dicts by file in ``pipeline_ranks``) the schedule-specific fix (``pipeline_suggestion``);
+    ``late``: straggler rank -> its ``what_if`` (rank_late replayed on the job's path)."""
     out: list[Suggestion] = []
     ranks = [r for r in analysis.ranks if r.gpu is not None]
     for rule in RULES:
@@ -609,7 +612,7 @@ def suggest(analysis, pipeline: dict[str, Any] | None = None, pipeline_ranks: di
                     "the others wait for it at every collective."),
                 evidence={"excess_ns": st.excess_ns, "last_in": st.last_in, "of": st.of, "p_value": st.p_value, "detail": st.evidence,
                           "where": where(None, ("comm",), by_rank[st.rank]) if st.rank in by_rank else None},
-                ranks=(st.rank,), est_speedup=None,
+                ranks=(st.rank,), est_speedup=None, what_if=(late or {}).get(st.rank),
             )
         )
     rank_of = {r.file: r.rank for r in analysis.ranks} if pipeline_ranks else {}

@@ -83,6 +83,7 @@ def render_text(d: dict[str, Any]) -> str:
             best = sorted(events.items(), key=lambda kv: (-kv[1], kv[0]))[:3]
             if best:
                 lines.append("    longest on it: " + "; ".join(f"{(nm or '?')[:50]} ({fmt_ns(ns)})" for nm, ns in best))
+        lines.extend(_job_path_lines(job.get("critical_path")))
     pipe = views.pipeline_summary_lines(d)
     if pipe:
         lines.append("")
@@ -192,3 +193,24 @@ class TextRenderer:
 
 
 RENDERER = TextRenderer()
+
+
+def _job_path_lines(cp: Any) -> list[str]:
+    """The job's path stitched across ranks (job.critical_path with ``steps``): by category over the
+    kept steps, the chain of ranks of each kept step (first to last) and who waited for whom; nothing
+    for a report without it (one rank, no --critical-path, an older report)."""
+    if not isinstance(cp, dict) or not isinstance(cp.get("steps"), list) or not cp.get("length_ns"):
+        return []
+    total = cp.get("by_category_ns") or {}
+    top = [kv for kv in sorted(total.items(), key=lambda kv: (-kv[1], str(kv[0]))) if 1000 * kv[1] >= cp["length_ns"]][:6]
+    out = ["  job (stitched across ranks): " + ", ".join(f"{str(k).replace('_', ' ')} {_pct(ns, cp['length_ns'])}" for k, ns in top)]
+    kept = [st for st in cp["steps"] if isinstance(st, dict) and st.get("kept")]
+    for st in kept[:8]:
+        chain = " -> ".join("?" if r is None else str(r) for r in st.get("ranks") or [])
+        out.append(f"    step {st.get('step')}: {fmt_ns(st.get('length_ns'))}, ranks {chain or '?'}")
+    if len(kept) > 8:
+        out.append(f"    ... {len(kept) - 8} more kept steps")
+    waits = [(w, late, ns) for w, by in (cp.get("wait_rank_ns") or {}).items() if isinstance(by, dict) for late, ns in by.items()]
+    for w, late, ns in sorted(waits, key=lambda x: (-x[2], x[0], x[1]))[:6]:
+        out.append(f"    rank {w} waited for rank {late}: {fmt_ns(ns)}")
+    return out

@@ -31,6 +31,9 @@ def finish_job(a: Analysis) -> Analysis:
     table = a.table()
     check = strag.check_dict(a.straggler_check or strag.straggler_check(table, len(ranks)))
     pipe, pipe_ranks = pipeline.reduce(ranks)
+    parts, files = [r.critical_path for r in ranks], [(r.file, r.rank) for r in ranks]
+    cp = critical.combine(parts, table, files)
+    late = {st.rank: rank_late_what_if(parts, table, files, cp, st.rank, job_mfu(ranks)) for st in a.stragglers}
     return replace(a, job=JobResult(
         mfu=job_mfu(ranks),
         step_time_ns={
@@ -52,11 +55,29 @@ def finish_job(a: Analysis) -> Analysis:
         straggler_check=check,
         communication={"by_group": coll.by_group(table), "slowest": coll.slowest(table, 20),
                        **(a.comm_notes or comm.report_notes(table, ()))},
-        suggestions=[sg.to_dict() for sg in suggest(a, pipe, pipe_ranks)],
-        critical_path=critical.combine([r.critical_path for r in ranks], table, [(r.file, r.rank) for r in ranks]),
+        suggestions=[sg.to_dict() for sg in suggest(a, pipe, pipe_ranks, late)],
+        critical_path=cp,
         pipeline=pipe,
         pipeline_ranks=pipe_ranks,
     ))
+
+
+def rank_late_what_if(parts, table: pl.DataFrame, files, cp: dict[str, Any] | None, rank: int, mfu: float | None) -> dict[str, Any] | None:
+    """The straggler suggestion's ``what_if``: ``rank_late[<rank>]=0`` replayed on the job's stitched
+    path (critical.rank_late) over the steps every rank keeps: the mean predicted step, the speed-up
+    (the job path's measured kept steps over the predicted) and the job's MFU at that time; None
+    without a stitched path (no --critical-path, one rank, nothing matched)."""
+    if not cp or not cp.get("steps"):
+        return None
+    got = critical.rank_late(parts, table, files, {rank})
+    if got is None or not got["kept"]:
+        return None
+    meas = sum(cp["steps"][k]["length_ns"] for k in got["kept"])
+    pred = sum(got["steps"][k] for k in got["kept"])
+    if pred <= 0:
+        return None
+    return {"change": f"rank_late[{rank}]=0", "predicted_step_ns": round(pred / len(got["kept"])),
+            "predicted_speedup": round(meas / pred, 3), "predicted_mfu": round(mfu * meas / pred, 4) if mfu is not None else None}
 
 
 def waterfall_kind(ranks: list[RankResult]) -> str:

@@ -690,40 +690,11 @@ def _stitch(parts: list[dict[str, Any] | None], table: pl.DataFrame, ranks: list
     member is unknown (``unstitched``: how many collectives, and how many of their rows lie on
     a rank's path).  Python loops remain only
     over the ranks x steps x categories of the summaries (to read them), never over collectives."""
-    have = {f: (rk, p) for (f, rk), p in zip(ranks, parts) if p and p.get("windows") and p.get("collectives")}
-    if len(have) < 2:
+    pr = _prepare(parts, table, ranks)
+    if pr is None:
         return None
-    t = table.filter(pl.col("aligned_start_ns").is_not_null())
-    off = t.group_by("file").agg((pl.col("aligned_start_ns") - pl.col("start_ns")).first().alias("off"))
-    off = off.with_columns(pl.col("file").cast(pl.Int64))
-    if off.filter(pl.col("file").is_in(list(have))).height < len(have):
-        return None
-    key = ["group", "seq", "collective"]
-    n_steps = min(len(p["windows"]) for _, p in have.values())
-    cats = sorted({c for _, p in have.values() for c in p["collectives"]["prefix_ns"]} | {"exposed_comm"})
-    # the ranks' collective rows (prefix columns: p_<cat>) and windows, on their own clocks
-    frames = []
-    for f, (_, p) in have.items():
-        c = p["collectives"]
-        cols = {k: c[k] for k in ("group", "seq", "collective", "step_index", "start_ns", "end_ns", "on_path")}
-        n = len(cols["seq"])
-        frames.append(pl.DataFrame({"file": [f] * n, **cols, **{f"p_{x}": c["prefix_ns"].get(x, [0] * n) for x in cats}},
-                                   schema_overrides={"file": pl.Int64, "seq": pl.Int64, "step_index": pl.Int64,
-                                                     "start_ns": pl.Int64, "end_ns": pl.Int64, **{f"p_{x}": pl.Int64 for x in cats}}))
-    rows = (pl.concat(frames, how="diagonal_relaxed").with_columns(pl.col("group").fill_null(""), pl.col("collective").fill_null(""))
-            .join(off, on="file"))
-    win = pl.DataFrame([(f, k, w0, w1) for f, (_, p) in have.items() for k, (w0, w1) in enumerate(p["windows"][:n_steps])],
-                       schema={"file": pl.Int64, "k": pl.Int64, "w0": pl.Int64, "w1": pl.Int64}, orient="row").join(off, on="file")
-    step_cats = pl.DataFrame([(f, k, c, ns) for f, (_, p) in have.items() for k, st in enumerate(p["steps"][:n_steps])
-                              for c, ns in st["by_category_ns"].items()],
-                             schema={"file": pl.Int64, "k": pl.Int64, "cat": pl.String, "ns": pl.Int64}, orient="row")
-    rank_of = pl.DataFrame({"file": list(have), "rank": [str(rk) for rk, _ in have.values()]}, schema={"file": pl.Int64, "rank": pl.String})
-    # per collective key: the last member's aligned arrival and its file (ties: the lowest file),
-    # only where every member is loaded and the match is believed
-    tk = t.with_columns(pl.col("group").fill_null(""), pl.col("collective").fill_null(""))
-    sure = pl.col("complete").fill_null(False) & pl.col("consistent").fill_null(True)
-    last = (tk.filter(sure).sort(["aligned_start_ns", "file"], descending=[True, False]).group_by(key, maintain_order=True)
-            .agg(pl.col("aligned_start_ns").first().alias("A"), pl.col("file").first().cast(pl.Int64).alias("R")))
+    have, key, n_steps, cats, rows, win, step_cats, rank_of, tk, sure, last = (
+        pr[k] for k in ("have", "key", "n_steps", "cats", "rows", "win", "step_cats", "rank_of", "tk", "sure", "last"))
     why = tk.group_by(key).agg(pl.col("complete").fill_null(False).all().alias("_complete"),
                                pl.col("consistent").fill_null(True).all().alias("_consistent"))
     # the collectives that cannot be hops, and how many of their rows lie on a rank's path
@@ -739,34 +710,9 @@ def _stitch(parts: list[dict[str, Any] | None], table: pl.DataFrame, ranks: list
                     & (pl.col("A") < pl.col("end_ns") + pl.col("off")))
             .with_columns((pl.col("A") - pl.col("off") - pl.col("start_ns")).alias("wait"))
             .sort("file", "step_index", "end_ns", "A").with_row_index("h").with_columns(pl.col("h").cast(pl.Int64)))
-    nh = hops.height
-    by_end = hops.select("file", "step_index", "end_ns", "h").sort("end_ns")
-
-    def first_hop(pos: pl.DataFrame) -> pl.Series:
-        """For each position (file, step_index, T): the latest hop of that rank and step ending by T (nh: none)."""
-        got = pos.with_row_index("_i").sort("T").join_asof(by_end, left_on="T", right_on="end_ns", by=["file", "step_index"],
-                                                           strategy="backward", check_sortedness=False).sort("_i")
-        return got.get_column("h").fill_null(nh)
-
-    # each step's start: the rank whose window ends last (aligned; ties: the lowest file), at its window's end
-    ends = win.with_columns((pl.col("w1") + pl.col("off")).alias("_e"))
-    start = (ends.sort(["_e", "file"], descending=[True, False]).group_by("k", maintain_order=True)
-             .agg(pl.col("file").first(), pl.col("w1").first().alias("T"), pl.col("_e").first().alias("end")).sort("k"))
-    nxt = first_hop(hops.select(pl.col("R").alias("file"), pl.col("k_r").alias("step_index"), pl.col("s_r").alias("T")))
-    jump = nxt.append(pl.Series([nh], dtype=nxt.dtype))  # the sentinel points at itself
-    mk = start.get_column("k")
-    mh = first_hop(start.select("file", pl.col("k").alias("step_index"), "T"))
-    keep = mh < nh
-    mk, mh = mk.filter(keep), mh.filter(keep)
-    members_k, members_h = [mk], [mh]
-    while mh.len():  # pointer doubling: after round j, every chain's first 2^j hops
-        mh = jump.gather(mh)
-        keep = mh < nh
-        mk, mh = mk.filter(keep), mh.filter(keep)
-        members_k.append(mk)
-        members_h.append(mh)
-        jump = jump.gather(jump)
-    members = pl.DataFrame({"k": pl.concat(members_k), "h": pl.concat(members_h)}).join(hops, on="h")
+    start = _step_starts(win)
+    mk, mh = _walk(hops, start, land=("R", "k_r", "s_r"))
+    members = pl.DataFrame({"k": mk, "h": mh}).join(hops, on="h")
     # each hop: the path's share from R's start of it back is R's; this rank's from the arrival on
     # is its own (its prefix at its start plus the wait, in the collective, as exposed comm): the
     # step's categories are the first rank's whole step plus, per hop, R's prefix less that
@@ -818,3 +764,155 @@ def _stitch(parts: list[dict[str, Any] | None], table: pl.DataFrame, ranks: list
     return {"length_ns": sum(st["length_ns"] for st in steps if st["kept"]),
             "by_category_ns": dict(sorted(total.items(), key=lambda kv: (-kv[1], kv[0]))),
             "steps": steps, "ranks_on_path": on_path, "wait_rank_ns": wait_rank, "unstitched": unstitched}
+
+
+def rank_late(parts: list[dict[str, Any] | None], table: pl.DataFrame | None, ranks: list[tuple[int, int | None]] | None,
+              late: set[int]) -> dict[str, Any] | None:
+    """The what-if ``rank_late=0`` on the job's stitched path (a reduce over the summaries and the
+    collective rows, as ``combine``): each step's predicted length had the ranks ``late`` arrived
+    at every collective when the others did, or None where the job's path is not stitched.
+
+    The walk is ``combine``'s with each collective's last member taken among the ranks not late
+    (``A2``: the next-latest arrival when a late rank was last; the collective then starts its work
+    at A2 instead of at A, the real last arrival, and everything after it on the path ``A - A2``
+    earlier: the late rank's wait removed from the chain).  From a position (rank f, step, time T)
+    the walk takes the latest on-path row of f ending by T that either moves the path (its setter
+    R2, the latest member not late, is another rank that arrived after f started it, or f is late
+    itself: a late rank arrives at A2 too) or saves time (A > A2); it moves to R2's start of that
+    collective (or f's own, when f set it).  The step's predicted length is the last rank's window
+    end less the savings on the chain less the window start of the rank the chain ends on (aligned).
+    With ``late`` empty it is ``combine``'s ``length_ns`` of every step, exactly.
+
+    Returns ``{steps: [predicted ns per step, in combine's steps' order], kept: [step indices],
+    saved_ns: [per step]}``."""
+    if table is None or ranks is None or table.height == 0:
+        return None
+    pr = _prepare(parts, table, ranks)
+    if pr is None:
+        return None
+    have, key, n_steps, rows, win, tk, sure, last = (pr[k] for k in ("have", "key", "n_steps", "rows", "win", "tk", "sure", "last"))
+    late_files = [f for f, (rk, _) in have.items() if rk is not None and rk in late]
+    rest = (tk.filter(sure & ~pl.col("file").cast(pl.Int64).is_in(late_files))
+            .sort(["aligned_start_ns", "file"], descending=[True, False]).group_by(key, maintain_order=True)
+            .agg(pl.col("aligned_start_ns").first().alias("A2"), pl.col("file").first().cast(pl.Int64).alias("R2")))
+    theirs = rows.select(*key, pl.col("file").alias("R2"), pl.col("start_ns").alias("s_r"), pl.col("step_index").alias("k_r"))
+    is_late = pl.col("file").is_in(late_files)
+    moves = (pl.col("R2") != pl.col("file")) & (is_late | (pl.col("A2") - pl.col("off") > pl.col("start_ns"))) \
+        & (pl.col("A2") < pl.col("end_ns") + pl.col("off"))
+    cand = (rows.filter(pl.col("on_path") & (pl.col("end_ns") > pl.col("start_ns"))).join(last, on=key).join(rest, on=key)
+            .join(theirs, on=[*key, "R2"], how="left")
+            .with_columns(moves.fill_null(False).alias("_moves"), (pl.col("A") - pl.col("A2")).clip(0).alias("saved")))
+    nodes = (cand.filter(pl.col("_moves") | (pl.col("saved") > 0))
+             .with_columns(pl.when(pl.col("_moves")).then(pl.col("R2")).otherwise(pl.col("file")).alias("_lf"),
+                           pl.when(pl.col("_moves")).then(pl.col("k_r")).otherwise(pl.col("step_index")).alias("_lk"),
+                           pl.when(pl.col("_moves")).then(pl.col("s_r")).otherwise(pl.col("start_ns")).alias("_lt"),
+                           pl.when(pl.col("_moves")).then(pl.col("A2")).otherwise(pl.col("start_ns") + pl.col("off")).alias("_la"))
+             .filter(pl.col("_lt").is_not_null())
+             .sort("file", "step_index", "end_ns", "A").with_row_index("h").with_columns(pl.col("h").cast(pl.Int64)))
+    start = _step_starts(win)
+    mk, mh = _walk(nodes, start, land=("_lf", "_lk", "_lt"))
+    members = pl.DataFrame({"k": mk, "h": mh}).join(nodes, on="h")
+    # the chain's last member (its earliest landing, aligned) says where the step's path starts
+    tail = (members.sort("_la").group_by("k", maintain_order=True).agg(pl.col("_lf").first().alias("file"), pl.col("_lk").first().alias("_kr"))
+            .join(win.select("file", pl.col("k").alias("_kr"), (pl.col("w0") + pl.col("off")).alias("_s")), on=["file", "_kr"]))
+    saved = members.group_by("k").agg(pl.col("saved").sum().alias("_saved"))
+    first_s = start.join(win.select("file", "k", (pl.col("w0") + pl.col("off")).alias("_s0")), on=["file", "k"])
+    got = (first_s.join(tail.select("k", "_s"), on="k", how="left").join(saved, on="k", how="left")
+           .select("k", pl.col("_saved").fill_null(0), (pl.col("end") - pl.col("_saved").fill_null(0)
+                                                        - pl.col("_s").fill_null(pl.col("_s0"))).alias("_pred")).sort("k"))
+    # never above the step's measured length: a chain moved off a late rank may end on a rank whose
+    # window started earlier (the lead a rank takes into a step, see test_critical_ranks), time the
+    # late rank's wait did not add and its removal cannot cost
+    measured = _stitch(parts, table, ranks)
+    cap = [s["length_ns"] for s in measured["steps"]] if measured else None
+    pred, sav = dict(got.select("k", "_pred").iter_rows()), dict(got.select("k", "_saved").iter_rows())
+    if cap:
+        pred = {k: min(v, cap[k]) for k, v in pred.items()}
+    kept = set(range(n_steps))
+    for _, p in have.values():
+        kept &= set(p.get("kept", range(n_steps)))
+    return {"steps": [int(pred[k]) for k in range(n_steps)], "saved_ns": [int(sav[k]) for k in range(n_steps)], "kept": sorted(kept)}
+
+
+def _prepare(parts: list[dict[str, Any] | None], table: pl.DataFrame, ranks: list[tuple[int, int | None]]) -> dict[str, Any] | None:
+    """The frames ``_stitch`` and ``rank_late`` walk: the ranks' collective rows with their path
+    prefixes (``rows``: p_<cat> columns, ``off`` the file's clock offset), their windows (``win``),
+    steps' categories, file -> rank, the job's collective table (``tk``; ``sure``: the rows whose
+    match is believed) and per collective key its last member's aligned arrival ``A`` and file ``R``."""
+    have = {f: (rk, p) for (f, rk), p in zip(ranks, parts) if p and p.get("windows") and p.get("collectives")}
+    if len(have) < 2:
+        return None
+    t = table.filter(pl.col("aligned_start_ns").is_not_null())
+    off = t.group_by("file").agg((pl.col("aligned_start_ns") - pl.col("start_ns")).first().alias("off"))
+    off = off.with_columns(pl.col("file").cast(pl.Int64))
+    if off.filter(pl.col("file").is_in(list(have))).height < len(have):
+        return None
+    key = ["group", "seq", "collective"]
+    n_steps = min(len(p["windows"]) for _, p in have.values())
+    cats = sorted({c for _, p in have.values() for c in p["collectives"]["prefix_ns"]} | {"exposed_comm"})
+    # the ranks' collective rows (prefix columns: p_<cat>) and windows, on their own clocks
+    frames = []
+    for f, (_, p) in have.items():
+        c = p["collectives"]
+        cols = {k: c[k] for k in ("group", "seq", "collective", "step_index", "start_ns", "end_ns", "on_path")}
+        n = len(cols["seq"])
+        frames.append(pl.DataFrame({"file": [f] * n, **cols, **{f"p_{x}": c["prefix_ns"].get(x, [0] * n) for x in cats}},
+                                   schema_overrides={"file": pl.Int64, "seq": pl.Int64, "step_index": pl.Int64,
+                                                     "start_ns": pl.Int64, "end_ns": pl.Int64, **{f"p_{x}": pl.Int64 for x in cats}}))
+    rows = (pl.concat(frames, how="diagonal_relaxed").with_columns(pl.col("group").fill_null(""), pl.col("collective").fill_null(""))
+            .join(off, on="file"))
+    win = pl.DataFrame([(f, k, w0, w1) for f, (_, p) in have.items() for k, (w0, w1) in enumerate(p["windows"][:n_steps])],
+                       schema={"file": pl.Int64, "k": pl.Int64, "w0": pl.Int64, "w1": pl.Int64}, orient="row").join(off, on="file")
+    step_cats = pl.DataFrame([(f, k, c, ns) for f, (_, p) in have.items() for k, st in enumerate(p["steps"][:n_steps])
+                              for c, ns in st["by_category_ns"].items()],
+                             schema={"file": pl.Int64, "k": pl.Int64, "cat": pl.String, "ns": pl.Int64}, orient="row")
+    rank_of = pl.DataFrame({"file": list(have), "rank": [str(rk) for rk, _ in have.values()]}, schema={"file": pl.Int64, "rank": pl.String})
+    # per collective key: the last member's aligned arrival and its file (ties: the lowest file),
+    # only where every member is loaded and the match is believed
+    tk = t.with_columns(pl.col("group").fill_null(""), pl.col("collective").fill_null(""))
+    sure = pl.col("complete").fill_null(False) & pl.col("consistent").fill_null(True)
+    last = (tk.filter(sure).sort(["aligned_start_ns", "file"], descending=[True, False]).group_by(key, maintain_order=True)
+            .agg(pl.col("aligned_start_ns").first().alias("A"), pl.col("file").first().cast(pl.Int64).alias("R")))
+    return {"have": have, "key": key, "n_steps": n_steps, "cats": cats, "rows": rows, "win": win, "step_cats": step_cats,
+            "rank_of": rank_of, "tk": tk, "sure": sure, "last": last}
+
+
+def _step_starts(win: pl.DataFrame) -> pl.DataFrame:
+    """Each step's start of the job's walk: the rank whose window ends last (aligned; ties: the
+    lowest file), at its window's end (``T`` its clock, ``end`` aligned)."""
+    ends = win.with_columns((pl.col("w1") + pl.col("off")).alias("_e"))
+    return (ends.sort(["_e", "file"], descending=[True, False]).group_by("k", maintain_order=True)
+            .agg(pl.col("file").first(), pl.col("w1").first().alias("T"), pl.col("_e").first().alias("end")).sort("k"))
+
+
+def _walk(hops: pl.DataFrame, start: pl.DataFrame, land: tuple[str, str, str]) -> tuple[pl.Series, pl.Series]:
+    """The chains of the job's walk: from each step's start (``start``: k, file, T), the latest hop
+    (``hops``: row h, of file/step_index ending by T, ``end_ns``) of that rank and step ending by T,
+    then from that hop's landing (its columns ``land``: file, step index, time on that file's clock)
+    the same, until none: (step k, hop h) of every chain member, by pointer doubling over the
+    next-hop pointers (log2 of the chain's length rounds of ``gather``)."""
+    nh = hops.height
+    by_end = hops.select("file", "step_index", "end_ns", "h").sort("end_ns")
+
+    def first_hop(pos: pl.DataFrame) -> pl.Series:
+        """For each position (file, step_index, T): the latest hop of that rank and step ending by T (nh: none)."""
+        got = pos.with_row_index("_i").sort("T").join_asof(by_end, left_on="T", right_on="end_ns", by=["file", "step_index"],
+                                                           strategy="backward", check_sortedness=False).sort("_i")
+        return got.get_column("h").fill_null(nh)
+
+    f, k, t = land
+    nxt = first_hop(hops.select(pl.col(f).alias("file"), pl.col(k).alias("step_index"), pl.col(t).alias("T")))
+    jump = nxt.append(pl.Series([nh], dtype=nxt.dtype))  # the sentinel points at itself
+    mk = start.get_column("k")
+    mh = first_hop(start.select("file", pl.col("k").alias("step_index"), "T"))
+    keep = mh < nh
+    mk, mh = mk.filter(keep), mh.filter(keep)
+    members_k, members_h = [mk], [mh]
+    while mh.len():  # pointer doubling: after round j, every chain's first 2^j hops
+        mh = jump.gather(mh)
+        keep = mh < nh
+        mk, mh = mk.filter(keep), mh.filter(keep)
+        members_k.append(mk)
+        members_h.append(mh)
+        jump = jump.gather(jump)
+    return pl.concat(members_k), pl.concat(members_h)

@@ -73,8 +73,9 @@ takes several joined by ``+``, applied in turn):
 * ``memcpy=0`` copies and fills take no time;
 * ``host/K`` host work (CPU ops, untraced host time, launch calls; not data loading, not waits)
   K x faster (K < 1: slower, e.g. a CPU shared with DataLoader workers);
-* ``rank_late=0`` (a rank's lateness at collectives removed) needs cross-rank edges: not in
-  this module (``Change.parse`` accepts it, ``Replay.run`` leaves the steps unchanged).
+* ``rank_late[R,..]=0`` (those ranks' lateness at collectives removed) needs the cross-rank
+  edges: the job reduce computes it on the stitched path (``critical.rank_late``; the straggler
+  suggestion's ``what_if``); ``Change.parse`` accepts it, ``Replay.run`` leaves a rank's steps unchanged.
 """
 
 from __future__ import annotations
@@ -120,9 +121,11 @@ class Change:
             raise ValueError(f"{text!r}: kernel needs a name regex, e.g. kernel[gemm]/2")
         if what == "host" and (target or factor == math.inf):
             raise ValueError(f"{text!r}: host takes a factor only, e.g. host/2 (twice as fast), host/0.8 (slower)")
-        if what in ("data_loading", "launch", "memcpy", "rank_late") and (target or factor != math.inf):
+        if what in ("data_loading", "launch", "memcpy") and (target or factor != math.inf):
             raise ValueError(f"{text!r}: {what} takes no target and only =0")
-        tgt = tuple(c.strip() for c in target.split(",")) if what == "kclass" else target
+        if what == "rank_late" and (factor != math.inf or (target and not re.fullmatch(r"\d+(,\d+)*", target.replace(" ", "")))):
+            raise ValueError(f"{text!r}: rank_late takes only =0 and optionally ranks, e.g. rank_late[1]=0")
+        tgt = tuple(c.strip() for c in target.split(",")) if what in ("kclass", "rank_late") and target else target
         return cls(what, tgt, factor)
 
     def __str__(self) -> str:

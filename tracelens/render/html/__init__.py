@@ -262,6 +262,25 @@ def _path_bar(by: dict[str, int], label: str) -> str:
             f'<div class="muted">{legend}</div></div>')
 
 
+def _job_path(cp: Any) -> str:
+    """The job's path stitched across ranks (job.critical_path with ``steps``): a stacked bar over
+    the kept steps and one per kept step with its chain of ranks, and who waited for whom
+    (``wait_rank_ns``); nothing for a report without it (one rank, older)."""
+    if not isinstance(cp, dict) or not isinstance(cp.get("steps"), list) or not isinstance(cp.get("by_category_ns"), dict):
+        return ""
+    out = ["<h3 id='critical-path-job'>job (stitched across ranks)</h3>", _path_bar(cp["by_category_ns"], "kept steps")]
+    for st in cp["steps"]:
+        if isinstance(st, dict) and st.get("kept") and isinstance(st.get("by_category_ns"), dict):
+            chain = " → ".join("?" if r is None else str(r) for r in (st.get("ranks") or []))
+            out.append(_path_bar(st["by_category_ns"], f"step {st.get('step')}, ranks {chain or '?'}"))
+    waits = [(str(w), str(late), ns) for w, by in (cp.get("wait_rank_ns") or {}).items() if isinstance(by, dict)
+             for late, ns in by.items() if isinstance(ns, int)]
+    trs = ["<tr>" + _td(None, w, "") + _td(None, late, "") + _td(ns, fmt_ns(ns)) + "</tr>"
+           for w, late, ns in sorted(waits, key=lambda x: (-x[2], x[0], x[1]))]
+    out.append(_table([("rank", False), ("waited for rank", False), ("wait", True)], trs, empty="no rank waited for another"))
+    return "".join(out)
+
+
 def _critical_path(d: dict[str, Any]) -> str:
     """Each rank's critical path over its kept steps and each kept step's (stacked bars by
     category) and the kept steps' top events on the path; nothing when the report has none."""
@@ -284,6 +303,7 @@ def _critical_path(d: dict[str, Any]) -> str:
                    "every kept step's dependency graph: the predicted speed-up next to the upper bound 1 / (1 - bar)</p>"
                    + _table([("suggestion", False), ("change", False), ("up to", True), ("replayed", True),
                              ("predicted step", True), ("predicted MFU", True)], trs))
+    out.append(_job_path(d["job"].get("critical_path")))
     for r in ranks:
         cp = r["critical_path"]
         out.append(f"<h3>rank {escape(str(r['rank']))}</h3>" + _path_bar(cp["by_category_ns"], "kept steps"))
