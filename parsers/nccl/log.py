@@ -174,7 +174,10 @@ def read(path: str | Path, file: int = 0) -> NcclParse:
         cut = problem or cut
         for k, v in _parse_batch(lines).items():
             parts.setdefault(k, []).append(v)
-    got = {k: pl.concat(v, how="vertical_relaxed") for k, v in parts.items()} if parts else {}
+    if not parts:  # an empty file: the same tables, empty
+        for k, v in _parse_batch(pl.DataFrame(schema={"ln": pl.Int64, "line": pl.String})).items():
+            parts[k] = [v]
+    got = {k: pl.concat(v, how="vertical_relaxed") for k, v in parts.items()}
     return _assemble(str(path), file, got, cut)
 
 
@@ -184,8 +187,6 @@ def _first(c: str) -> pl.Expr:
 
 def _assemble(path: str, file: int, got: dict[str, pl.DataFrame], cut: str | None) -> NcclParse:
     warnings: list[str] = []
-    if not got:
-        return NcclParse(path, NAME, pl.DataFrame(schema=NCCL_ROW_SCHEMA), facts={"lines": 0}, warnings=["empty log"])
     c = got["counts"].sum().row(0, named=True)
     comms = (got["comm"].lazy()
              .group_by("host", "pid", "comm")

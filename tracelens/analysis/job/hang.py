@@ -156,7 +156,7 @@ def diagnose(rows: pl.DataFrame) -> dict[str, Any]:
             entry["waiting_for"] = ({"seq": int(behind["last_seq"].min()) + 1, "call": _call(waited),
                                      "members_in_it": _members(waited["members"]), "frames": _frames(waited["frames"])}
                                     if waited else None)
-            if verdict == "ok" or (verdict == "incomplete"):
+            if verdict in ("ok", "incomplete", "incomplete_inputs"):
                 verdict = "hang"
                 culprits = _members(behind["member"].to_list())
                 last = behind["last_seq"].min()
@@ -174,7 +174,7 @@ def diagnose(rows: pl.DataFrame) -> dict[str, Any]:
         if g["open_seq"] is not None:
             o = stuck.filter((pl.col("group") == name) & (pl.col("seq") == g["open_seq"])).row(0, named=True)
             entry["not_completed"] = {"seq": g["open_seq"], "members": _members(o["open_members"])}
-            if verdict == "ok":
+            if verdict in ("ok", "incomplete_inputs"):
                 verdict = "incomplete"
                 reason = (f"group {name}: every member seen entered seq {g['open_seq']} and "
                           f"{_label(_members(o['open_members']))} never completed it: a hang inside the collective "
