@@ -1,6 +1,6 @@
 """NCCL log parse rate and peak memory: a synthetic log of ``--mb`` MB built by repeating the real
 excerpts (tests/data/traces/nccl/logs) is read by parsers.nccl.log in a child process; prints MB/s
-and the child's peak RSS.  ``python benchmarks/nccl_log.py --mb 250``."""
+the child's CPU time (all threads) and peak RSS.  ``python benchmarks/nccl_log.py --mb 250``."""
 
 from __future__ import annotations
 
@@ -36,10 +36,12 @@ def main() -> None:
         t0 = time.perf_counter()
         out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.split()
         wall = time.perf_counter() - t0
-        rss = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024
+        ru = resource.getrusage(resource.RUSAGE_CHILDREN)
+        rss = ru.ru_maxrss / 1024
+        cpu = ru.ru_utime + ru.ru_stime  # the child's CPU time, all threads: the rate on a loaded machine
         secs, rows, lines = float(out[0]), int(out[1]), int(out[2])
         print(f"{size / 1e6:.0f} MB, {lines} lines, {rows} collective rows: parse {secs:.2f} s = {size / 1e6 / secs:.0f} MB/s "
-              f"(process {wall:.2f} s); peak RSS {rss:.0f} MB")
+              f"(process {wall:.2f} s, {cpu:.2f} CPU-s = {size / 1e6 / cpu:.0f} MB per CPU-s); peak RSS {rss:.0f} MB")
 
 
 if __name__ == "__main__":

@@ -46,6 +46,7 @@ PREFIXES = {
     "openmpi": lambda r: f"[1,{r}]<stdout>:",
     "slurm": lambda r: f"{r}: ",
     "torchrun": lambda r: f"[default{r}]:",
+    "torchrun_rank": lambda r: f"[rank{r}]:",
     "ray": lambda r: f"(RayTrainWorker pid={615 + r}, ip=10.72.7.{r}) ",
     "pdsh": lambda r: "node01: ",
 }
@@ -124,3 +125,21 @@ def test_unknown_truncated_and_interleaved_lines_are_counted(tmp_path):
     assert got.facts["unknown_lines"] == 2 and got.facts["interleaved_lines"] == 1
     assert any("2 line(s) are neither" in w for w in got.warnings) and any("interleaved" in w for w in got.warnings)
     assert got.rows.height >= 3
+
+
+def test_without_init_lines_communicators_are_guessed_by_size_and_order(tmp_path):
+    """NCCL_DEBUG_SUBSYS=COLL: no commId; two communicators of one size (TP and DP of 2) stay apart
+    by the order each process first used them; the launcher's rank names the rank."""
+    lines = []
+    for r in range(2):
+        core = f"[1,{r}]<stdout>:node01:{400 + r}:{500 + r} [{r}] NCCL INFO "
+        for i, comm in enumerate((f"0x{r}aa", f"0x{r}bb")):
+            for op in range(2):
+                lines.append(core + f"AllReduce: opCount {op} sendbuff 0x1 recvbuff 0x2 count {10 + i} datatype 9 op 0 root 0 "
+                                    f"comm {comm} [nranks=2] stream 0x3")
+    got = log.read(_write(tmp_path / "coll.log", lines))
+    rows = got.rows
+    assert sorted(set(rows["group"])) == ["nranks=2#1", "nranks=2#2"] and sorted(set(rows["rank"])) == [0, 1]
+    assert rows.filter(pl.col("group") == "nranks=2#2")["count"].unique().to_list() == [11]
+    assert set(rows["dtype"]) == {"bfloat16"} and set(rows["bytes"]) == {20, 22} and set(rows["member"]) == {"0", "1"}
+    assert any("a guess" in w for w in got.warnings)

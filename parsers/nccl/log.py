@@ -30,10 +30,11 @@ _CORE = (r"^(?P<pre>.*)(?:^|[\s:>\]])(?P<host>[\w.\-]+):(?P<pid>\d+):(?P<tid>\d+
          r"(?:\S+ ){0,3}?NCCL (?P<level>INFO|WARN|TRACE|CALL|ERROR|ABORT) ?(?P<msg>.*)$")
 _CORE_FIRST = (r"^(?P<pre>.*?)(?P<host>[\w.\-]+):(?P<pid>\d+):(?P<tid>\d+) \[(?P<dev>\d+)\] "
                r"(?:\S+ ){0,3}?NCCL (?P<level>INFO|WARN|TRACE|CALL|ERROR|ABORT) ?(?P<msg>.*)$")
+_LEFT = r"^(?P<pre>.*?)(?P<host>[\w.\-]+):(?P<pid>\d+):(?P<tid>\d+) \[(?P<dev>\d+)\](?: \S+){0,3}$"
 _TS = r"\[?(\d{4}-\d\d-\d\d[ T]\d\d:\d\d:\d\d(?:[.,]\d+)?)\]?\s*$"
 _COLL = (r"^(?P<op>[A-Za-z]+): opCount (?P<opc>[0-9a-fA-F]+) sendbuff (?P<sb>\S+) recvbuff (?P<rb>\S+) "
          r"count (?P<count>\d+) datatype (?P<dt>\d+) op (?P<rop>\d+) root (?P<root>-?\d+) comm (?P<comm>\S+)"
-         r"(?: \[nranks=(?P<nr>\d+)\])?(?: stream (?P<stream>\S+))?")
+         r"(?: \[nranks=(?P<nr>\d+)\])?(?: stream (?P<stream>\S+))?(?: task \d+)?(?: globalrank (?P<grank>\d+))?")
 _COMM = (r"comm (?P<comm>0x[0-9a-fA-F]+|\(nil\)) rank (?P<rank>\d+) n[Rr]anks (?P<nranks>\d+)"
          r"(?: cudaDev (?P<cd>\d+))?(?: nvmlDev (?P<nv>\d+))?(?: busId (?P<bus>[0-9a-fA-F]+))?"
          r"(?: commId (?P<cid>0x[0-9a-fA-F]+))?(?: nNodes (?P<nn>\d+))?(?: localRanks (?P<lr>\d+))?")
@@ -41,7 +42,7 @@ _VIA = r"^(?:Channel|Ring) \d+(?:/\d+)? : (?P<src>\d+)(?:\[\w+\])? -> (?P<dst>\d
 _RING = r"^Channel (?P<ch>\d+)/(?P<nch>\d+) :(?P<order>(?: \d+)+)\s*$"
 _TUNE = r"^(?P<op>\w+): (?P<bytes>\d+) Bytes -> Algo (?P<algo>\w+) proto (?P<proto>\w+)(?: channel\{Lo\.\.Hi\}=\{(?P<lo>\d+)\.\.(?P<hi>\d+)\})?"
 _VERSION = r"NCCL version (\d+\.\d+\.\d+\S*)"
-_LAUNCHER_RANK = (r"^\s*(?:\[\d+,(?P<ompi>\d+)\]<std(?:out|err)>:|\[default(?P<trun>\d+)\]:|(?P<slurm>\d+): |"
+_LAUNCHER_RANK = (r"^\s*(?:\[\d+,(?P<ompi>\d+)\]<std(?:out|err)>:|\[(?:default|rank)(?P<trun>\d+)\]:|(?P<slurm>\d+): |"
                   r"\[(?P<bracket>\d+)\]\s|\[Rank (?P<rk>\d+)\])")
 # PyTorch's ProcessGroupNCCL watchdog (not NCCL's own lines, but the hang's evidence)
 _WATCHDOG = r"WorkNCCL\(SeqNum=(?P<seq>\d+), OpType=(?P<optype>\w+)"
@@ -88,11 +89,23 @@ def _parse_batch(lines: pl.DataFrame) -> dict[str, pl.DataFrame]:
     # into a cut one) is read by its last, with the greedy prefix, on those lines only
     many = (line.str.count_matches(" NCCL INFO ", literal=True) + line.str.count_matches(" NCCL WARN ", literal=True)) > 1
     lines = lines.with_columns(many.alias("interleaved"))
-    one = lines.filter(~pl.col("interleaved")).with_columns(line.str.extract_groups(_CORE_FIRST).alias("g"))
-    two = lines.filter(pl.col("interleaved")).with_columns(line.str.extract_groups(_CORE).alias("g"))
+    # the common line: split at its first " NCCL ", the process/thread/device read from the short
+    # part before it (a regex over ~40 bytes, not the whole line), the level and message after it
+    halves = line.str.splitn(" NCCL ", 2)
+    one = (lines.lazy().filter(~pl.col("interleaved"))
+           .with_columns(halves.struct.field("field_0").str.extract_groups(_LEFT).alias("g"),
+                         halves.struct.field("field_1").alias("right"))
+           .unnest("g")
+           .with_columns(pl.col("right").str.extract(r"^(INFO|WARN|TRACE|CALL|ERROR|ABORT)\b").alias("level"))
+           .with_columns(pl.when(pl.col("level").is_not_null() & pl.col("host").is_not_null())
+                         .then(pl.col("right").str.slice(pl.col("level").str.len_bytes() + 1)).alias("msg"))
+           .drop("right", "tid")
+           .with_columns(pl.when(pl.col("msg").is_null()).then(None).otherwise(pl.col(c)).alias(c) for c in ("host", "pid", "dev", "pre"))
+           .collect())
+    two = (lines.filter(pl.col("interleaved")).with_columns(line.str.extract_groups(_CORE).alias("g")).unnest("g")
+           .drop("tid").select(one.columns))
     core = (
         pl.concat([one, two]).lazy()
-        .unnest("g")
         .with_columns(pl.col("pre").str.extract(_TS).alias("ts"),
                       pl.col("pre").str.extract_groups(_LAUNCHER_RANK).alias("lr"))
         .with_columns(pl.coalesce(pl.col("lr").struct.field(f).cast(pl.Int32, strict=False)
@@ -122,7 +135,8 @@ def _parse_batch(lines: pl.DataFrame) -> dict[str, pl.DataFrame]:
                     pl.col("op").cast(pl.Categorical), pl.col("opc").str.to_integer(base=16, strict=False).alias("seq"),
                     pl.col("count").cast(pl.Int64, strict=False), pl.col("dt").cast(pl.Int16, strict=False),
                     pl.col("rop").cast(pl.Int16, strict=False), pl.col("root").cast(pl.Int32, strict=False),
-                    pl.col("comm").cast(pl.Categorical), pl.col("nr").cast(pl.Int32, strict=False))
+                    pl.col("comm").cast(pl.Categorical), pl.col("nr").cast(pl.Int32, strict=False),
+                    pl.col("grank").cast(pl.Int32, strict=False))
             .collect())
     comm = (nccl.lazy().filter(msg.str.contains(" rank ", literal=True) & msg.str.contains("comm 0x", literal=True))
             .select("ln", *key, msg.str.extract_groups(_COMM).alias("c")).unnest("c")
@@ -151,11 +165,8 @@ def _parse_batch(lines: pl.DataFrame) -> dict[str, pl.DataFrame]:
                 .select("ln", line.str.extract_groups(_WATCHDOG).alias("w"), line.str.extract_groups(_PGSTATUS).alias("p"),
                         line.str.extract(r"\[Rank (\d+)\]").cast(pl.Int32, strict=False).alias("rank"))
                 .unnest("w", "p").collect())
-    read_msgs = (msg.str.contains(" opCount ", literal=True) | msg.str.contains("comm 0x", literal=True)
-                 | msg.str.contains(" via ", literal=True) | msg.str.starts_with("Channel ") | msg.str.starts_with("Trees ")
-                 | msg.str.contains(" Bytes -> Algo ", literal=True) | msg.str.contains("Using network", literal=True)
-                 | msg.str.contains("coll channels", literal=True) | msg.str.contains("Connected all", literal=True)
-                 | msg.str.contains("NCCL version", literal=True) | (pl.col("level") == "WARN"))
+    read_msgs = (msg.str.contains(r" opCount |comm 0x| via |^Channel |^Trees | Bytes -> Algo |Using network|coll channels|"
+                                  r"Connected all|NCCL version") | (pl.col("level") == "WARN"))
     counts = counts.with_columns(nccl.select((~read_msgs).sum()).to_series().alias("other_nccl_lines"))
     return {"counts": counts, "coll": coll, "comm": comm, "via": via, "ring": ring, "tune": tune, "words": words,
             "version": version, "watchdog": watchdog}
@@ -212,16 +223,23 @@ def _assemble(path: str, file: int, got: dict[str, pl.DataFrame], cut: str | Non
                                return_dtype=pl.Int64)
     mult = pl.when(collective.is_in(["allgather", "reducescatter"])).then(nranks.cast(pl.Int64)).otherwise(1)
     guessed = pl.col("comm_id").is_null()
+    # without a commId, a communicator is guessed by its size and the order in which the process's
+    # device first used communicators of that size (ranks create them in the same order)
+    order = (coll.lazy().with_columns(pl.col("host", "comm").cast(pl.String))
+             .group_by("host", "pid", "dev", "comm").agg(pl.col("ln").min().alias("first_ln"), pl.col("nr").max().alias("nr"))
+             .with_columns(pl.col("first_ln").rank("dense").over("host", "pid", "dev", "nr").alias("nth"))
+             .select("host", "pid", "dev", "comm", "nth"))
     rows = (
         coll.lazy()
         .with_columns(pl.col("host", "comm", "op").cast(pl.String))
         .join(comms.lazy().select("host", "pid", "comm", "comm_id", "rank", "nranks"), on=["host", "pid", "comm"], how="left")
         .join(world.lazy().rename({"cuda_dev": "dev"}), on=["host", "pid", "dev"], how="left")
+        .join(order, on=["host", "pid", "dev", "comm"], how="left")
         .with_columns(collective.alias("collective"), nranks.alias("group_size"))
         .select(
             pl.lit(file, pl.Int32).alias("file"),
-            pl.coalesce("launcher_rank", "proc_rank", "rank").cast(pl.Int32).alias("rank"),
-            pl.when(guessed).then(pl.format("nranks={}", pl.col("group_size").cast(pl.String).fill_null("?")))
+            pl.coalesce("grank", "launcher_rank", "proc_rank", "rank").cast(pl.Int32).alias("rank"),
+            pl.when(guessed).then(pl.format("nranks={}#{}", pl.col("group_size").cast(pl.String).fill_null("?"), "nth"))
               .otherwise(pl.col("comm_id")).alias("group"),
             pl.lit(None, pl.String).alias("group_desc"),
             "seq",
@@ -234,8 +252,9 @@ def _assemble(path: str, file: int, got: dict[str, pl.DataFrame], cut: str | Non
             pl.lit(None, pl.Int64).alias("exposed_ns"),
             pl.lit(1, pl.Int32).alias("n_parts"),
             pl.lit(NAME).alias("source"),
-            pl.when(pl.col("rank").is_not_null()).then(pl.col("rank").cast(pl.String))
-              .otherwise(pl.format("{}:{}[{}]", "host", "pid", "dev")).alias("member"),
+            # the rank in the communicator, else the global rank a launcher or NCCL printed, else the process
+            pl.coalesce(pl.col("rank"), "grank", "launcher_rank").cast(pl.String)
+              .fill_null(pl.format("{}:{}[{}]", "host", "pid", "dev")).alias("member"),
             pl.col("op").alias("op_name"),
             "count",
             pl.lit(None, pl.Int64).alias("out_count"),
@@ -257,7 +276,7 @@ def _assemble(path: str, file: int, got: dict[str, pl.DataFrame], cut: str | Non
     if rows.height and rows["group"].str.starts_with("nranks=").any():
         n = int(rows["group"].str.starts_with("nranks=").sum())
         warnings.append(f"{n} collective line(s) name a communicator whose commId the log does not give (no INIT lines: "
-                        "NCCL_DEBUG_SUBSYS without INIT, or an excerpt); grouped by size (nranks=N), a guess")
+                        "NCCL_DEBUG_SUBSYS without INIT, or an excerpt); grouped by size and order of first use (nranks=N#k), a guess")
     words = got["words"]
     versions = sorted(got["version"]["v"].unique().to_list())
     w = got["watchdog"]
