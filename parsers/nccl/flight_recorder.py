@@ -47,6 +47,10 @@ class _DumpUnpickler(pickle.Unpickler):
         raise _Refused("a persistent id")
 
 
+def _oneline(e: Exception) -> str:
+    return str(e).encode("unicode_escape").decode("ascii")[:80]
+
+
 def load_pickle(data: bytes, path: str) -> object:
     try:
         return _DumpUnpickler(io.BytesIO(data)).load()
@@ -54,7 +58,7 @@ def load_pickle(data: bytes, path: str) -> object:
         raise ParseError(path, f"refused: the pickle names {e} (a Flight Recorder dump holds only builtin "
                                "containers and scalars; tracelens never runs a pickle's code)") from None
     except Exception as e:  # a cut or corrupt pickle: anything the unpickler raises
-        raise ParseError(path, f"not a readable pickle ({type(e).__name__}: {str(e)[:80]})") from None
+        raise ParseError(path, f"not a readable pickle ({type(e).__name__}: {_oneline(e)})") from None
 
 
 def _load(path: Path) -> dict:
@@ -70,7 +74,7 @@ def _load(path: Path) -> dict:
         try:
             doc = orjson.loads(data)
         except orjson.JSONDecodeError as e:
-            raise ParseError(str(path), f"not valid JSON ({str(e)[:80]})") from None
+            raise ParseError(str(path), f"not valid JSON ({_oneline(e)})") from None
     if not isinstance(doc, dict) or not isinstance(doc.get("entries"), list):
         raise ParseError(str(path), "not a Flight Recorder dump (no 'entries' list)")
     return doc
