@@ -24,7 +24,8 @@ from tracelens.model.nccl import COMM_SCHEMA, NCCL_DTYPES, NCCL_OPS, NCCL_REDOPS
 
 NAME = "nccl_log"
 PARSER_VERSION = "1"
-BATCH_BYTES = 16 << 20  # bytes of whole lines per batch
+BATCH_BYTES = 8 << 20  # bytes of whole lines per batch
+ASSEMBLE_ROWS = 1 << 17  # collective lines turned into rows at a time
 
 _CORE = (r"^(?P<pre>.*)(?:^|[\s:>\]])(?P<host>[\w.\-]+):(?P<pid>\d+):(?P<tid>\d+) \[(?P<dev>\d+)\] "
          r"(?:\S+ ){0,3}?NCCL (?P<level>INFO|WARN|TRACE|CALL|ERROR|ABORT) ?(?P<msg>.*)$")
@@ -214,7 +215,7 @@ def _assemble(path: str, file: int, got: dict[str, pl.DataFrame], cut: str | Non
     # a process's (and device's) global rank: its rank in its largest communicator
     world = (comms.lazy().sort("nranks", descending=True, nulls_last=True)
              .group_by("host", "pid", "cuda_dev").agg(pl.col("rank").first().alias("proc_rank")).collect())
-    coll = got["coll"]
+    coll = got.pop("coll")
     rop = pl.col("rop").cast(pl.Int64)
     nranks = pl.coalesce(pl.col("nr"), pl.col("nranks"))
     collective = pl.col("op").replace_strict(NCCL_OPS, default=pl.col("op").str.to_lowercase())
@@ -229,50 +230,54 @@ def _assemble(path: str, file: int, got: dict[str, pl.DataFrame], cut: str | Non
              .group_by("host", "pid", "dev", "comm").agg(pl.col("ln").min().alias("first_ln"), pl.col("nr").max().alias("nr"))
              .with_columns(pl.col("first_ln").rank("dense").over("host", "pid", "dev", "nr").alias("nth"))
              .select("host", "pid", "dev", "comm", "nth"))
-    rows = (
-        coll.lazy()
-        .with_columns(pl.col("host", "comm", "op").cast(pl.String))
-        .join(comms.lazy().select("host", "pid", "comm", "comm_id", "rank", "nranks"), on=["host", "pid", "comm"], how="left")
-        .join(world.lazy().rename({"cuda_dev": "dev"}), on=["host", "pid", "dev"], how="left")
-        .join(order, on=["host", "pid", "dev", "comm"], how="left")
-        .with_columns(collective.alias("collective"), nranks.alias("group_size"))
-        .select(
-            pl.lit(file, pl.Int32).alias("file"),
-            pl.coalesce("grank", "launcher_rank", "proc_rank", "rank").cast(pl.Int32).alias("rank"),
-            pl.when(guessed).then(pl.format("nranks={}#{}", pl.col("group_size").cast(pl.String).fill_null("?"), "nth"))
-              .otherwise(pl.col("comm_id")).alias("group"),
-            pl.lit(None, pl.String).alias("group_desc"),
-            "seq",
-            "collective",
-            pl.col("ts").alias("start_ns"),
-            pl.lit(None, pl.Int64).alias("end_ns"),
-            (pl.col("count") * elsize * mult).alias("bytes"),
-            "group_size",
-            pl.lit(True).alias("on_host"),
-            pl.lit(None, pl.Int64).alias("exposed_ns"),
-            pl.lit(1, pl.Int32).alias("n_parts"),
-            pl.lit(NAME).alias("source"),
-            # the rank in the communicator, else the global rank a launcher or NCCL printed, else the process
-            pl.coalesce(pl.col("rank"), "grank", "launcher_rank").cast(pl.String)
-              .fill_null(pl.format("{}:{}[{}]", "host", "pid", "dev")).alias("member"),
-            pl.col("op").alias("op_name"),
-            "count",
-            pl.lit(None, pl.Int64).alias("out_count"),
-            dt.replace_strict(dict(enumerate(NCCL_DTYPES)), default=pl.format("datatype{}", dt), return_dtype=pl.String)
-              .alias("dtype"),
-            "root",
-            rop.replace_strict(dict(enumerate(NCCL_REDOPS)), default=pl.format("premulsum{}", rop), return_dtype=pl.String)
-              .alias("redop"),
-            pl.lit("scheduled").alias("state"),
-            pl.lit(None, pl.Int64).alias("p2p_seq"),
-            "comm", "host", "pid",
-            pl.col("ln").alias("order"),
-            pl.lit(None, pl.String).alias("frames"),
-        )
-        .select([pl.col(k).cast(t) for k, t in NCCL_ROW_SCHEMA.items()])
-        .sort("group", "seq", "member", "order", nulls_last=True)
-        .collect()
-    )
+
+    def build(part: pl.DataFrame) -> pl.DataFrame:
+        return (part.lazy()
+                .with_columns(pl.col("host", "comm", "op").cast(pl.String))
+                .join(comms.lazy().select("host", "pid", "comm", "comm_id", "rank", "nranks"), on=["host", "pid", "comm"], how="left")
+                .join(world.lazy().rename({"cuda_dev": "dev"}), on=["host", "pid", "dev"], how="left")
+                .join(order, on=["host", "pid", "dev", "comm"], how="left")
+                .with_columns(collective.alias("collective"), nranks.alias("group_size"))
+                .select(
+                    pl.lit(file, pl.Int32).alias("file"),
+                    pl.coalesce("grank", "launcher_rank", "proc_rank", "rank").cast(pl.Int32).alias("rank"),
+                    pl.when(guessed).then(pl.format("nranks={}#{}", pl.col("group_size").cast(pl.String).fill_null("?"), "nth"))
+                      .otherwise(pl.col("comm_id")).alias("group"),
+                    pl.lit(None, pl.String).alias("group_desc"),
+                    "seq",
+                    "collective",
+                    pl.col("ts").alias("start_ns"),
+                    pl.lit(None, pl.Int64).alias("end_ns"),
+                    (pl.col("count") * elsize * mult).alias("bytes"),
+                    "group_size",
+                    pl.lit(True).alias("on_host"),
+                    pl.lit(None, pl.Int64).alias("exposed_ns"),
+                    pl.lit(1, pl.Int32).alias("n_parts"),
+                    pl.lit(NAME).alias("source"),
+                    # the rank in the communicator, else the global rank a launcher or NCCL printed, else the process
+                    pl.coalesce(pl.col("rank"), "grank", "launcher_rank").cast(pl.String)
+                      .fill_null(pl.format("{}:{}[{}]", "host", "pid", "dev")).alias("member"),
+                    pl.col("op").alias("op_name"),
+                    "count",
+                    pl.lit(None, pl.Int64).alias("out_count"),
+                    dt.replace_strict(dict(enumerate(NCCL_DTYPES)), default=pl.format("datatype{}", dt), return_dtype=pl.String)
+                      .alias("dtype"),
+                    "root",
+                    rop.replace_strict(dict(enumerate(NCCL_REDOPS)), default=pl.format("premulsum{}", rop), return_dtype=pl.String)
+                      .alias("redop"),
+                    pl.lit("scheduled").alias("state"),
+                    pl.lit(None, pl.Int64).alias("p2p_seq"),
+                    "comm", "host", "pid",
+                    pl.col("ln").alias("order"),
+                    pl.lit(None, pl.String).alias("frames"),
+                )
+                .select([pl.col(k).cast(t) for k, t in NCCL_ROW_SCHEMA.items()])
+                .collect())
+
+    # built a slice of lines at a time: the memory it takes beyond the rows stays that of one slice
+    # (in line order: a sort would copy them once more)
+    rows = pl.concat([build(coll.slice(i, ASSEMBLE_ROWS)) for i in range(0, max(coll.height, 1), ASSEMBLE_ROWS)], rechunk=False)
+    del coll
     if rows.height and rows["group"].str.starts_with("nranks=").any():
         n = int(rows["group"].str.starts_with("nranks=").sum())
         warnings.append(f"{n} collective line(s) name a communicator whose commId the log does not give (no INIT lines: "
@@ -285,7 +290,7 @@ def _assemble(path: str, file: int, got: dict[str, pl.DataFrame], cut: str | Non
         "lines": c["lines"], "nccl_lines": c["nccl_lines"], "collective_lines": rows.height,
         "warn_lines": c["warn_lines"], "unknown_lines": c["unknown_lines"], "other_nccl_lines": c["other_nccl_lines"],
         "interleaved_lines": c["interleaved_lines"],
-        "processes": (pl.concat([got["coll"].select(pl.col("host").cast(pl.String), "pid"), got["comm"].select("host", "pid")])
+        "processes": (pl.concat([rows.select("host", "pid").unique(), got["comm"].select("host", "pid")])
                       .unique().height),
         "communicators": comms.height,
         "networks": sorted(words["network"].explode().drop_nulls().unique().to_list()),
