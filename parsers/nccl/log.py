@@ -234,9 +234,10 @@ def _assemble(path: str, file: int, got: dict[str, pl.DataFrame], cut: str | Non
     def build(part: pl.DataFrame) -> pl.DataFrame:
         return (part.lazy()
                 .with_columns(pl.col("host", "comm", "op").cast(pl.String))
-                .join(comms.lazy().select("host", "pid", "comm", "comm_id", "rank", "nranks"), on=["host", "pid", "comm"], how="left")
-                .join(world.lazy().rename({"cuda_dev": "dev"}), on=["host", "pid", "dev"], how="left")
-                .join(order, on=["host", "pid", "dev", "comm"], how="left")
+                .join(comms.lazy().select("host", "pid", "comm", "comm_id", "rank", "nranks"), on=["host", "pid", "comm"], how="left",
+                      maintain_order="left")
+                .join(world.lazy().rename({"cuda_dev": "dev"}), on=["host", "pid", "dev"], how="left", maintain_order="left")
+                .join(order, on=["host", "pid", "dev", "comm"], how="left", maintain_order="left")
                 .with_columns(collective.alias("collective"), nranks.alias("group_size"))
                 .select(
                     pl.lit(file, pl.Int32).alias("file"),
