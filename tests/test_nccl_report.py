@@ -200,3 +200,24 @@ def test_fuzz_dump_shapes(doc):
     else:
         base["entries"] = [doc] + base["entries"][:2]
     _dump(pickle.dumps(base))
+
+
+def _rows(recs):
+    """NCCL rows from (member, group, seq, collective, count, state, group_size) tuples."""
+    given = [{"file": int(m), "rank": int(m), "group": g, "seq": s, "collective": c, "count": n, "dtype": "Float", "state": st_,
+              "group_size": size, "source": "flight_recorder", "member": m, "order": s, "n_parts": 1}
+             for m, g, s, c, n, st_, size in recs]
+    return pl.DataFrame([{k: r.get(k) for k in NCCL_ROW_SCHEMA} for r in given], schema=NCCL_ROW_SCHEMA)
+
+
+def test_verdicts_on_rows():
+    done = [(m, "0", s, "allreduce", 4, "completed", 3) for m in "012" for s in (1, 2)]
+    stuck = [(m, "0", 3, "allreduce", 4, "started", 3) for m in "012"]
+    v = diagnose(_rows(done + stuck))
+    assert v["verdict"] == "incomplete" and v["culprits"] == [] and v["groups"][0]["not_completed"] == {"seq": 3, "members": [0, 1, 2]}
+    v = diagnose(_rows([r for r in done if r[0] != "2"]))
+    assert v["verdict"] == "incomplete_inputs" and v["groups"][0]["missing_members"] == 1
+    # ring buffers that kept different windows: only the seqs every member holds are compared
+    wrapped = [r for r in done if not (r[0] == "1" and r[2] == 1)] + [("0", "0", 0, "allgather", 9, "completed", 3)]
+    assert diagnose(_rows(wrapped))["verdict"] == "ok"
+    assert diagnose(_rows([]))["verdict"] == "no_collectives"
