@@ -60,6 +60,8 @@ def test_real_logs_and_dumps_directories(capsys, tmp_path):
     v = json.loads(report(capsys, tmp_path, NCCL / "logs" / "nccl-issue203_tensorflow_allreduce_coll_2gpu.log")[2].read_text())
     v = v["job"]["nccl_diagnosis"]
     assert v["verdict"] == "hang" and v["culprits"] == ["gpu1:13135[0]"] and "never entered seq 29" in v["summary"]
+    wd = json.loads(report(capsys, tmp_path, NCCL / "logs")[2].read_text())["job"]["nccl_diagnosis"]["watchdog"]
+    assert [(w["rank"], w["seq"], w["last_completed"]) for w in wd] == [(4, 27732, 27731)]
     code, err, o = report(capsys, tmp_path, NCCL / "flight_recorder", out="r.txt")
     text = o.read_text()
     assert code == EXIT_OK and text.splitlines()[1].startswith("NCCL verdict: consistent") and "Flight Recorder 2.10" in text

@@ -162,10 +162,16 @@ def _parse_batch(lines: pl.DataFrame) -> dict[str, pl.DataFrame]:
         pl.when(pl.col("level") == "WARN").then(msg).drop_nulls().unique(maintain_order=True).head(5).implode().alias("warn"),
     ).collect())
     version = lines.lazy().select(line.str.extract(_VERSION).alias("v")).filter(pl.col("v").is_not_null()).unique().collect()
-    watchdog = (lines.lazy().filter(line.str.contains("WorkNCCL(SeqNum=", literal=True) | line.str.contains("last enqueued work:", literal=True))
+    # PyTorch's watchdog message spans lines: each of its lines gets the rank of the last "[Rank N]" before it
+    watchdog = (lines.lazy().filter(line.str.contains(r"\[Rank \d+\]|WorkNCCL\(SeqNum=|last enqueued work:|ran for \d+ milliseconds|Timeout\(ms\)="))
                 .select("ln", line.str.extract_groups(_WATCHDOG).alias("w"), line.str.extract_groups(_PGSTATUS).alias("p"),
-                        line.str.extract(r"\[Rank (\d+)\]").cast(pl.Int32, strict=False).alias("rank"))
-                .unnest("w", "p").collect())
+                        line.str.extract(r"ran for (\d+) milliseconds").cast(pl.Int64, strict=False).alias("ran_ms"),
+                        line.str.extract(r"Timeout\(ms\)=(\d+)").cast(pl.Int64, strict=False).alias("timeout_ms"),
+                        line.str.extract(r"\[Rank (\d+)\]").cast(pl.Int32, strict=False).forward_fill().alias("rank"))
+                .unnest("w", "p")
+                .with_columns(pl.col("seq", "enq", "done").cast(pl.Int64, strict=False))
+                .filter(pl.any_horizontal(pl.col("seq", "enq", "done", "ran_ms", "timeout_ms").is_not_null()))
+                .collect())
     read_msgs = (msg.str.contains(r" opCount |comm 0x| via |^Channel |^Trees | Bytes -> Algo |Using network|coll channels|"
                                   r"Connected all|NCCL version") | (pl.col("level") == "WARN"))
     counts = counts.with_columns(nccl.select((~read_msgs).sum()).to_series().alias("other_nccl_lines"))
@@ -305,7 +311,11 @@ def _assemble(path: str, file: int, got: dict[str, pl.DataFrame], cut: str | Non
         "tuning": got["tune"].group_by("op", "algo", "proto").agg(pl.col("calls").sum(), pl.col("min_bytes").min(),
                                                                  pl.col("max_bytes").max()).sort("op", "algo", "proto").to_dicts(),
         "warnings_logged": words["warn"].explode().drop_nulls().unique(maintain_order=True).head(5).to_list(),
-        "watchdog": w.select("rank", "seq", "optype", "enq", "done").to_dicts()[:20] if w.height else [],
+        # per rank: the collective PyTorch's watchdog timed out on, and its group's last enqueued / completed work
+        "watchdog": (w.group_by("rank").agg(_first("seq").alias("seq"), _first("optype").alias("op"),
+                                            _first("timeout_ms").alias("timeout_ms"), _first("ran_ms").alias("ran_ms"),
+                                            _first("enq").alias("last_enqueued"), _first("done").alias("last_completed"))
+                     .sort("rank", nulls_last=True).head(64).to_dicts() if w.height else []),
     }
     if cut:
         warnings.append(f"the log is cut short ({cut}); its last line read as it stands")

@@ -9,7 +9,7 @@ from typing import Any
 
 import polars as pl
 
-from tracelens.model.nccl import NCCL_ROW_SCHEMA
+from tracelens.model.nccl import NCCL_ROW_SCHEMA, watchdog_text
 
 MAX_COMMS = 200
 
@@ -31,6 +31,10 @@ def analyze_nccl(found: list[tuple[Path, str]], warnings: list[str]) -> dict[str
     rows = pl.concat([p.rows for p in parses]) if parses else pl.DataFrame(schema=NCCL_ROW_SCHEMA)
     diag = diagnose(rows)
     warnings.extend(diag.pop("warnings", []))
+    # PyTorch's watchdog, where the logs hold its timeout messages: which collective each rank timed out on
+    diag["watchdog"] = [{"path": p.path, **w} for p in parses for w in p.facts.get("watchdog") or []][:64]
+    if diag["watchdog"] and diag["verdict"] == "no_collectives":
+        diag["summary"] = "no collective records; " + "; ".join(watchdog_text(w) for w in diag["watchdog"][:4])
     comms = pl.concat([p.comms for p in parses]) if parses else None
     by_group = (rows.group_by("group", "collective").agg(
         pl.col("group_desc").drop_nulls().first(), pl.len().alias("records"), pl.col("member").n_unique().alias("members"),

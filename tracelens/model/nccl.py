@@ -22,6 +22,8 @@ frames       String   stack frames, JSON list of ``[name, filename, line]`` (FR 
 
 from __future__ import annotations
 
+from typing import Any
+
 import polars as pl
 
 from tracelens.model.schema import COLLECTIVE_SCHEMA
@@ -85,3 +87,13 @@ class NcclParse:
         self.comms = comms if comms is not None else pl.DataFrame(schema=COMM_SCHEMA)
         self.facts = facts or {}
         self.warnings = warnings or []
+
+
+def watchdog_text(w: dict[str, Any]) -> str:
+    """One line on a PyTorch watchdog timeout (``job.nccl_diagnosis.watchdog``)."""
+    who = f"rank {w['rank']}" if w.get("rank") is not None else "a rank"
+    what = f"seq {w['seq']}" + (f" ({w['op']})" if w.get("op") else "") if w.get("seq") is not None else "a collective"
+    ran = f" after {w['ran_ms']} ms" if w.get("ran_ms") is not None else ""
+    pg = (f"; its group's last enqueued work {w['last_enqueued']}, last completed {w['last_completed']}"
+          if w.get("last_enqueued") is not None else "")
+    return f"PyTorch's watchdog: {who} timed out in {what}{ran}{pg}"

@@ -181,6 +181,10 @@ def verdict_lines(v: dict[str, Any]) -> list[str]:
             out.append(f"  group {g['group']}: seq {nc['seq']} never completed on {', '.join(str(x) for x in nc['members'][:12])}")
         if g.get("missing_members"):
             out.append(f"  group {g['group']}: {g['missing_members']} member(s) of {g['size']} not in the inputs")
+    if v.get("watchdog") and v["verdict"] != "no_collectives":
+        from tracelens.model.nccl import watchdog_text
+
+        out.extend(f"  {watchdog_text(w)}" for w in v["watchdog"][:4])
     for f in v["frames"][:4]:
         if f["frames"]:
             out.append(f"  stack of {', '.join(str(x) for x in f['members'][:8])} ({f['call']}):")
