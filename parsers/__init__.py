@@ -38,18 +38,34 @@ def unsupported(path: Path, head: bytes) -> str | None:
     if path.name.lower().endswith(NSYS_REPORT_SUFFIXES):
         return ("looks like an Nsight Systems report (.nsys-rep), which tracelens cannot read: export it with "
                 "`nsys export --type sqlite FILE.nsys-rep` and give tracelens the .sqlite")
-    if len(head) > 1 and head[0] == 0x80 and 2 <= head[1] <= 5:  # a pickle (protocol 2-5): never unpickled
-        if b"pg_config" in head or b"entries" in head or b"profiling_name" in head:
-            return ("looks like a PyTorch Flight Recorder dump (pickle), which tracelens does not analyse (and never "
-                    "unpickles a file): torch's `torchfrtrace DIR` analyses a job's dumps; " + RECORD_TORCH)
-        return "a Python pickle, not a trace (tracelens never unpickles a file)"
+    if is_pickle(head):  # a pickle (protocol 2-5) that is not a Flight Recorder dump (``sniff`` knows those)
+        return "a Python pickle, not a trace (tracelens unpickles only Flight Recorder dumps, and those safely)"
     text = head.lstrip(b"\xef\xbb\xbf \t\r\n")
     if text[:1] in (b"{", b"["):
         return None  # JSON: the Kineto parser says what it is (a Flight Recorder JSON dump among others)
-    if _NCCL_LOG.search(head):
-        return f"looks like an NCCL log (NCCL_DEBUG=INFO output), which tracelens does not analyse; {RECORD_TORCH}"
     if _NCCL_TESTS.search(head):
         return f"looks like nccl-tests output (all_reduce_perf ...), which tracelens does not analyse; {RECORD_TORCH}"
+    return None
+
+
+def is_pickle(head: bytes) -> bool:
+    return len(head) > 1 and head[0] == 0x80 and 2 <= head[1] <= 5
+
+
+def nccl_format(head: bytes) -> str | None:
+    """``flight_recorder`` (a dump: pickle or JSON), ``nccl_log`` (NCCL_DEBUG output, PyTorch's
+    NCCL watchdog lines) or None, from a file's first bytes."""
+    if is_pickle(head):
+        return "flight_recorder" if (b"pg_config" in head or b"entries" in head or b"profiling_name" in head) else None
+    text = head.lstrip(b"\xef\xbb\xbf \t\r\n")
+    if text[:1] == b"{":
+        if b'"entries"' in head and (b'"collective_seq_id"' in head or b'"pg_config"' in head or b'"pg_status"' in head):
+            return "flight_recorder"
+        return None
+    if re.match(rb"\[\s*(?:[{\]]|$)", text) or _NCCL_TESTS.search(head):  # a JSON array; nccl-tests output (its NCCL lines too)
+        return None
+    if _NCCL_LOG.search(head):
+        return "nccl_log"
     return None
 
 
@@ -101,6 +117,9 @@ def sniff(path: Path) -> str:
         raise ParseError(str(path), "empty gzip stream" if raw[:2] == GZIP_MAGIC else "empty file")
     if head.startswith(SQLITE_MAGIC):
         return "nsys"
+    nccl = nccl_format(head)
+    if nccl:
+        return nccl
     what = unsupported(path, head)
     if what:
         raise UnsupportedFormat(str(path), what)
@@ -133,12 +152,25 @@ class Parser(Protocol):
 
 # format name -> the module (in this package) that parses it, imported when first asked for
 PARSERS: dict[str, str] = {"kineto": ".kineto", "nsys": ".nsys"}
+# formats of NCCL's own records: no event table (no timeline of kernels), read on their own into
+# collective rows (``read(path, file) -> tracelens.model.nccl.NcclParse``)
+COLLECTIVE_PARSERS: dict[str, str] = {"nccl_log": ".nccl.log", "flight_recorder": ".nccl.flight_recorder"}
+NCCL_ALONE = ("are read on their own: give tracelens only NCCL logs / Flight Recorder dumps (a directory of them) for their "
+              "report; joining them to a profiled job is not done yet")
+
+
+def collective_parser_for(fmt: str):
+    """The module that reads format ``fmt`` (one of ``COLLECTIVE_PARSERS``) into collective rows."""
+    return importlib.import_module(COLLECTIVE_PARSERS[fmt], __name__)
 
 
 def parser_for(fmt: str, path: Path | None = None) -> Parser:
     """The parser of format ``fmt`` (a name ``sniff`` gives); UnsupportedFormat for a format
     without one (``path`` names the file in that message)."""
     module = PARSERS.get(fmt)
+    if fmt in COLLECTIVE_PARSERS:
+        what = "Flight Recorder dumps" if fmt == "flight_recorder" else "NCCL logs"
+        raise UnsupportedFormat(str(path or fmt), f"looks like one of the {what}, which {NCCL_ALONE}")
     if module is None:
         raise UnsupportedFormat(str(path or fmt), f"{fmt} files are not supported yet "
                                                   "(PyTorch profiler JSON and Nsight Systems SQLite exports only)")

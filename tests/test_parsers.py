@@ -47,8 +47,10 @@ def test_nsys_is_parsed():
 
 
 def test_an_unknown_format_is_refused_by_name():
-    with pytest.raises(UnsupportedFormat, match="nccl_log files are not supported yet"):
-        parser_for("nccl_log")
+    with pytest.raises(UnsupportedFormat, match="nccl_tests files are not supported yet"):
+        parser_for("nccl_tests")
+    with pytest.raises(UnsupportedFormat, match="NCCL logs, which are read on their own"):
+        parser_for("nccl_log")  # no event table: read into collective rows (collective_parser_for)
 
 
 def test_parse_file_uses_the_registry(tmp_path, monkeypatch):

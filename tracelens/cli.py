@@ -365,8 +365,14 @@ def _traces(path: str, what: str, skip_found: bool):
 def _analyze_paths(paths: list[str], args: argparse.Namespace, steps) -> dict:
     """The report of the job in ``paths``: from the report cache when the job and the options are
     unchanged (neither polars nor the analysis is imported then), else loaded and analysed."""
+    from tracelens.store.nccl import nccl_only
     from tracelens.store.reports import cached_report
 
+    nccl = nccl_only(paths)
+    if nccl is not None:  # NCCL logs / Flight Recorder dumps alone: their collectives and the hang verdict
+        from tracelens.analysis.nccl import analyze_nccl
+
+        return analyze_nccl(*nccl)
     values = _option_values(args, steps)
 
     def analyse() -> tuple[dict, bool]:

@@ -41,6 +41,8 @@ _ALIASES = {
     "wait": "wait",
 }
 
+COLLECTIVE_ALIASES = _ALIASES  # (read-only) every spelling -> the normalised name
+
 P2P = frozenset({"send", "recv", "sendrecv"})
 
 _DTYPE_BYTES = {

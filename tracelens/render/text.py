@@ -23,7 +23,11 @@ def render_text(d: dict[str, Any]) -> str:
     first (``views.printable``): no control character or escape sequence reaches the terminal."""
     d = views.printable_report(d)
     job = d["job"]
+    if job.get("nccl") is not None and not d["ranks"]:  # NCCL logs / Flight Recorder dumps alone
+        return nccl_text(d)
     lines = [f"tracelens {d['tool']['version']} — {job['ranks']} rank(s)"]
+    if job.get("nccl_diagnosis"):
+        lines.extend(verdict_lines(job["nccl_diagnosis"]))
     mfus = [(r["rank"], r["mfu"]) for r in d["ranks"]]
     h = views.headline(d)
     nwarn = f" ({h['warnings']} warning(s) at the end)" if h["warnings"] else ""
@@ -158,6 +162,83 @@ def render_text(d: dict[str, Any]) -> str:
 
         lines.append("")
         lines.append(text_section(d["comparison"]).rstrip("\n"))
+    if d["warnings"]:
+        lines.append("")
+        lines.extend(f"warning: {w}" for w in d["warnings"])
+    return "\n".join(lines) + "\n"
+
+
+def verdict_lines(v: dict[str, Any]) -> list[str]:
+    """The one-screen verdict of ``job.nccl_diagnosis``: what happened, the culprits and why, the
+    first disagreement's calls, who is behind, the divergent calls' stack frames."""
+    out = [f"NCCL verdict: {v['summary']}"]
+    if v["culprits"]:
+        out.append("  likely culprit(s): " + ", ".join(str(c) for c in v["culprits"]))
+    m = v.get("first_mismatch")
+    if m:
+        out.append(f"  first disagreement: group {m['group']} seq {m['seq']} ({', '.join(m['fields'])}):")
+        for c in m["calls"][:6]:
+            out.append(f"    {', '.join(str(x) for x in c['members'][:12])}: {c['call']}")
+    for g in v["groups"][:6]:
+        if g.get("behind"):
+            wait = g.get("waiting_for") or {}
+            out.append(f"  group {g['group']}: behind: " + ", ".join(f"{b['member']} (at seq {b['last_seq']})" for b in g["behind"][:12])
+                       + (f"; waiting in seq {wait['seq']}: {', '.join(str(x) for x in wait['members_in_it'][:12])}" if wait else ""))
+        if g.get("not_completed"):
+            nc = g["not_completed"]
+            out.append(f"  group {g['group']}: seq {nc['seq']} never completed on {', '.join(str(x) for x in nc['members'][:12])}")
+        if g.get("missing_members"):
+            out.append(f"  group {g['group']}: {g['missing_members']} member(s) of {g['size']} not in the inputs")
+    if v.get("watchdog") and v["verdict"] != "no_collectives":
+        from tracelens.model.nccl import watchdog_text
+
+        out.extend(f"  {watchdog_text(w)}" for w in v["watchdog"][:4])
+    for f in v["frames"][:4]:
+        if f["frames"]:
+            out.append(f"  stack of {', '.join(str(x) for x in f['members'][:8])} ({f['call']}):")
+            out.extend(f"      {fr.get('name')} at {fr.get('filename')}:{fr.get('line')}" for fr in f["frames"][:4])
+    return out
+
+
+def nccl_text(d: dict[str, Any]) -> str:
+    """The summary of a job of NCCL records only: verdict, inputs, communicators, collectives."""
+    job = d["job"]
+    nccl = job["nccl"]
+    lines = [f"tracelens {d['tool']['version']} — NCCL records: {len(nccl['inputs'])} input(s)"]
+    lines.extend(verdict_lines(job["nccl_diagnosis"]))
+    lines.append("")
+    lines.append("inputs:")
+    for i in nccl["inputs"][:20]:
+        f = i["facts"]
+        extra = []
+        if f.get("nccl_version"):
+            extra.append(f"NCCL {f['nccl_version']}")
+        if f.get("fr_version"):
+            extra.append(f"Flight Recorder {f['fr_version']}")
+        for k in ("communicators", "unknown_lines", "other_nccl_lines", "warn_lines"):
+            if f.get(k):
+                extra.append(f"{k.replace('_', ' ')} {f[k]}")
+        if f.get("transports"):
+            extra.append("transports " + ", ".join(f"{t['transport']} x{t['connections']}" for t in f["transports"]))
+        if f.get("tuning"):
+            extra.append("algo/proto " + ", ".join(f"{t['op']} {t['algo']}/{t['proto']}" for t in f["tuning"][:4]))
+        lines.append(f"  {i['path']} ({i['format']}): {i['records']} record(s)" + (f"; {'; '.join(extra)}" if extra else ""))
+    if nccl["communicators"]:
+        lines.append("")
+        lines.append(f"communicators ({nccl.get('communicators_total', len(nccl['communicators']))}):")
+        lines.append(f"  {'commId':<20} {'rank':>5} {'nranks':>6} {'host':<20} {'pid':>8} {'cudaDev':>7} {'busId':>8}")
+        for c in nccl["communicators"][:16]:
+            lines.append(f"  {str(c['comm_id'] or c['comm'])[:20]:<20} {c['rank'] if c['rank'] is not None else '-':>5} "
+                         f"{c['nranks'] if c['nranks'] is not None else '-':>6} {str(c['host'])[:20]:<20} {c['pid'] or '-':>8} "
+                         f"{c['cuda_dev'] if c['cuda_dev'] is not None else '-':>7} {c['bus_id'] or '-':>8}")
+    if nccl["collectives"]:
+        lines.append("")
+        lines.append("collectives:")
+        lines.append(f"  {'group':<22} {'collective':<14} {'records':>8} {'members':>7} {'seq':>15}")
+        for c in nccl["collectives"][:20]:
+            grp = str(c["group"])[:14] + (f" ({c['group_desc']})"[:8] if c["group_desc"] else "")
+            span = f"{c['first_seq']}..{c['last_seq']}"
+            lines.append(f"  {grp:<22} {c['collective'] or '?':<14} {c['records']:>8} {c['members']:>7} {span:>15}")
     if d["warnings"]:
         lines.append("")
         lines.extend(f"warning: {w}" for w in d["warnings"])

@@ -1,0 +1,332 @@
+"""``NCCL_DEBUG=INFO`` logs (FORMATS.md 2) -> collective rows, communicators and facts.
+
+A line's NCCL core ``[ts ]host:pid:tid [dev] [file:line ][func ]NCCL LEVEL message`` is searched
+anywhere in the line, after whatever a launcher put before it (Open MPI ``[1,3]<stdout>:``, Slurm
+``3: ``, torchrun ``[default3]:``, pdsh ``host: ``, Ray ``(RayTrainWorker pid=..., ip=...) ``); an
+interleaved line (a cut line with another rank's line run into it) is read by its last core.  The
+file is read in bounded batches of whole lines, each batch one polars frame of lines and a few
+regex passes over it (no Python per line): a 2 GB log takes the memory of one batch plus its rows.
+
+Per call (subsystem COLL): ``Op: opCount <hex> ... count .. datatype .. op .. root .. comm <ptr>
+[nranks=..] stream ..`` -> one row: ``seq`` is the opCount (per communicator), the group is the
+communicator's ``commId`` where an init line names it (else ``nranks=N``, a guess, warned), the
+member the rank of that process in that communicator.  Lines that are not NCCL's (and not
+PyTorch's watchdog) are counted as unknown; NCCL lines whose message is not read are counted too.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import polars as pl
+
+from tracelens.model.nccl import COMM_SCHEMA, NCCL_DTYPES, NCCL_OPS, NCCL_REDOPS, NCCL_ROW_SCHEMA, NcclParse
+
+NAME = "nccl_log"
+PARSER_VERSION = "1"
+BATCH_BYTES = 8 << 20  # bytes of whole lines per batch
+ASSEMBLE_ROWS = 1 << 17  # collective lines turned into rows at a time
+
+_CORE = (r"^(?P<pre>.*)(?:^|[\s:>\]])(?P<host>[\w.\-]+):(?P<pid>\d+):(?P<tid>\d+) \[(?P<dev>\d+)\] "
+         r"(?:\S+ ){0,3}?NCCL (?P<level>INFO|WARN|TRACE|CALL|ERROR|ABORT) ?(?P<msg>.*)$")
+_CORE_FIRST = (r"^(?P<pre>.*?)(?P<host>[\w.\-]+):(?P<pid>\d+):(?P<tid>\d+) \[(?P<dev>\d+)\] "
+               r"(?:\S+ ){0,3}?NCCL (?P<level>INFO|WARN|TRACE|CALL|ERROR|ABORT) ?(?P<msg>.*)$")
+_LEFT = r"^(?P<pre>.*?)(?P<host>[\w.\-]+):(?P<pid>\d+):(?P<tid>\d+) \[(?P<dev>\d+)\](?: \S+){0,3}$"
+_TS = r"\[?(\d{4}-\d\d-\d\d[ T]\d\d:\d\d:\d\d(?:[.,]\d+)?)\]?\s*$"
+_COLL = (r"^(?P<op>[A-Za-z]+): opCount (?P<opc>[0-9a-fA-F]+) sendbuff (?P<sb>\S+) recvbuff (?P<rb>\S+) "
+         r"count (?P<count>\d+) datatype (?P<dt>\d+) op (?P<rop>\d+) root (?P<root>-?\d+) comm (?P<comm>\S+)"
+         r"(?: \[nranks=(?P<nr>\d+)\])?(?: stream (?P<stream>\S+))?(?: task \d+)?(?: globalrank (?P<grank>\d+))?")
+_COMM = (r"comm (?P<comm>0x[0-9a-fA-F]+|\(nil\)) rank (?P<rank>\d+) n[Rr]anks (?P<nranks>\d+)"
+         r"(?: cudaDev (?P<cd>\d+))?(?: nvmlDev (?P<nv>\d+))?(?: busId (?P<bus>[0-9a-fA-F]+))?"
+         r"(?: commId (?P<cid>0x[0-9a-fA-F]+))?(?: nNodes (?P<nn>\d+))?(?: localRanks (?P<lr>\d+))?")
+_VIA = r"^(?:Channel|Ring) \d+(?:/\d+)? : (?P<src>\d+)(?:\[\w+\])? -> (?P<dst>\d+)(?:\[\w+\])?(?: \[(?P<dir>send|receive)\])? via (?P<via>\S+)"
+_RING = r"^Channel (?P<ch>\d+)/(?P<nch>\d+) :(?P<order>(?: \d+)+)\s*$"
+_TUNE = r"^(?P<op>\w+): (?P<bytes>\d+) Bytes -> Algo (?P<algo>\w+) proto (?P<proto>\w+)(?: channel\{Lo\.\.Hi\}=\{(?P<lo>\d+)\.\.(?P<hi>\d+)\})?"
+_VERSION = r"NCCL version (\d+\.\d+\.\d+\S*)"
+_LAUNCHER_RANK = (r"^\s*(?:\[\d+,(?P<ompi>\d+)\]<std(?:out|err)>:|\[(?:default|rank)(?P<trun>\d+)\]:|(?P<slurm>\d+): |"
+                  r"\[(?P<bracket>\d+)\]\s|\[Rank (?P<rk>\d+)\])")
+# PyTorch's ProcessGroupNCCL watchdog (not NCCL's own lines, but the hang's evidence)
+_WATCHDOG = r"WorkNCCL\(SeqNum=(?P<seq>\d+), OpType=(?P<optype>\w+)"
+_PGSTATUS = r"last enqueued work: (?P<enq>\d+), last completed work: (?P<done>\d+)"
+_TORCH_WORDS = r"Watchdog|WorkNCCL|NumelIn|ran for \d+ milliseconds|PG status|ProcessGroupNCCL|work sequence id|Traceback|^\s"
+
+
+def _batches(path: Path):
+    """Whole lines of the file (decompressed when gzip), ``BATCH_BYTES`` at a time; the last
+    batch's partial line (a file cut off) is returned as a line of its own."""
+    from parsers.jsonstream import ContentReader
+
+    r = ContentReader(path)
+    try:
+        rest = b""
+        while True:
+            block = r.read(BATCH_BYTES)
+            if not block:
+                if rest:
+                    yield rest, r.problem
+                return
+            data = rest + block
+            cut = data.rfind(b"\n")
+            if cut < 0:
+                rest = data
+                continue
+            rest = data[cut + 1:]
+            yield data[: cut + 1], None
+    finally:
+        r.close()
+
+
+def _lines(chunk: bytes, offset: int) -> pl.DataFrame:
+    # one column of lines: a separator and quote that never occur (NUL and \x1f made spaces first)
+    chunk = chunk.replace(b"\x00", b" ").replace(b"\x1f", b" ").replace(b"\r", b"")
+    df = pl.read_csv(chunk, has_header=False, separator="\x1f", quote_char=None, new_columns=["line"],
+                     schema={"line": pl.String}, encoding="utf8-lossy", truncate_ragged_lines=True)
+    return df.with_row_index("ln", offset=offset).with_columns(pl.col("ln").cast(pl.Int64) + 1)
+
+
+def _parse_batch(lines: pl.DataFrame) -> dict[str, pl.DataFrame]:
+    line = pl.col("line")
+    # the first NCCL core of a line (a lazy prefix: cheap); a line holding two (another line run
+    # into a cut one) is read by its last, with the greedy prefix, on those lines only
+    many = (line.str.count_matches(" NCCL INFO ", literal=True) + line.str.count_matches(" NCCL WARN ", literal=True)) > 1
+    lines = lines.with_columns(many.alias("interleaved"))
+    # the common line: split at its first " NCCL ", the process/thread/device read from the short
+    # part before it (a regex over ~40 bytes, not the whole line), the level and message after it
+    halves = line.str.splitn(" NCCL ", 2)
+    one = (lines.lazy().filter(~pl.col("interleaved"))
+           .with_columns(halves.struct.field("field_0").str.extract_groups(_LEFT).alias("g"),
+                         halves.struct.field("field_1").alias("right"))
+           .unnest("g")
+           .with_columns(pl.col("right").str.extract(r"^(INFO|WARN|TRACE|CALL|ERROR|ABORT)\b").alias("level"))
+           .with_columns(pl.when(pl.col("level").is_not_null() & pl.col("host").is_not_null())
+                         .then(pl.col("right").str.slice(pl.col("level").str.len_bytes() + 1)).alias("msg"))
+           .drop("right", "tid")
+           .with_columns(pl.when(pl.col("msg").is_null()).then(None).otherwise(pl.col(c)).alias(c) for c in ("host", "pid", "dev", "pre"))
+           .collect())
+    two = (lines.filter(pl.col("interleaved")).with_columns(line.str.extract_groups(_CORE).alias("g")).unnest("g")
+           .drop("tid").select(one.columns))
+    core = (
+        pl.concat([one, two]).lazy()
+        .with_columns(pl.col("pre").str.extract(_TS).alias("ts"),
+                      pl.col("pre").str.extract_groups(_LAUNCHER_RANK).alias("lr"))
+        .with_columns(pl.coalesce(pl.col("lr").struct.field(f).cast(pl.Int32, strict=False)
+                                  for f in ("ompi", "trun", "slurm", "bracket", "rk")).alias("launcher_rank"))
+        .drop("lr")
+        .collect()
+    )
+    is_core = pl.col("msg").is_not_null()
+    msg = pl.col("msg")
+    counts = core.select(
+        pl.len().alias("lines"),
+        is_core.sum().alias("nccl_lines"),
+        (is_core & (pl.col("level") == "WARN")).sum().alias("warn_lines"),
+        pl.col("interleaved").fill_null(False).sum().alias("interleaved_lines"),
+    ).with_columns(core.filter(~is_core).select(
+        (line.str.contains(_VERSION).not_() & line.str.contains(_TORCH_WORDS).not_()
+         & line.str.strip_chars().str.len_bytes().gt(0) & ~line.str.starts_with("#")).sum()).to_series().alias("unknown_lines"))
+    nccl = core.filter(is_core).with_columns(pl.col("pid").cast(pl.Int64, strict=False),
+                                             pl.col("dev").cast(pl.Int32, strict=False))
+    key = ["host", "pid", "dev", "launcher_rank"]
+    coll = (nccl.lazy().filter(msg.str.contains(" opCount ", literal=True))
+            .select("ln", *key, "ts", msg.str.extract_groups(_COLL).alias("c")).unnest("c")
+            .filter(pl.col("op").is_not_null())
+            .select("ln", pl.col("host").cast(pl.Categorical), "pid", "dev", "launcher_rank",
+                    pl.col("ts").str.replace("T", " ", literal=True).str.replace(",", ".", literal=True)
+                    .str.to_datetime("%Y-%m-%d %H:%M:%S%.f", time_unit="ns", strict=False).dt.epoch("ns").alias("ts"),
+                    pl.col("op").cast(pl.Categorical), pl.col("opc").str.to_integer(base=16, strict=False).alias("seq"),
+                    pl.col("count").cast(pl.Int64, strict=False), pl.col("dt").cast(pl.Int16, strict=False),
+                    pl.col("rop").cast(pl.Int16, strict=False), pl.col("root").cast(pl.Int32, strict=False),
+                    pl.col("comm").cast(pl.Categorical), pl.col("nr").cast(pl.Int32, strict=False),
+                    pl.col("grank").cast(pl.Int32, strict=False))
+            .collect())
+    comm = (nccl.lazy().filter(msg.str.contains(" rank ", literal=True) & msg.str.contains("comm 0x", literal=True))
+            .select("ln", *key, msg.str.extract_groups(_COMM).alias("c")).unnest("c")
+            .filter(pl.col("comm").is_not_null()).collect())
+    via = (nccl.lazy().filter(msg.str.contains(" via ", literal=True))
+           .select(*key, msg.str.extract_groups(_VIA).alias("c")).unnest("c").filter(pl.col("via").is_not_null())
+           .with_columns(pl.col("via").str.extract(r"^((?:NET|COLLNET)/[^/]+|[A-Za-z0-9]+)").alias("transport"))
+           .group_by("host", "pid", "dev", "transport").agg(pl.len().alias("connections")).collect())
+    ring = (nccl.lazy().filter(msg.str.starts_with("Channel ") & ~msg.str.contains("->", literal=True))
+            .select(*key, msg.str.extract_groups(_RING).alias("c")).unnest("c").filter(pl.col("ch").is_not_null())
+            .select("host", "pid", "dev", pl.col("ch").cast(pl.Int32)).unique().collect())
+    tune = (nccl.lazy().filter(msg.str.contains(" Bytes -> Algo ", literal=True))
+            .select(msg.str.extract_groups(_TUNE).alias("c")).unnest("c").filter(pl.col("algo").is_not_null())
+            .group_by("op", "algo", "proto").agg(pl.len().alias("calls"), pl.col("bytes").cast(pl.Int64).min().alias("min_bytes"),
+                                                 pl.col("bytes").cast(pl.Int64).max().alias("max_bytes")).collect())
+    words = (nccl.lazy().select(
+        msg.str.extract(r"Using network (\S+)").drop_nulls().unique().implode().alias("network"),
+        msg.str.extract(r"^(\d+) coll channels").cast(pl.Int32, strict=False).max().alias("coll_channels"),
+        msg.str.starts_with("Trees ").sum().alias("trees"),
+        msg.str.contains("Connected all rings", literal=True).sum().alias("rings_connected"),
+        msg.str.contains("Connected all trees", literal=True).sum().alias("trees_connected"),
+        pl.when(pl.col("level") == "WARN").then(msg).drop_nulls().unique(maintain_order=True).head(5).implode().alias("warn"),
+    ).collect())
+    version = lines.lazy().select(line.str.extract(_VERSION).alias("v")).filter(pl.col("v").is_not_null()).unique().collect()
+    # PyTorch's watchdog message spans lines: each of its lines gets the rank of the last "[Rank N]" before it
+    watchdog = (lines.lazy().filter(line.str.contains(r"\[Rank \d+\]|WorkNCCL\(SeqNum=|last enqueued work:|ran for \d+ milliseconds|Timeout\(ms\)="))
+                .select("ln", line.str.extract_groups(_WATCHDOG).alias("w"), line.str.extract_groups(_PGSTATUS).alias("p"),
+                        line.str.extract(r"ran for (\d+) milliseconds").cast(pl.Int64, strict=False).alias("ran_ms"),
+                        line.str.extract(r"Timeout\(ms\)=(\d+)").cast(pl.Int64, strict=False).alias("timeout_ms"),
+                        line.str.extract(r"\[Rank (\d+)\]").cast(pl.Int32, strict=False).forward_fill().alias("rank"))
+                .unnest("w", "p")
+                .with_columns(pl.col("seq", "enq", "done").cast(pl.Int64, strict=False))
+                .filter(pl.any_horizontal(pl.col("seq", "enq", "done", "ran_ms", "timeout_ms").is_not_null()))
+                .collect())
+    read_msgs = (msg.str.contains(r" opCount |comm 0x| via |^Channel |^Trees | Bytes -> Algo |Using network|coll channels|"
+                                  r"Connected all|NCCL version") | (pl.col("level") == "WARN"))
+    counts = counts.with_columns(nccl.select((~read_msgs).sum()).to_series().alias("other_nccl_lines"))
+    return {"counts": counts, "coll": coll, "comm": comm, "via": via, "ring": ring, "tune": tune, "words": words,
+            "version": version, "watchdog": watchdog}
+
+
+def read(path: str | Path, file: int = 0) -> NcclParse:
+    """Read one log.  Never raises for its content: what cannot be read is counted in the facts
+    and said in the warnings."""
+    path = Path(path)
+    parts: dict[str, list[pl.DataFrame]] = {}
+    offset = 0
+    cut: str | None = None
+    for chunk, problem in _batches(path):
+        lines = _lines(chunk, offset)
+        offset += lines.height
+        cut = problem or cut
+        for k, v in _parse_batch(lines).items():
+            parts.setdefault(k, []).append(v)
+    if not parts:  # an empty file: the same tables, empty
+        for k, v in _parse_batch(pl.DataFrame(schema={"ln": pl.Int64, "line": pl.String})).items():
+            parts[k] = [v]
+    got = {k: pl.concat(v, how="vertical_relaxed") for k, v in parts.items()}
+    return _assemble(str(path), file, got, cut)
+
+
+def _first(c: str) -> pl.Expr:
+    return pl.col(c).drop_nulls().first()
+
+
+def _assemble(path: str, file: int, got: dict[str, pl.DataFrame], cut: str | None) -> NcclParse:
+    warnings: list[str] = []
+    c = got["counts"].sum().row(0, named=True)
+    comms = (got["comm"].lazy()
+             .group_by("host", "pid", "comm")
+             .agg(_first("cid").alias("comm_id"), _first("rank").cast(pl.Int32).alias("rank"),
+                  _first("nranks").cast(pl.Int32).alias("nranks"),
+                  pl.coalesce(_first("cd").cast(pl.Int32), _first("dev")).alias("cuda_dev"),
+                  _first("nv").cast(pl.Int32).alias("nvml_dev"), _first("bus").alias("bus_id"),
+                  _first("nn").cast(pl.Int32).alias("nnodes"), _first("lr").cast(pl.Int32).alias("local_ranks"),
+                  _first("launcher_rank").cast(pl.Int32).alias("launcher_rank"))
+             .with_columns(pl.lit(file, pl.Int32).alias("file"))
+             .select([pl.col(k).cast(t) for k, t in COMM_SCHEMA.items()])
+             .sort("comm_id", "rank", "host", "pid", nulls_last=True)
+             .collect())
+    # a process's (and device's) global rank: its rank in its largest communicator
+    world = (comms.lazy().sort("nranks", descending=True, nulls_last=True)
+             .group_by("host", "pid", "cuda_dev").agg(pl.col("rank").first().alias("proc_rank")).collect())
+    coll = got.pop("coll")
+    rop = pl.col("rop").cast(pl.Int64)
+    nranks = pl.coalesce(pl.col("nr"), pl.col("nranks"))
+    collective = pl.col("op").replace_strict(NCCL_OPS, default=pl.col("op").str.to_lowercase())
+    dt = pl.col("dt").cast(pl.Int64)
+    elsize = dt.replace_strict({0: 1, 1: 1, 2: 4, 3: 4, 4: 8, 5: 8, 6: 2, 7: 4, 8: 8, 9: 2, 10: 1, 11: 1}, default=None,
+                               return_dtype=pl.Int64)
+    mult = pl.when(collective.is_in(["allgather", "reducescatter"])).then(nranks.cast(pl.Int64)).otherwise(1)
+    guessed = pl.col("comm_id").is_null()
+    # without a commId, a communicator is guessed by its size and the order in which the process's
+    # device first used communicators of that size (ranks create them in the same order)
+    order = (coll.lazy().with_columns(pl.col("host", "comm").cast(pl.String))
+             .group_by("host", "pid", "dev", "comm").agg(pl.col("ln").min().alias("first_ln"), pl.col("nr").max().alias("nr"))
+             .with_columns(pl.col("first_ln").rank("dense").over("host", "pid", "dev", "nr").alias("nth"))
+             .select("host", "pid", "dev", "comm", "nth"))
+
+    def build(part: pl.DataFrame) -> pl.DataFrame:
+        return (part.lazy()
+                .with_columns(pl.col("host", "comm", "op").cast(pl.String))
+                .join(comms.lazy().select("host", "pid", "comm", "comm_id", "rank", "nranks"), on=["host", "pid", "comm"], how="left",
+                      maintain_order="left")
+                .join(world.lazy().rename({"cuda_dev": "dev"}), on=["host", "pid", "dev"], how="left", maintain_order="left")
+                .join(order, on=["host", "pid", "dev", "comm"], how="left", maintain_order="left")
+                .with_columns(collective.alias("collective"), nranks.alias("group_size"))
+                .select(
+                    pl.lit(file, pl.Int32).alias("file"),
+                    pl.coalesce("grank", "launcher_rank", "proc_rank", "rank").cast(pl.Int32).alias("rank"),
+                    pl.when(guessed).then(pl.format("nranks={}#{}", pl.col("group_size").cast(pl.String).fill_null("?"), "nth"))
+                      .otherwise(pl.col("comm_id")).alias("group"),
+                    pl.lit(None, pl.String).alias("group_desc"),
+                    "seq",
+                    "collective",
+                    pl.col("ts").alias("start_ns"),
+                    pl.lit(None, pl.Int64).alias("end_ns"),
+                    (pl.col("count") * elsize * mult).alias("bytes"),
+                    "group_size",
+                    pl.lit(True).alias("on_host"),
+                    pl.lit(None, pl.Int64).alias("exposed_ns"),
+                    pl.lit(1, pl.Int32).alias("n_parts"),
+                    pl.lit(NAME).alias("source"),
+                    # the rank in the communicator, else the global rank a launcher or NCCL printed, else the process
+                    pl.coalesce(pl.col("rank"), "grank", "launcher_rank").cast(pl.String)
+                      .fill_null(pl.format("{}:{}[{}]", "host", "pid", "dev")).alias("member"),
+                    pl.col("op").alias("op_name"),
+                    "count",
+                    pl.lit(None, pl.Int64).alias("out_count"),
+                    dt.replace_strict(dict(enumerate(NCCL_DTYPES)), default=pl.format("datatype{}", dt), return_dtype=pl.String)
+                      .alias("dtype"),
+                    "root",
+                    rop.replace_strict(dict(enumerate(NCCL_REDOPS)), default=pl.format("premulsum{}", rop), return_dtype=pl.String)
+                      .alias("redop"),
+                    pl.lit("scheduled").alias("state"),
+                    pl.lit(None, pl.Int64).alias("p2p_seq"),
+                    "comm", "host", "pid",
+                    pl.col("ln").alias("order"),
+                    pl.lit(None, pl.String).alias("frames"),
+                )
+                .select([pl.col(k).cast(t) for k, t in NCCL_ROW_SCHEMA.items()])
+                .collect())
+
+    # built a slice of lines at a time: the memory it takes beyond the rows stays that of one slice
+    # (in line order: a sort would copy them once more)
+    rows = pl.concat([build(coll.slice(i, ASSEMBLE_ROWS)) for i in range(0, max(coll.height, 1), ASSEMBLE_ROWS)], rechunk=False)
+    del coll
+    if rows.height and rows["group"].str.starts_with("nranks=").any():
+        n = int(rows["group"].str.starts_with("nranks=").sum())
+        warnings.append(f"{n} collective line(s) name a communicator whose commId the log does not give (no INIT lines: "
+                        "NCCL_DEBUG_SUBSYS without INIT, or an excerpt); grouped by size and order of first use (nranks=N#k), a guess")
+    words = got["words"]
+    versions = sorted(got["version"]["v"].unique().to_list())
+    w = got["watchdog"]
+    facts = {
+        "nccl_version": versions[0] if len(versions) == 1 else (versions or None),
+        "lines": c["lines"], "nccl_lines": c["nccl_lines"], "collective_lines": rows.height,
+        "warn_lines": c["warn_lines"], "unknown_lines": c["unknown_lines"], "other_nccl_lines": c["other_nccl_lines"],
+        "interleaved_lines": c["interleaved_lines"],
+        "processes": (pl.concat([rows.select("host", "pid").unique(), got["comm"].select("host", "pid")])
+                      .unique().height),
+        "communicators": comms.height,
+        "networks": sorted(words["network"].explode().drop_nulls().unique().to_list()),
+        "coll_channels": words["coll_channels"].max(),
+        "tree_lines": int(words["trees"].sum()), "rings_connected": int(words["rings_connected"].sum()),
+        "trees_connected": int(words["trees_connected"].sum()),
+        "transports": (got["via"].group_by("transport").agg(pl.col("connections").sum()).sort("transport")
+                       .to_dicts()),
+        "channels": (got["ring"].unique().group_by("host", "pid", "dev").agg(pl.col("ch").n_unique().alias("channels"))
+                     .select(pl.col("channels").max()).item() if got["ring"].height else None),
+        "tuning": got["tune"].group_by("op", "algo", "proto").agg(pl.col("calls").sum(), pl.col("min_bytes").min(),
+                                                                 pl.col("max_bytes").max()).sort("op", "algo", "proto").to_dicts(),
+        "warnings_logged": words["warn"].explode().drop_nulls().unique(maintain_order=True).head(5).to_list(),
+        # per rank: the collective PyTorch's watchdog timed out on, and its group's last enqueued / completed work
+        "watchdog": (w.group_by("rank").agg(_first("seq").alias("seq"), _first("optype").alias("op"),
+                                            _first("timeout_ms").alias("timeout_ms"), _first("ran_ms").alias("ran_ms"),
+                                            _first("enq").alias("last_enqueued"), _first("done").alias("last_completed"))
+                     .sort("rank", nulls_last=True).head(64).to_dicts() if w.height else []),
+    }
+    if cut:
+        warnings.append(f"the log is cut short ({cut}); its last line read as it stands")
+    if c["unknown_lines"]:
+        warnings.append(f"{c['unknown_lines']} line(s) are neither NCCL's nor PyTorch's watchdog (skipped)")
+    if c["interleaved_lines"]:
+        warnings.append(f"{c['interleaved_lines']} line(s) hold another line run into them (interleaved output): read by their last NCCL part")
+    bad = int(rows.select(pl.col("seq").is_null().sum()).item()) if rows.height else 0
+    if bad:
+        warnings.append(f"{bad} collective line(s) with an opCount that is not a number (left out)")
+        rows = rows.filter(pl.col("seq").is_not_null())
+    if c["nccl_lines"] == 0 and not rows.height:
+        warnings.append("no NCCL lines in this log")
+    return NcclParse(path, NAME, rows, comms, facts, warnings)

@@ -1,0 +1,146 @@
+"""NCCL_DEBUG=INFO logs -> collective rows, communicators and facts (parsers/nccl/log.py): the real
+excerpts under tests/data/traces/nccl/logs, and whole logs built from their line shapes with each
+launcher's prefix, one file with many ranks or one per rank, read in batches as small as a line."""
+
+from __future__ import annotations
+
+import polars as pl
+import pytest
+
+from parsers.nccl import log
+from tests.conftest import real_traces
+from tracelens.model.nccl import NCCL_ROW_SCHEMA
+from tracelens.model.schema import COLLECTIVE_SCHEMA
+
+LOGS = real_traces() / "nccl" / "logs"
+CID = "0x9ad9a6b1c2d3e4f5"
+
+
+def rank_lines(rank: int, world: int = 4, ops: int = 3, host: str = "node01", *, skip_last: bool = False) -> list[str]:
+    """One rank's log in NCCL 2.21's shapes (from the real excerpts): init, topology, COLL lines."""
+    pid, dev = 4000 + rank, rank % 8
+    core = f"{host}:{pid}:{pid + 17} [{dev}] NCCL INFO "
+    comm = f"0x55{rank:02d}e3c10180"
+    out = ["NCCL version 2.21.5+cuda12.4"] if rank == 0 else []
+    out += [
+        core + "Bootstrap : Using eth0:10.0.1.9<0>",
+        core + f"comm {comm} rank {rank} nranks {world} cudaDev {dev} nvmlDev {dev} busId {dev + 1}000 commId {CID} - Init START",
+        core + f"Channel 00/02 : {' '.join(str(r) for r in range(world))}",
+        core + f"Channel 01/02 : {' '.join(str(r) for r in range(world))}",
+        core + f"Trees [0] {(rank + 1) % world}/-1/-1->{rank}->{(rank - 1) % world} [1] -1/-1/-1->{rank}->{(rank - 1) % world}",
+        core + f"Channel 00/0 : {rank}[{dev}] -> {(rank + 1) % world}[{(dev + 1) % 8}] via P2P/CUMEM/read",
+        core + f"Channel 01/0 : {rank}[{dev}] -> {(rank + 1) % world}[{(dev + 1) % 8}] [send] via NET/IB/3/GDRDMA",
+        core + "Connected all rings",
+        core + "32 coll channels, 32 collnet channels, 0 nvls channels, 32 p2p channels, 32 p2p channels per peer",
+        core + f"ncclCommInitRank comm {comm} rank {rank} nranks {world} cudaDev {dev} nvmlDev {dev} busId {dev + 1}000 commId {CID} - Init COMPLETE",
+    ]
+    for i in range(ops - (1 if skip_last else 0)):
+        out.append(core + f"AllReduce: opCount {i:x} sendbuff 0x7f0c{i:04x}00 recvbuff 0x7f0c{i:04x}80 count 4096 datatype 7 op 0 "
+                          f"root 0 comm {comm} [nranks={world}] stream 0x7f0c74002f00")
+        out.append(core + "AllReduce: 16384 Bytes -> Algo RING proto LL channel{Lo..Hi}={0..1}")
+    return out
+
+
+PREFIXES = {
+    "none": lambda r: "",
+    "openmpi": lambda r: f"[1,{r}]<stdout>:",
+    "slurm": lambda r: f"{r}: ",
+    "torchrun": lambda r: f"[default{r}]:",
+    "torchrun_rank": lambda r: f"[rank{r}]:",
+    "ray": lambda r: f"(RayTrainWorker pid={615 + r}, ip=10.72.7.{r}) ",
+    "pdsh": lambda r: "node01: ",
+}
+
+
+@pytest.mark.parametrize("launcher", sorted(PREFIXES))
+def test_one_file_of_many_ranks_with_each_launchers_prefix(tmp_path, launcher):
+    pre = PREFIXES[launcher]
+    per_rank = [[pre(r) + ln for ln in rank_lines(r)] for r in range(4)]
+    lines = [ln for group in zip(*[p + [""] * (20 - len(p)) for p in per_rank]) for ln in group if ln]  # interleaved by rank
+    f = tmp_path / "job.log"
+    f.write_text("\n".join(lines) + "\n")
+    got = log.read(f)
+    assert got.warnings == []
+    rows = got.rows
+    assert dict(rows.schema) == NCCL_ROW_SCHEMA and list(rows.columns[: len(COLLECTIVE_SCHEMA)]) == list(COLLECTIVE_SCHEMA)
+    assert rows.height == 12 and set(rows["group"]) == {CID} and sorted(set(rows["seq"])) == [0, 1, 2]
+    assert sorted(set(rows["rank"])) == [0, 1, 2, 3] and set(rows["member"]) == {"0", "1", "2", "3"}
+    assert set(rows["collective"]) == {"allreduce"} and set(rows["dtype"]) == {"float32"} and set(rows["redop"]) == {"sum"}
+    assert set(rows["bytes"]) == {4096 * 4} and set(rows["group_size"]) == {4} and set(rows["state"]) == {"scheduled"}
+    comms = got.comms
+    assert comms.height == 4 and set(comms["comm_id"]) == {CID} and sorted(comms["rank"]) == [0, 1, 2, 3]
+    assert set(comms["nranks"]) == {4} and sorted(comms["bus_id"]) == ["1000", "2000", "3000", "4000"]
+    f_ = got.facts
+    assert f_["nccl_version"] == "2.21.5+cuda12.4" and f_["unknown_lines"] == 0 and f_["collective_lines"] == 12
+    assert {t["transport"]: t["connections"] for t in f_["transports"]} == {"P2P": 4, "NET/IB": 4}
+    assert f_["channels"] == 2 and f_["tree_lines"] == 4 and f_["coll_channels"] == 32 and f_["rings_connected"] == 4
+    assert f_["tuning"] == [{"op": "AllReduce", "algo": "RING", "proto": "LL", "calls": 12, "min_bytes": 16384, "max_bytes": 16384}]
+
+
+def test_one_file_per_rank_and_batches_as_small_as_a_line(tmp_path, monkeypatch):
+    whole = tmp_path / "whole.log"
+    whole.write_text("\n".join(ln for r in range(4) for ln in rank_lines(r)) + "\n")
+    ref = log.read(whole).rows
+    monkeypatch.setattr(log, "BATCH_BYTES", 97)
+    small = log.read(whole).rows
+    assert small.drop("order").equals(ref.drop("order"))
+    per_file = pl.concat([log.read(_write(tmp_path / f"rank{r}.log", rank_lines(r)), file=r).rows for r in range(4)])
+    cols = ["rank", "group", "seq", "collective", "count", "member"]
+    assert per_file.select(cols).sort(cols).equals(ref.select(cols).sort(cols))
+
+
+def _write(p, lines):
+    p.write_text("\n".join(lines) + "\n")
+    return p
+
+
+def test_real_excerpts_read_without_error():
+    seen = {}
+    for f in sorted(LOGS.glob("*.log")):
+        got = log.read(f)
+        seen[f.name] = got
+        assert got.facts["unknown_lines"] == 0, (f.name, got.facts)
+    r = seen["nccl-issue531_ib_warn_and_allgather_16ranks.log"]
+    assert r.rows.height == 4 and set(r.rows["seq"]) == {0xF7} and set(r.rows["group_size"]) == {16}
+    assert r.facts["warn_lines"] == 1 and "collective mismatch" in r.facts["warnings_logged"][0]
+    assert any("grouped by size" in w for w in r.warnings)  # an excerpt: no init lines name the communicator
+    ts = seen["deepep-issue330_timestamped_allgather_coll_32ranks.log"].rows
+    assert ts["start_ns"].is_not_null().all() and ts["start_ns"].is_sorted()  # NCCL_DEBUG_TIMESTAMP_FORMAT lines
+    assert seen["nccl-issue300_openmpi_prefix_version_nccl2.5.6.log"].facts["nccl_version"] == "2.5.6+cuda10.2"
+    trees = seen["nccl-issue1357_h100_2node_comm_trees.log"]
+    assert sorted(trees.comms["rank"]) == [13, 14] and set(trees.comms["nnodes"]) == {2}
+    assert seen["nccl-tests-issue293_init_nccl2.21.5.log"].facts["networks"] == ["IBext_v8"]
+    wd = seen["olmo-core-issue829_pytorch_watchdog_timeout.log"].facts["watchdog"]  # PyTorch's message over 6 lines
+    assert wd == [{"rank": 4, "seq": 27732, "op": "_REDUCE_SCATTER_BASE", "timeout_ms": 1800000, "ran_ms": 1800003,
+                   "last_enqueued": 27753, "last_completed": 27731}]
+    assert seen["tinygrad-pr22_connected_all_rings_trees_4gpu.log"].facts["trees_connected"] == 4
+
+
+def test_unknown_truncated_and_interleaved_lines_are_counted(tmp_path):
+    good = rank_lines(0, world=2) + rank_lines(1, world=2)
+    cut = good[-2][:40]
+    mixed = good[-4][:50] + good[-3]  # a cut line with another line run into it
+    f = tmp_path / "bad.log"
+    f.write_bytes(("\n".join(good[:-4] + ["some program output", mixed, "garbage \x00\x1f\xff"]) + "\n" + cut).encode("utf-8", "surrogateescape"))
+    got = log.read(f)
+    assert got.facts["unknown_lines"] == 2 and got.facts["interleaved_lines"] == 1
+    assert any("2 line(s) are neither" in w for w in got.warnings) and any("interleaved" in w for w in got.warnings)
+    assert got.rows.height >= 3
+
+
+def test_without_init_lines_communicators_are_guessed_by_size_and_order(tmp_path):
+    """NCCL_DEBUG_SUBSYS=COLL: no commId; two communicators of one size (TP and DP of 2) stay apart
+    by the order each process first used them; the launcher's rank names the rank."""
+    lines = []
+    for r in range(2):
+        core = f"[1,{r}]<stdout>:node01:{400 + r}:{500 + r} [{r}] NCCL INFO "
+        for i, comm in enumerate((f"0x{r}aa", f"0x{r}bb")):
+            for op in range(2):
+                lines.append(core + f"AllReduce: opCount {op} sendbuff 0x1 recvbuff 0x2 count {10 + i} datatype 9 op 0 root 0 "
+                                    f"comm {comm} [nranks=2] stream 0x3")
+    got = log.read(_write(tmp_path / "coll.log", lines))
+    rows = got.rows
+    assert sorted(set(rows["group"])) == ["nranks=2#1", "nranks=2#2"] and sorted(set(rows["rank"])) == [0, 1]
+    assert rows.filter(pl.col("group") == "nranks=2#2")["count"].unique().to_list() == [11]
+    assert set(rows["dtype"]) == {"bfloat16"} and set(rows["bytes"]) == {20, 22} and set(rows["member"]) == {"0", "1"}
+    assert any("a guess" in w for w in got.warnings)

@@ -1,0 +1,196 @@
+"""The hang and mismatch diagnosis of a job's NCCL records (``NCCL_ROW_SCHEMA`` rows: NCCL logs,
+Flight Recorder dumps), read alone: per process group, every member's sequence of collectives is
+aligned by sequence number, and
+
+* the first sequence number where members disagree (collective, element count, dtype, root or
+  reduction op): the classic hang, one rank in a different collective.  The likely culprits are
+  the members outside the most common call (all of them when no call is the majority);
+* the members that never entered the group's furthest collective (their last sequence number is
+  behind the others'): the ones the others wait for, the likely culprits of a hang without a
+  mismatch;
+* the collectives every member entered that never completed (Flight Recorder states): a hang
+  inside the collective (network, GPU, a dead peer), not a divergence of the program;
+* members the group's size says exist but no input holds (their dumps or logs are missing), and
+  two inputs that claim one member (runs mixed together).
+
+Point-to-point rows (send/recv) are counted, not aligned.  Everything is computed per group with
+polars; the loop per group only assembles the report of the groups that have a finding.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import polars as pl
+
+from tracelens.model.collectives import P2P
+
+FIELDS = ("collective", "count", "dtype", "root", "redop")  # what must agree across members at one seq
+MAX_GROUPS = 20  # groups reported in full (the others counted)
+
+
+def _call(r: dict[str, Any]) -> str:
+    parts = [r.get("op_name") or r.get("collective") or "?"]
+    if r.get("count") is not None:
+        parts.append(f"count {r['count']}")
+    if r.get("dtype"):
+        parts.append(str(r["dtype"]))
+    if r.get("root") is not None and r.get("collective") in ("broadcast", "reduce", "gather", "scatter"):
+        parts.append(f"root {r['root']}")
+    if r.get("redop"):
+        parts.append(str(r["redop"]))
+    return " ".join(parts)
+
+
+def _members(vals: list[str]) -> list[int | str]:
+    out: list[int | str] = []
+    for v in vals:
+        out.append(int(v) if v is not None and v.lstrip("-").isdigit() else v)
+    return sorted(out, key=lambda x: (isinstance(x, str), x))
+
+
+def _frames(js: str | None, limit: int = 6) -> list[dict[str, Any]] | None:
+    if not js:
+        return None
+    try:
+        frames = json.loads(js)
+    except ValueError:
+        return None
+    if not isinstance(frames, list):
+        return None
+    # the caller's frames first: torch's own (distributed_c10d, its logger wrapper) say nothing of where
+    own = [f for f in frames if isinstance(f, dict) and "/torch/" not in str(f.get("filename", "")).replace("\\", "/")]
+    return (own or frames)[:limit]
+
+
+def _label(members: list[int | str]) -> str:
+    if not members:
+        return "-"
+    shown = ", ".join(str(m) for m in members[:8]) + (f" (+{len(members) - 8} more)" if len(members) > 8 else "")
+    return ("rank " if len(members) == 1 else "ranks ") + shown if all(isinstance(m, int) for m in members) else shown
+
+
+def diagnose(rows: pl.DataFrame) -> dict[str, Any]:
+    """The diagnosis of the rows of every input of a job (``NCCL_ROW_SCHEMA``)."""
+    if rows.height == 0:
+        return {"verdict": "no_collectives", "summary": "no collective records in the inputs", "culprits": [], "reason": None,
+                "groups": [], "p2p_rows": 0, "groups_checked": 0, "first_mismatch": None, "frames": []}
+    rows = rows.with_columns(pl.col("member").fill_null(pl.format("file{}", "file")))
+    p2p = pl.col("collective").is_in(list(P2P))
+    n_p2p = int(rows.select(p2p.sum()).item())
+    coll = rows.filter(~p2p)
+    # one row per (group, member, seq): a member recorded twice at a seq (two inputs claim it) is kept once, and said
+    dup = (coll.group_by("group", "member", "seq").agg(pl.col("file").n_unique().alias("files"))
+           .filter(pl.col("files") > 1))
+    coll = coll.sort("group", "member", "seq", "order").unique(["group", "member", "seq"], keep="first", maintain_order=True)
+    sig = pl.concat_str([pl.col(f).cast(pl.String).fill_null("") for f in FIELDS], separator="\x1f")
+    # only Flight Recorder knows whether a collective completed (a log line is its enqueue)
+    coll = coll.with_columns(sig.alias("sig"), ((pl.col("source") == "flight_recorder") & (pl.col("state") != "completed")).alias("open"))
+    per_member = coll.group_by("group", "member").agg(
+        pl.col("seq").min().alias("first_seq"), pl.col("seq").max().alias("last_seq"),
+        pl.col("seq").filter("open").min().alias("first_open"),
+        pl.col("rank").drop_nulls().first().alias("rank"),
+    )
+    groups = per_member.group_by("group").agg(
+        pl.len().alias("seen"), pl.col("last_seq").max().alias("furthest"), pl.col("last_seq").min().alias("behindmost"),
+        pl.col("first_seq").max().alias("common_from"),
+    ).join(coll.group_by("group").agg(pl.col("group_size").max().alias("size"), pl.col("group_desc").drop_nulls().first()),
+           on="group", how="left")
+    # per (group, seq): the calls the members made, the most common one, who differs
+    at = (coll.join(groups.select("group", "common_from"), on="group").filter(pl.col("seq") >= pl.col("common_from"))
+          .group_by("group", "seq", "sig").agg(pl.col("member").sort().alias("members"), pl.len().alias("n"),
+                                               *[pl.col(f).first() for f in (*FIELDS, "op_name", "frames")]))
+    nsig = at.group_by("group", "seq").agg(pl.len().alias("calls"), pl.col("n").max().alias("top"), pl.col("n").sum().alias("entered"))
+    first_bad = nsig.filter(pl.col("calls") > 1).group_by("group").agg(pl.col("seq").min().alias("mismatch_seq"))
+    groups = groups.join(first_bad, on="group", how="left")
+    stuck = (coll.join(groups.select("group", "seen"), on="group")
+             .filter("open").group_by("group", "seq")
+             .agg(pl.len().alias("open"), pl.col("seen").first(), pl.col("member").sort().alias("open_members"))
+             .join(nsig.select("group", "seq", "entered"), on=["group", "seq"], how="left"))
+    all_entered_open = (stuck.filter(pl.col("entered") == pl.col("seen")).group_by("group")
+                        .agg(pl.col("seq").min().alias("open_seq")))
+    groups = groups.join(all_entered_open, on="group", how="left").sort("group")
+
+    out_groups: list[dict[str, Any]] = []
+    verdict, culprits, reason, summary, first_mismatch, frames_out = "ok", [], None, None, None, []
+    findings = groups.filter(pl.col("mismatch_seq").is_not_null() | (pl.col("behindmost") < pl.col("furthest"))
+                             | pl.col("open_seq").is_not_null() | (pl.col("size") > pl.col("seen")))
+    for g in findings.head(MAX_GROUPS).iter_rows(named=True):
+        name = g["group"]
+        pm = per_member.filter(pl.col("group") == name)
+        entry: dict[str, Any] = {"group": name, "group_desc": g["group_desc"], "size": g["size"], "members_seen": g["seen"],
+                                 "furthest_seq": g["furthest"], "first_mismatch": None, "behind": [], "not_completed": None,
+                                 "missing_members": (g["size"] - g["seen"]) if g["size"] and g["size"] > g["seen"] else 0}
+        if g["mismatch_seq"] is not None:
+            calls = at.filter((pl.col("group") == name) & (pl.col("seq") == g["mismatch_seq"])).sort("n", "sig", descending=[True, False])
+            cs = calls.to_dicts()
+            majority = cs[0]["n"] > cs[1]["n"]
+            odd = [m for c in (cs[1:] if majority else cs) for m in c["members"]]
+            differ = [f for f in FIELDS if len({c[f] for c in cs}) > 1]
+            entry["first_mismatch"] = {
+                "seq": g["mismatch_seq"], "fields": differ,
+                "calls": [{"call": _call(c), "members": _members(c["members"]), **{f: c[f] for f in FIELDS},
+                           "frames": _frames(c["frames"])} for c in cs],
+                "culprits": _members(odd), "majority": majority,
+            }
+            if first_mismatch is None:
+                first_mismatch = {"group": name, **entry["first_mismatch"]}
+                verdict = "mismatch"
+                culprits = _members(odd)
+                others = cs[0] if majority else None
+                reason = (f"at seq {g['mismatch_seq']} of group {name}"
+                          + (f" ({g['group_desc']})" if g["group_desc"] else "") + ": "
+                          + "; ".join(f"{_label(_members(c['members']))} called {_call(c)}" for c in cs)
+                          + (f" — {_label(culprits)} differ(s) from the others ({_call(others)})" if majority
+                             else " — no call is the majority: each side may be the culprit")
+                          + f"; they disagree on {', '.join(differ)}")
+                frames_out = [{"members": _members(c["members"]), "call": _call(c), "frames": _frames(c["frames"])} for c in cs]
+        if g["behindmost"] < g["furthest"]:
+            behind = pm.filter(pl.col("last_seq") < g["furthest"]).sort("last_seq", "member")
+            ahead = pm.filter(pl.col("last_seq") == g["furthest"])
+            nxt = at.filter((pl.col("group") == name) & (pl.col("seq") == behind["last_seq"].min() + 1)).sort("n", descending=True)
+            waited = nxt.row(0, named=True) if nxt.height else None
+            entry["behind"] = [{"member": _members([b["member"]])[0], "rank": b["rank"], "last_seq": b["last_seq"]}
+                               for b in behind.iter_rows(named=True)]
+            entry["waiting_for"] = ({"seq": int(behind["last_seq"].min()) + 1, "call": _call(waited),
+                                     "members_in_it": _members(waited["members"]), "frames": _frames(waited["frames"])}
+                                    if waited else None)
+            if verdict in ("ok", "incomplete", "incomplete_inputs"):
+                verdict = "hang"
+                culprits = _members(behind["member"].to_list())
+                last = behind["last_seq"].min()
+                reason = (f"group {name}" + (f" ({g['group_desc']})" if g["group_desc"] else "")
+                          + f": {_label(culprits)} never entered seq {last + 1}"
+                          + (f" ({_call(waited)})" if waited else "")
+                          + f", which {_label(_members(ahead['member'].to_list()))} entered (furthest seq {g['furthest']});"
+                          f" {_label(culprits)} stopped at seq {last}")
+                frames_out = ([{"members": _members(waited["members"]), "call": _call(waited), "frames": _frames(waited["frames"])}]
+                              if waited else [])
+                last_rows = coll.filter((pl.col("group") == name) & pl.col("member").is_in(behind["member"].to_list())
+                                        & (pl.col("seq") == pl.col("seq").max().over("member")))
+                frames_out += [{"members": _members([r["member"]]), "call": f"(last recorded) {_call(r)}", "frames": _frames(r["frames"])}
+                               for r in last_rows.head(4).iter_rows(named=True)]
+        if g["open_seq"] is not None:
+            o = stuck.filter((pl.col("group") == name) & (pl.col("seq") == g["open_seq"])).row(0, named=True)
+            entry["not_completed"] = {"seq": g["open_seq"], "members": _members(o["open_members"])}
+            if verdict in ("ok", "incomplete_inputs"):
+                verdict = "incomplete"
+                reason = (f"group {name}: every member seen entered seq {g['open_seq']} and "
+                          f"{_label(_members(o['open_members']))} never completed it: a hang inside the collective "
+                          "(a peer not in the inputs, the network, a GPU), not a divergence of the program")
+        if entry["missing_members"] and verdict == "ok":
+            verdict = "incomplete_inputs"
+            reason = f"group {name} has {g['size']} members, the inputs hold {g['seen']}: the others' logs or dumps are missing"
+        out_groups.append(entry)
+    if verdict == "ok":
+        summary = f"consistent: {groups.height} group(s), every member at the same collectives ({coll.height} records)"
+    else:
+        summary = {"mismatch": "MISMATCH", "hang": "HANG", "incomplete": "STUCK", "incomplete_inputs": "INCOMPLETE"}[verdict] + ": " + reason
+    warnings = []
+    if dup.height:
+        warnings.append(f"{dup.height} (group, member, seq) record(s) come from two inputs: the same rank given twice, "
+                        "or dumps of different runs mixed together (the first kept)")
+    return {"verdict": verdict, "summary": summary, "culprits": culprits, "reason": reason, "first_mismatch": first_mismatch,
+            "frames": frames_out, "groups": out_groups, "groups_checked": groups.height,
+            "groups_with_findings": findings.height, "p2p_rows": n_p2p, "records": coll.height, "warnings": warnings}

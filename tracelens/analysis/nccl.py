@@ -1,0 +1,52 @@
+"""The report of a job of NCCL's own records only (NCCL logs, Flight Recorder dumps): the report
+dict v1 of a job without profiled ranks, its ``job.nccl_diagnosis`` (``job.hang.diagnose``) and
+``job.nccl`` (per input its format and facts; the communicators; the collectives per group)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import polars as pl
+
+from tracelens.model.nccl import NCCL_ROW_SCHEMA, watchdog_text
+
+MAX_COMMS = 200
+
+
+def analyze_nccl(found: list[tuple[Path, str]], warnings: list[str]) -> dict[str, Any]:
+    from tracelens.analysis.job.hang import diagnose
+    from tracelens.analysis.job.rollup import finish_job
+    from tracelens.analysis.report import Analysis
+    from tracelens.store.nccl import read_all
+
+    parses, bad = read_all(found)
+    warnings = list(warnings) + bad
+    inputs = []
+    for p in parses:
+        ranks = p.rows["rank"].drop_nulls().unique()
+        size = Path(p.path).stat().st_size if Path(p.path).exists() else None
+        inputs.append({"path": p.path, "format": p.format, "rank": int(ranks[0]) if ranks.len() == 1 else None, "size_bytes": size})
+        warnings.extend(f"{p.path}: {w}" for w in p.warnings)
+    rows = pl.concat([p.rows for p in parses]) if parses else pl.DataFrame(schema=NCCL_ROW_SCHEMA)
+    diag = diagnose(rows)
+    warnings.extend(diag.pop("warnings", []))
+    # PyTorch's watchdog, where the logs hold its timeout messages: which collective each rank timed out on
+    diag["watchdog"] = [{"path": p.path, **w} for p in parses for w in p.facts.get("watchdog") or []][:64]
+    if diag["watchdog"] and diag["verdict"] == "no_collectives":
+        diag["summary"] = "no collective records; " + "; ".join(watchdog_text(w) for w in diag["watchdog"][:4])
+    comms = pl.concat([p.comms for p in parses]) if parses else None
+    by_group = (rows.group_by("group", "collective").agg(
+        pl.col("group_desc").drop_nulls().first(), pl.len().alias("records"), pl.col("member").n_unique().alias("members"),
+        pl.col("seq").min().alias("first_seq"), pl.col("seq").max().alias("last_seq"), pl.col("bytes").sum().alias("bytes"))
+        .sort("group", "collective").to_dicts())
+    a = finish_job(Analysis(inputs=tuple(inputs), ranks=(), warnings=tuple(warnings)))
+    d = a.to_dict()
+    d["job"]["nccl_diagnosis"] = diag
+    d["job"]["nccl"] = {
+        "inputs": [{"path": p.path, "format": p.format, "records": p.rows.height, "facts": p.facts} for p in parses],
+        "communicators": comms.head(MAX_COMMS).to_dicts() if comms is not None else [],
+        "communicators_total": comms.height if comms is not None else 0,
+        "collectives": by_group,
+    }
+    return d

@@ -1,0 +1,99 @@
+"""What NCCL's own records hold: the rows its logs and PyTorch's Flight Recorder dumps give
+(``NCCL_ROW_SCHEMA``), and NCCL's enums (FORMATS.md 2.2).
+
+``NCCL_ROW_SCHEMA`` is ``COLLECTIVE_SCHEMA`` (its columns first, same dtypes: ``rows.select(
+COLLECTIVE_SCHEMA)`` gives plain collective rows) plus what a hang diagnosis compares across ranks:
+
+source       String   ``nccl_log`` | ``flight_recorder``
+member       String   who issued it within the group: the rank when known, else ``host:pid[dev]``
+op_name      String   the name as recorded (``AllReduce``, ``gloo:all_reduce`` ...)
+count        Int64    elements (NCCL's ``count``; Flight Recorder: the input's elements)
+out_count    Int64    output elements (Flight Recorder); null in logs
+dtype        String   element type (``float32``; torch names as recorded: ``Float``)
+root         Int32    root (Broadcast/Reduce) or peer (Send/Recv); null when the source has none
+redop        String   reduction op (``sum`` ...); null when not logged
+state        String   ``scheduled`` | ``started`` | ``completed`` (a log line: ``scheduled``)
+p2p_seq      Int64    Flight Recorder ``p2p_seq_id``; null in logs
+comm         String   the communicator in its process (log ``comm`` pointer; FR ``pg_id``)
+host, pid    String, Int64   the process (logs); null when unknown
+order        Int64    the row's place in its file (line number, FR ``record_id``)
+frames       String   stack frames, JSON list of ``[name, filename, line]`` (FR pickles); null elsewhere
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import polars as pl
+
+from tracelens.model.schema import COLLECTIVE_SCHEMA
+
+NCCL_ROW_SCHEMA: dict[str, pl.DataType] = {
+    **COLLECTIVE_SCHEMA,
+    "source": pl.String(),
+    "member": pl.String(),
+    "op_name": pl.String(),
+    "count": pl.Int64(),
+    "out_count": pl.Int64(),
+    "dtype": pl.String(),
+    "root": pl.Int32(),
+    "redop": pl.String(),
+    "state": pl.String(),
+    "p2p_seq": pl.Int64(),
+    "comm": pl.String(),
+    "host": pl.String(),
+    "pid": pl.Int64(),
+    "order": pl.Int64(),
+    "frames": pl.String(),
+}
+
+# the communicators an NCCL log names: one row per (file, host, pid, comm pointer)
+COMM_SCHEMA: dict[str, pl.DataType] = {
+    "file": pl.Int32(), "host": pl.String(), "pid": pl.Int64(), "comm": pl.String(), "comm_id": pl.String(),
+    "rank": pl.Int32(), "nranks": pl.Int32(), "cuda_dev": pl.Int32(), "nvml_dev": pl.Int32(), "bus_id": pl.String(),
+    "nnodes": pl.Int32(), "local_ranks": pl.Int32(), "launcher_rank": pl.Int32(),
+}
+
+# ncclDataType_t, ncclRedOp_t
+NCCL_DTYPES = ("int8", "uint8", "int32", "uint32", "int64", "uint64", "float16", "float32", "float64", "bfloat16",
+               "float8_e4m3", "float8_e5m2")
+NCCL_REDOPS = ("sum", "prod", "max", "min", "avg")
+
+# NCCL's op names (COLL lines) -> the normalised collective
+NCCL_OPS = {
+    "AllReduce": "allreduce", "AllGather": "allgather", "ReduceScatter": "reducescatter", "Broadcast": "broadcast",
+    "Bcast": "broadcast", "Reduce": "reduce", "Send": "send", "Recv": "recv", "AlltoAll": "alltoall",
+    "AllToAll": "alltoall", "Gather": "gather", "Scatter": "scatter", "PutSignal": "putsignal", "Signal": "signal",
+    "WaitSignal": "waitsignal",
+}
+
+
+def empty_rows() -> pl.DataFrame:
+    return pl.DataFrame(schema=NCCL_ROW_SCHEMA)
+
+
+class NcclParse:
+    """What one NCCL input gave: its rows (``NCCL_ROW_SCHEMA``), the communicators it names
+    (``COMM_SCHEMA``; empty for a Flight Recorder dump), its facts (version, transports, channels
+    ...: plain JSON values) and its warnings (each with its count)."""
+
+    __slots__ = ("path", "format", "rows", "comms", "facts", "warnings")
+
+    def __init__(self, path: str, fmt: str, rows: pl.DataFrame, comms: pl.DataFrame | None = None,
+                 facts: dict | None = None, warnings: list[str] | None = None):
+        self.path = path
+        self.format = fmt
+        self.rows = rows
+        self.comms = comms if comms is not None else pl.DataFrame(schema=COMM_SCHEMA)
+        self.facts = facts or {}
+        self.warnings = warnings or []
+
+
+def watchdog_text(w: dict[str, Any]) -> str:
+    """One line on a PyTorch watchdog timeout (``job.nccl_diagnosis.watchdog``)."""
+    who = f"rank {w['rank']}" if w.get("rank") is not None else "a rank"
+    what = f"seq {w['seq']}" + (f" ({w['op']})" if w.get("op") else "") if w.get("seq") is not None else "a collective"
+    ran = f" after {w['ran_ms']} ms" if w.get("ran_ms") is not None else ""
+    pg = (f"; its group's last enqueued work {w['last_enqueued']}, last completed {w['last_completed']}"
+          if w.get("last_enqueued") is not None else "")
+    return f"PyTorch's watchdog: {who} timed out in {what}{ran}{pg}"
