@@ -198,7 +198,11 @@ class Replay:
         if P.height == 0:
             return
         at = P.get_column("o")  # nd is by node: its row is the node
-        P = P.with_row_index("f").with_columns(*(nd.get_column(c).gather(at) for c in ("chain", "pos", "cu", "ci"))).sort("k", "chain", "pos")
+        # by window, chain and position on it, as one integer key (unique: a node's pos is), cheaper to sort than three
+        span = 2 * n + 2
+        nchain = int(nd.get_column("chain").max() or 0) + 1
+        P = P.with_row_index("f").with_columns(*(nd.get_column(c).gather(at) for c in ("chain", "pos", "cu", "ci")))
+        P = P.sort((pl.col("k") * nchain + pl.col("chain").cast(pl.Int64)) * span + pl.col("pos"))
         P = P.with_columns(pl.Series("t", t.gather(P.get_column("o"))),
                            pl.Series("tcu", t.gather(P.get_column("cu").fill_null(0))),
                            pl.Series("hin", has_in.gather(P.get_column("o")))).with_row_index("i")
@@ -229,6 +233,28 @@ class Replay:
         if main_tid is not None:
             ends = ends.filter(pl.col("dev") | (pl.col("tid") == main_tid))
         self.ends = ends.sort("k", "o").group_by("k", maintain_order=True).agg(pl.col("i").first().alias("a"), pl.col("i").last().alias("z"))
+        # the rounds run on the key rows only: those a cross edge enters or leaves, those with their own
+        # time or a chain edge from before the window, the windows' ends.  Along a chain segment the other
+        # rows add nothing to the running maximum (no X), and no round reads them: T at a key row is
+        # W + cum_max(X - W) over the segment's key rows up to it, the same number (exact)
+        key = (~self.P.get_column("hin")) | self.P.get_column("_out")
+        for c in (self.fixed.get_column("vi"), self.live.get_column("vi"), self.live.get_column("ui"),
+                  self.ends.get_column("a"), self.ends.get_column("z")):
+            key = key.scatter(c, True)
+        qi = pl.int_range(0, self.P.height, dtype=pl.UInt32, eager=True).filter(key)
+        qmap = pl.repeat(0, self.P.height, dtype=pl.UInt32, eager=True).scatter(qi, pl.int_range(0, qi.len(), dtype=pl.UInt32, eager=True))
+        self.qi = qi
+        # per key row: what X0 needs, and the first row of its chain segment (W there is 0)
+        seg_start = pl.int_range(0, self.P.height, dtype=pl.UInt32, eager=True).zip_with(
+            ~self.P.get_column("_ln"), pl.Series([None], dtype=pl.UInt32)).forward_fill()
+        self.Q = self.P.select("t", "tcu", "ci", "hin", "_out", "seg").with_columns(seg_start.alias("_s0"))[qi]
+        self.ln_ci = self.P.select(pl.when("_ln").then(pl.col("ci"))).to_series()  # the chain edge a row's W adds (null: none)
+        self.fixed = self.fixed.with_columns(qmap.gather(self.fixed.get_column("vi")).alias("vi"))
+        self.live = self.live.with_columns(qmap.gather(self.live.get_column("vi")).alias("vi"), qmap.gather(self.live.get_column("ui")).alias("ui"))
+        self.ends = self.ends.with_columns(qmap.gather(self.ends.get_column("a")).alias("a"), qmap.gather(self.ends.get_column("z")).alias("z"))
+        # the cross edges in layers, each a node's j-th edge: a layer takes its edges by one scatter (nearly all nodes have one)
+        self.layers = _layers(self.live, "ui")
+        self.flayers = _layers(self.fixed, "tu")
 
     def _flags(self) -> pl.DataFrame:
         """Per edge: its event's name and kind (for the changes that select by them)."""
@@ -281,46 +307,39 @@ class Replay:
         if self.P is None:
             return list(self.measured), 0
         w = self.weights(changes)
-        P = self.P
-        cw = w.gather(P.get_column("ci").fill_null(0))
-        fr = P.with_columns(cw.alias("cw")).select(
-            pl.when(pl.col("_ln")).then(pl.col("cw")).otherwise(0).cum_sum().over("seg").alias("W"),
-            # what reaches the node from before the window (fixed at its observed time) or, for a node with no dependency, its own time
-            pl.when(pl.col("_out")).then(pl.col("tcu") + pl.col("cw")).when(~pl.col("hin")).then(pl.col("t")).otherwise(NEG).alias("X0"))
-        W, X0 = fr.get_column("W"), fr.get_column("X0")
-        fixed = self.fixed.with_columns(w.gather(self.fixed.get_column("ei")).alias("w")).filter(pl.col("w") > NEG // 2) \
-            .group_by("vi").agg((pl.col("tu") + pl.col("w")).max().alias("x"))
-        if fixed.height:
-            vi = fixed.get_column("vi")
-            X0 = X0.scatter(vi, _smax(X0.gather(vi), fixed.get_column("x")))
-        live = self.live.with_columns(w.gather(self.live.get_column("ei")).alias("w")).filter(pl.col("w") > NEG // 2)
-        # a node with one cross edge (nearly all) takes it by a scatter; the few with several, by a group-by
-        many = live.get_column("vi").is_duplicated()
-        one, several = live.filter(~many), live.filter(many)
-        ov, ou, ow = one.get_column("vi"), one.get_column("ui"), one.get_column("w")
-        sv, su, sw = several.get_column("vi"), several.get_column("ui"), several.get_column("w")
-        seg, t = P.get_column("seg"), P.get_column("t")
+        Q = self.Q  # the key rows (see __init__): the rounds run on them
+        # W: the chain's prefix sum of weights within its segment (a running sum over all rows, less its value at the segment's start)
+        cs = w[self.ln_ci].fill_null(0).cum_sum()
+        W = cs[self.qi] - cs[Q.get_column("_s0")]
+        # what reaches the node from before the window (fixed at its observed time) or, for a node with no dependency, its own time
+        X0 = Q.with_columns(w[Q.get_column("ci").fill_null(0)].alias("cw")).select(
+            pl.when(pl.col("_out")).then(pl.col("tcu") + pl.col("cw")).when(~pl.col("hin")).then(pl.col("t")).otherwise(NEG)).to_series()
+        # (an edge the change removed weighs NEG: it never wins a maximum)
+        for vi, tu, ei in self.flayers:
+            a, b = X0[vi], tu + w[ei]
+            X0 = X0.scatter(vi, a.zip_with(a >= b, b))
+        layers = [(vi, ui, w[ei]) for vi, ui, ei in self.layers]
+        seg, t = Q.get_column("seg"), Q.get_column("t")
         # the running maximum per chain segment as one running maximum: each segment's values lifted
         # above the ones before it (when the trace's span and its segments leave room in int64)
         lift = int(seg.max() or 0) < (1 << 18) and int(t.max() or 0) < (1 << 41) and int(W.max() or 0) < (1 << 41)
         off = seg.cast(pl.Int64) * (1 << 44) + (1 << 42)
+        floor = pl.Series([-(1 << 42)], dtype=pl.Int64)
         T = t  # from above: with weights that only shrink, the observed times are an upper bound
         rounds = 0
+        # (Series[...] gathers, zip_with for max and clip: the eager calls, cheaper than their expression forms)
         while rounds < MAX_ROUNDS:
             rounds += 1
             X = X0.clone()  # (scatter writes in place)
-            if one.height:
-                X = X.scatter(ov, _smax(X.gather(ov), T.gather(ou) + ow))
-            if several.height:
-                m = pl.DataFrame({"vi": sv, "x": T.gather(su) + sw}).group_by("vi").agg(pl.col("x").max())
-                vi = m.get_column("vi")
-                X = X.scatter(vi, _smax(X.gather(vi), m.get_column("x")))
+            for vi, ui, wi in layers:
+                a, b = X[vi], T[ui] + wi
+                X = X.scatter(vi, a.zip_with(a >= b, b))
             d = X - W
             if lift:
-                Tn = W + ((d.clip(lower_bound=-(1 << 42)) + off).cum_max() - off)
+                Tn = W + ((d.zip_with(d >= floor, floor) + off).cum_max() - off)
             else:
                 Tn = pl.DataFrame({"d": d, "seg": seg}).select(pl.col("d").cum_max().over("seg")).to_series() + W
-            if (Tn == T).all():
+            if Tn.equals(T):
                 break
             T = Tn
         T = pl.select(pl.when(T < -(1 << 40)).then(t).otherwise(T)).to_series()  # a node nothing reaches any more stays where it was
@@ -328,8 +347,10 @@ class Replay:
         return [max(m + shift.get(k, 0), 0) for k, m in enumerate(self.measured)], rounds
 
 
-def _smax(a: pl.Series, b: pl.Series) -> pl.Series:
-    return a.zip_with(a >= b, b)
+def _layers(edges: pl.DataFrame, src: str) -> list[tuple[pl.Series, pl.Series, pl.Series]]:
+    """``edges`` (vi, src, ei) as layers (vi, src, ei), each holding at most one edge per node (vi)."""
+    j = edges.with_columns(pl.int_range(pl.len()).over("vi").alias("_j"))
+    return [(f.get_column("vi"), f.get_column(src), f.get_column("ei")) for _, f in sorted(j.partition_by("_j", as_dict=True).items())]
 
 
 def parse(text: str) -> tuple[Change, ...]:
