@@ -180,12 +180,10 @@ class Replay:
         # each node's chain: its thread, or its stream (a stream's points in activity order: start, end, ...)
         nd = nodes.select("o", "dev", "end", "pid", "tid", "stream").join(ch, left_on="o", right_on="v", how="left").sort("o")
         nd = nd.with_columns(
-            pl.struct("dev", pl.when(pl.col("dev")).then(None).otherwise(pl.col("pid")).alias("p"),
-                      pl.when(pl.col("dev")).then(None).otherwise(pl.col("tid")).alias("h"),
-                      pl.when(pl.col("dev")).then(pl.col("stream")).alias("s")).rank("dense").alias("chain"),
+            _chain_ids(nodes, g.chain).alias("chain"),
             pl.when(pl.col("dev") & pl.col("end")).then(pl.col("cu") * 2 + 1).otherwise(pl.col("o") * 2).alias("pos"),
         )
-        has_in = pl.repeat(False, n, eager=True).scatter(self.e.get_column("v"), True)
+        has_in = last["u"].is_not_null()  # a node with any candidate in-edge has a last-arriving one
         # the window's nodes: the points at t0..t1 (t is non-decreasing in the node order); a node at
         # a boundary is in both windows, replayed in each
         win = pl.DataFrame({"k": range(len(windows)), "t0": [s - base for s, _ in windows], "t1": [x - base for _, x in windows]},
@@ -229,10 +227,12 @@ class Replay:
         self.fixed = ce.filter(pl.col("ui").is_null()).select("vi", "tu", "ei")
         self.live = ce.filter(pl.col("ui").is_not_null()).select("vi", "ui", "ei")
         # each window's first and last node the makespan is read at (a device point or one on the step thread)
-        ends = self.P.join(nodes.select("o", "dev", "tid"), on="o")
+        po = self.P.get_column("o")
+        ends = self.P.select("k", "i", "o")
         if main_tid is not None:
-            ends = ends.filter(pl.col("dev") | (pl.col("tid") == main_tid))
-        self.ends = ends.sort("k", "o").group_by("k", maintain_order=True).agg(pl.col("i").first().alias("a"), pl.col("i").last().alias("z"))
+            ends = ends.filter(nodes.get_column("dev")[po] | (nodes.get_column("tid")[po] == main_tid).fill_null(False))
+        self.ends = ends.group_by("k").agg(pl.col("i").get(pl.col("o").arg_min()).alias("a"),
+                                           pl.col("i").get(pl.col("o").arg_max()).alias("z")).sort("k")
         # the rounds run on the key rows only: those a cross edge enters or leaves, those with their own
         # time or a chain edge from before the window, the windows' ends.  Along a chain segment the other
         # rows add nothing to the running maximum (no X), and no round reads them: T at a key row is
@@ -347,10 +347,27 @@ class Replay:
         return [max(m + shift.get(k, 0), 0) for k, m in enumerate(self.measured)], rounds
 
 
+def _chain_ids(nodes: pl.DataFrame, chain: pl.Series) -> pl.Series:
+    """Each node's chain (its thread, or its stream) as a number: ``chain`` (the graph's) lists the
+    nodes thread by thread, then stream by stream; a new number where the thread or stream changes."""
+    f = nodes.select("dev", pl.when(pl.col("dev")).then(None).otherwise(pl.col("pid")).alias("p"),
+                     pl.when(pl.col("dev")).then(None).otherwise(pl.col("tid")).alias("h"),
+                     pl.when(pl.col("dev")).then(pl.col("stream")).alias("s"))[chain]
+    new = f.select(pl.any_horizontal(pl.all().ne_missing(pl.all().shift(1)))).to_series().fill_null(True)
+    return pl.repeat(0, nodes.height, dtype=pl.UInt32, eager=True).scatter(chain, new.cast(pl.UInt32).cum_sum())
+
+
 def _layers(edges: pl.DataFrame, src: str) -> list[tuple[pl.Series, pl.Series, pl.Series]]:
     """``edges`` (vi, src, ei) as layers (vi, src, ei), each holding at most one edge per node (vi)."""
-    j = edges.with_columns(pl.int_range(pl.len()).over("vi").alias("_j"))
-    return [(f.get_column("vi"), f.get_column(src), f.get_column("ei")) for _, f in sorted(j.partition_by("_j", as_dict=True).items())]
+    if not edges.get_column("vi").is_duplicated().any():
+        return [(edges.get_column("vi"), edges.get_column(src), edges.get_column("ei"))] if edges.height else []
+    out, rest = [], edges
+    while rest.height:  # one round per edge of the node with the most (a handful)
+        first = rest.get_column("vi").is_first_distinct()
+        f = rest.filter(first)
+        out.append((f.get_column("vi"), f.get_column(src), f.get_column("ei")))
+        rest = rest.filter(~first)
+    return out
 
 
 def parse(text: str) -> tuple[Change, ...]:
