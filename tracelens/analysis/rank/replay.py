@@ -256,29 +256,34 @@ class Replay:
         self.layers = _layers(self.live, "ui")
         self.flayers = _layers(self.fixed, "tu")
 
-    def _flags(self) -> pl.DataFrame:
-        """Per edge: its event's name and kind (for the changes that select by them)."""
-        if not hasattr(self, "_fl"):
+    def _names(self, pattern: str) -> pl.Series:
+        """Per edge: whether its event's name matches ``pattern`` (tested once per distinct name; no event: False)."""
+        if not hasattr(self, "_nm"):
+            from tracelens.analysis.rank.names import Names
+
+            self._nm = Names(self.df)
+        hit = self.df.select(self._nm.like(pattern).fill_null(False)).to_series()
+        rows = self.e.get_column("owner")
+        return hit[rows.fill_null(0)] & rows.is_not_null()
+
+    def _kernel(self) -> pl.Series:
+        """Per edge: whether its event is a kernel."""
+        if not hasattr(self, "_kn"):
             rows = self.e.get_column("owner")
-            fill = rows.fill_null(0)
-            self._fl = pl.DataFrame({"_name": self.df.get_column("name").cast(pl.String).gather(fill),
-                                     "_dkind": self.df.get_column("kind").cast(pl.String).gather(fill),
-                                     "_own": rows.is_not_null()})
-        return self._fl
+            self._kn = (self.df.get_column("kind") == "kernel")[rows.fill_null(0)] & rows.is_not_null()
+        return self._kn
 
     def weights(self, changes: tuple[Change, ...]) -> pl.Series:
         """Each edge's weight (by ``ei``) under ``changes``, applied in turn (module docstring)."""
         e = self.e
-        if any(c.what in ("launch", "comm", "kclass", "kernel") for c in changes):
-            e = pl.concat([e, self._flags()], how="horizontal")
         kind = pl.col("kind")
-        cat = pl.col("cat").cast(pl.String)
+        cat = pl.col("cat")  # (an Enum: compared with strings as they are, no string per edge)
         act = kind == "act"
         for change in changes:
             if change.what == "data_loading":
                 rule = pl.when((kind == "thread") & (cat == "data_loading")).then(0)
             elif change.what == "launch":
-                kernel_call = pl.col("_name").str.contains(r"(?i)launch") & pl.col("_own")  # kernel (and graph) launches, not copies
+                kernel_call = pl.lit(self._names(r"(?i)launch"))  # kernel (and graph) launches, not copies
                 rule = (pl.when((kind.is_in(["thread", "launch"])) & (cat == "launch_overhead") & kernel_call).then(0)
                         .when(kind == "return_launch").then(NEG))  # the call no longer waits for its kernel
             elif change.what == "host":  # host work (ops, untraced host time, launch calls) K x faster; not waits, not data loading
@@ -287,11 +292,12 @@ class Replay:
                 if change.what == "comm":
                     sel = cat == "exposed_comm"
                     if change.target:
-                        sel = sel & pl.col("_name").str.contains(change.target)
+                        sel = sel & pl.lit(self._names(change.target))
                 elif change.what == "kclass":
-                    sel = cat.is_in([f"compute_{c}" for c in change.target]) & (pl.col("_dkind") == "kernel")
+                    known = [c for c in (f"compute_{k}" for k in change.target) if c in critical.CAT.categories]
+                    sel = cat.is_in(known) & pl.lit(self._kernel())
                 elif change.what == "kernel":
-                    sel = (pl.col("_dkind") == "kernel") & pl.col("_name").str.contains(change.target)
+                    sel = pl.lit(self._kernel()) & pl.lit(self._names(change.target))
                 else:
                     sel = cat == "memcpy"
                 rule = pl.when(act & sel).then(_scale(pl.col("gap"), change.factor))
