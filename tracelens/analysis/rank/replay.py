@@ -340,17 +340,32 @@ class Replay:
         T = t  # from above: with weights that only shrink, the observed times are an upper bound
         rounds = 0
         # (Series[...] gathers, zip_with for max and clip: the eager calls, cheaper than their expression forms)
-        while rounds < MAX_ROUNDS:
+        if lift:
+            # in lifted terms: D = max(X - W, floor) + off = max(X + offW, floor + off) with offW = off - W, so a
+            # round is T = cum_max(D) - offW, an edge's term T(u) + w + offW(v); D0 from X0 and the first
+            # layer's D0 at its nodes computed once
+            offW, floor_off = off - W, off + floor[0]
+            D0 = X0 + offW
+            D0 = D0.zip_with(D0 >= floor_off, floor_off)
+            lay = [(vi, ui, wi + offW[vi]) for vi, ui, wi in layers]
+            a0 = D0[lay[0][0]] if lay else None
+            while rounds < MAX_ROUNDS:
+                rounds += 1
+                D = D0.clone()  # (scatter writes in place)
+                for j, (vi, ui, wo) in enumerate(lay):
+                    a, b = a0 if j == 0 else D[vi], T[ui] + wo
+                    D = D.scatter(vi, a.zip_with(a >= b, b))
+                Tn = D.cum_max() - offW
+                if Tn.equals(T):
+                    break
+                T = Tn
+        while not lift and rounds < MAX_ROUNDS:
             rounds += 1
-            X = X0.clone()  # (scatter writes in place)
+            X = X0.clone()
             for vi, ui, wi in layers:
                 a, b = X[vi], T[ui] + wi
                 X = X.scatter(vi, a.zip_with(a >= b, b))
-            d = X - W
-            if lift:
-                Tn = W + ((d.zip_with(d >= floor, floor) + off).cum_max() - off)
-            else:
-                Tn = pl.DataFrame({"d": d, "seg": seg}).select(pl.col("d").cum_max().over("seg")).to_series() + W
+            Tn = pl.DataFrame({"d": X - W, "seg": seg}).select(pl.col("d").cum_max().over("seg")).to_series() + W
             if Tn.equals(T):
                 break
             T = Tn
