@@ -97,6 +97,7 @@ from tracelens.model.schema import KCLASSES
 WHATS = ("data_loading", "comm", "launch", "kclass", "kernel", "memcpy", "host", "rank_late")
 NEG = -(1 << 60)  # no dependency (kept far from int64's limits: times are relative to the trace's first node)
 MAX_ROUNDS = 100_000  # a safety cap: the rounds needed are the host/GPU hand-offs on one step's chain
+LIFT_MAX_SEGMENTS = 1 << 18  # the one running maximum lifts each chain segment above the ones before it up to this many segments
 
 
 @dataclass(frozen=True)
@@ -334,7 +335,7 @@ class Replay:
         seg, t = Q.get_column("seg"), Q.get_column("t")
         # the running maximum per chain segment as one running maximum: each segment's values lifted
         # above the ones before it (when the trace's span and its segments leave room in int64)
-        lift = int(seg.max() or 0) < (1 << 18) and int(t.max() or 0) < (1 << 41) and int(W.max() or 0) < (1 << 41)
+        lift = int(seg.max() or 0) < LIFT_MAX_SEGMENTS and int(t.max() or 0) < (1 << 41) and int(W.max() or 0) < (1 << 41)
         off = seg.cast(pl.Int64) * (1 << 44) + (1 << 42)
         floor = pl.Series([-(1 << 42)], dtype=pl.Int64)
         T = t  # from above: with weights that only shrink, the observed times are an upper bound
