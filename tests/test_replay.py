@@ -315,3 +315,51 @@ def test_what_if_only_with_the_critical_path(tmp_path):
     d = analyze(load([w0], use_cache=False), Options()).to_dict()
     assert d["suggestions"] and all("what_if" not in s for s in d["suggestions"])
     assert real_traces().exists()
+
+
+@pytest.mark.parametrize("lift", [True, False])
+def test_rounds_match_a_plain_longest_path(lift, monkeypatch):
+    # Replay.run relaxes only the key rows (those a cross edge enters or leaves, the windows' ends)
+    # and runs each round as one lifted running maximum (or, past LIFT_MAX_SEGMENTS, one per chain
+    # segment).  Here every step window of the ResNet-50 trace is replayed node by node in the
+    # graph's order, in plain Python over every candidate edge with the replay's weights: a node
+    # in the window lands at the latest of T(u) + w over its in-edges (u before the window: its
+    # observed time; no in-edge: its own time), and the step's prediction is its measured time
+    # plus how much earlier its first node is, less how much earlier its last node is.
+    if not lift:
+        monkeypatch.setattr(replay, "LIFT_MAX_SEGMENTS", 0)
+    (w0,) = real_trace_files("kineto-tbplugin/samples/resnet50_num_workers_0")
+    seen = {}
+    real = critical.step_paths
+
+    def spy(df, device, windows, main_tid, names, g, **kw):
+        seen["args"] = (df, g, windows, main_tid)
+        return real(df, device, windows, main_tid, names, g=g, **kw)
+
+    monkeypatch.setattr(critical, "step_paths", spy)
+    analyze(load([w0], use_cache=False), ON)
+    df, g, windows, main_tid = seen["args"]
+    r = replay.Replay(df, g, windows, main_tid)
+    t = g.nodes.get_column("t").to_list()
+    dev, tid = g.nodes.get_column("dev").to_list(), g.nodes.get_column("tid").to_list()
+    for text in ("", "memcpy=0", "kclass[gemm,conv]/2", "launch=0", "data_loading=0", "host/2"):
+        changes = replay.parse(text) if text else ()
+        w = r.weights(changes).to_list()
+        into = defaultdict(list)
+        for v, u, ei in r.e.select("v", "u", "ei").iter_rows():
+            if w[ei] > replay.NEG // 2:
+                into[v].append((u, w[ei]))
+        want = []
+        for s, e in windows:
+            lo = next(o for o, x in enumerate(t) if x >= s)
+            hi = max(o for o, x in enumerate(t) if x <= e) + 1
+            T = {}
+            for v in range(lo, hi):
+                ins = [(T[u] if u >= lo else t[u]) + wt for u, wt in into[v]]
+                T[v] = max(ins) if ins else t[v]
+            ends = [o for o in range(lo, hi) if dev[o] or tid[o] == main_tid]
+            a, z = ends[0], ends[-1]
+            want.append(max((e - s) + (T[z] - t[z]) - (T[a] - t[a]), 0))
+        got, rounds = r.run(changes)
+        assert got == want, (text, got, want)
+        assert rounds >= 1

@@ -166,7 +166,12 @@ def _events(df: pl.DataFrame, device: int | None, names: Names) -> tuple[pl.Data
     comm_kernels = bool(df.select((pl.col("kclass") == "comm").any()).item())
     timed = pl.col("ts_ns").is_not_null() & pl.col("dur_ns").is_not_null()
     mine = pl.lit(True) if device is None else (pl.col("device") == device)
-    host = lf.filter(pl.col("tid").is_not_null() & pl.col("kind").is_in(HOST_KINDS) & timed).select(
+    # the threads that run autograd work: a few (pid, tid) pairs, tested per row (cheaper than a window function)
+    on = pl.col("tid").is_not_null() & pl.col("kind").is_in(HOST_KINDS) & timed
+    ag = df.lazy().filter(on & (pl.col("kind") == "cpu_op") & names.like(AUTOGRAD_RE)).select("pid", "tid").unique().collect()
+    autograd = ((pl.col("kind") == "cpu_op") & names.like(AUTOGRAD_RE)).any().over("pid", "tid") if ag.height > 16 else \
+        pl.any_horizontal(pl.lit(False), *[pl.col("pid").eq_missing(p) & pl.col("tid").eq_missing(t) for p, t in ag.iter_rows()])
+    host = lf.filter(on).select(
         "_row", "pid", "tid", "kind", "ts_ns", "dur_ns", "correlation",
         pl.when(pl.col("kind") == "dataloader").then(_c(_DL))
         .when(pl.col("kind") == "sync").then(_c(_SYNC))
@@ -175,7 +180,7 @@ def _events(df: pl.DataFrame, device: int | None, names: Names) -> tuple[pl.Data
         .when(pl.col("kind").is_in(["collective", "p2p"]) & pl.lit(not comm_kernels)).then(_c("exposed_comm"))
         .otherwise(_c(_CPU)).alias("cat"),
         ((pl.col("kind") == "runtime") & names.like(r"(?i)memcpy")).alias("copy"),
-        ((pl.col("kind") == "cpu_op") & names.like(AUTOGRAD_RE)).any().over("pid", "tid").alias("autograd"),
+        autograd.alias("autograd"),
         *[pl.when(pl.col("args").str.contains(f'"fwdbwd_{e}":', literal=True))
           .then(pl.col("args").str.extract(f'"fwdbwd_{e}":(-?\\d+)').cast(pl.Int64)).alias(f"fwd_{e}") for e in "sf"],
     )

@@ -37,9 +37,15 @@ for all chains of all steps at once (each segment lifted above the ones before i
 cross-chain edges: launches, syncs, event waits, returns, the autograd hand-off and flows, host
 collectives) takes the previous round's ``T``; rounds repeat until nothing changes (as many as
 there are host/GPU hand-offs on a step's longest dependency chain: 1 to 33 on the shared traces).  No Python loop
-per event: a round is a few gathers, a scatter and the scan.  Cost on control.json.gz (35 MB,
-283 k edges, 6 steps): 128 ms to prepare the rank once (``Replay``), 20 to 105 ms per change
-(the weights 10 ms; 2 to 33 rounds of ~3 ms).  rustworkx 0.18 on the same graph: 138 ms to build
+per event: a round is a few gathers, a scatter per layer of cross edges (a node's j-th edge: one
+layer for nearly every node) and the scan, on the *key rows* only: those a cross edge enters or
+leaves, those with their own time or a chain edge from before the window, the windows' ends (19 k
+of control.json.gz's 150 k window rows).  A row between two key rows of its chain segment adds
+nothing to the running maximum (no ``X``) and nothing reads it, so ``T`` at a key row is ``W`` plus
+the running maximum of ``X - W`` over the segment's key rows before it: the same numbers.  Cost on
+control.json.gz (35 MB, 160 k edges, 6 steps; CPU time, min of 7, 2 loaded cores): ~45 ms to
+prepare the rank once (``Replay``), 4 to 15 ms per change (the weights ~1 ms; 2 to 32 rounds of
+~0.4 ms); before the key rows, 78 ms and 22 to 81 ms.  rustworkx 0.18 on the same graph: 138 ms to build
 it from Python tuples (per change: the weights are the edges' payloads) and 34 ms for one
 ``dag_longest_path_length``, one number for the whole trace, where the replay needs each step's
 window replayed from its observed start (every node's time): not faster, so not a dependency.
@@ -92,6 +98,7 @@ from tracelens.model.schema import KCLASSES
 WHATS = ("data_loading", "comm", "launch", "kclass", "kernel", "memcpy", "host", "rank_late")
 NEG = -(1 << 60)  # no dependency (kept far from int64's limits: times are relative to the trace's first node)
 MAX_ROUNDS = 100_000  # a safety cap: the rounds needed are the host/GPU hand-offs on one step's chain
+LIFT_MAX_SEGMENTS = 1 << 18  # the one running maximum lifts each chain segment above the ones before it up to this many segments
 
 
 @dataclass(frozen=True)
@@ -183,12 +190,10 @@ class Replay:
         # each node's chain: its thread, or its stream (a stream's points in activity order: start, end, ...)
         nd = nodes.select("o", "dev", "end", "pid", "tid", "stream").join(ch, left_on="o", right_on="v", how="left").sort("o")
         nd = nd.with_columns(
-            pl.struct("dev", pl.when(pl.col("dev")).then(None).otherwise(pl.col("pid")).alias("p"),
-                      pl.when(pl.col("dev")).then(None).otherwise(pl.col("tid")).alias("h"),
-                      pl.when(pl.col("dev")).then(pl.col("stream")).alias("s")).rank("dense").alias("chain"),
+            _chain_ids(nodes, g.chain).alias("chain"),
             pl.when(pl.col("dev") & pl.col("end")).then(pl.col("cu") * 2 + 1).otherwise(pl.col("o") * 2).alias("pos"),
         )
-        has_in = pl.repeat(False, n, eager=True).scatter(self.e.get_column("v"), True)
+        has_in = last["u"].is_not_null()  # a node with any candidate in-edge has a last-arriving one
         # the window's nodes: the points at t0..t1 (t is non-decreasing in the node order); a node at
         # a boundary is in both windows, replayed in each
         win = pl.DataFrame({"k": range(len(windows)), "t0": [s - base for s, _ in windows], "t1": [x - base for _, x in windows]},
@@ -201,7 +206,11 @@ class Replay:
         if P.height == 0:
             return
         at = P.get_column("o")  # nd is by node: its row is the node
-        P = P.with_row_index("f").with_columns(*(nd.get_column(c).gather(at) for c in ("chain", "pos", "cu", "ci"))).sort("k", "chain", "pos")
+        # by window, chain and position on it, as one integer key (unique: a node's pos is), cheaper to sort than three
+        span = 2 * n + 2
+        nchain = int(nd.get_column("chain").max() or 0) + 1
+        P = P.with_row_index("f").with_columns(*(nd.get_column(c).gather(at) for c in ("chain", "pos", "cu", "ci")))
+        P = P.sort((pl.col("k") * nchain + pl.col("chain").cast(pl.Int64)) * span + pl.col("pos"))
         P = P.with_columns(pl.Series("t", t.gather(P.get_column("o"))),
                            pl.Series("tcu", t.gather(P.get_column("cu").fill_null(0))),
                            pl.Series("hin", has_in.gather(P.get_column("o")))).with_row_index("i")
@@ -228,34 +237,63 @@ class Replay:
         self.fixed = ce.filter(pl.col("ui").is_null()).select("vi", "tu", "ei")
         self.live = ce.filter(pl.col("ui").is_not_null()).select("vi", "ui", "ei")
         # each window's first and last node the makespan is read at (a device point or one on the step thread)
-        ends = self.P.join(nodes.select("o", "dev", "tid"), on="o")
+        po = self.P.get_column("o")
+        ends = self.P.select("k", "i", "o")
         if main_tid is not None:
-            ends = ends.filter(pl.col("dev") | (pl.col("tid") == main_tid))
-        self.ends = ends.sort("k", "o").group_by("k", maintain_order=True).agg(pl.col("i").first().alias("a"), pl.col("i").last().alias("z"))
+            ends = ends.filter(nodes.get_column("dev")[po] | (nodes.get_column("tid")[po] == main_tid).fill_null(False))
+        self.ends = ends.group_by("k").agg(pl.col("i").get(pl.col("o").arg_min()).alias("a"),
+                                           pl.col("i").get(pl.col("o").arg_max()).alias("z")).sort("k")
+        # the rounds run on the key rows only: those a cross edge enters or leaves, those with their own
+        # time or a chain edge from before the window, the windows' ends.  Along a chain segment the other
+        # rows add nothing to the running maximum (no X), and no round reads them: T at a key row is
+        # W + cum_max(X - W) over the segment's key rows up to it, the same number (exact)
+        key = (~self.P.get_column("hin")) | self.P.get_column("_out")
+        for c in (self.fixed.get_column("vi"), self.live.get_column("vi"), self.live.get_column("ui"),
+                  self.ends.get_column("a"), self.ends.get_column("z")):
+            key = key.scatter(c, True)
+        qi = pl.int_range(0, self.P.height, dtype=pl.UInt32, eager=True).filter(key)
+        qmap = pl.repeat(0, self.P.height, dtype=pl.UInt32, eager=True).scatter(qi, pl.int_range(0, qi.len(), dtype=pl.UInt32, eager=True))
+        self.qi = qi
+        # per key row: what X0 needs, and the first row of its chain segment (W there is 0)
+        seg_start = pl.int_range(0, self.P.height, dtype=pl.UInt32, eager=True).zip_with(
+            ~self.P.get_column("_ln"), pl.Series([None], dtype=pl.UInt32)).forward_fill()
+        self.Q = self.P.select("t", "tcu", "ci", "hin", "_out", "seg").with_columns(seg_start.alias("_s0"))[qi]
+        self.ln_ci = self.P.select(pl.when("_ln").then(pl.col("ci"))).to_series()  # the chain edge a row's W adds (null: none)
+        self.fixed = self.fixed.with_columns(qmap.gather(self.fixed.get_column("vi")).alias("vi"))
+        self.live = self.live.with_columns(qmap.gather(self.live.get_column("vi")).alias("vi"), qmap.gather(self.live.get_column("ui")).alias("ui"))
+        self.ends = self.ends.with_columns(qmap.gather(self.ends.get_column("a")).alias("a"), qmap.gather(self.ends.get_column("z")).alias("z"))
+        # the cross edges in layers, each a node's j-th edge: a layer takes its edges by one scatter (nearly all nodes have one)
+        self.layers = _layers(self.live, "ui")
+        self.flayers = _layers(self.fixed, "tu")
 
-    def _flags(self) -> pl.DataFrame:
-        """Per edge: its event's name and kind (for the changes that select by them)."""
-        if not hasattr(self, "_fl"):
+    def _names(self, pattern: str) -> pl.Series:
+        """Per edge: whether its event's name matches ``pattern`` (tested once per distinct name; no event: False)."""
+        if not hasattr(self, "_nm"):
+            from tracelens.analysis.rank.names import Names
+
+            self._nm = Names(self.df)
+        hit = self.df.select(self._nm.like(pattern).fill_null(False)).to_series()
+        rows = self.e.get_column("owner")
+        return hit[rows.fill_null(0)] & rows.is_not_null()
+
+    def _kernel(self) -> pl.Series:
+        """Per edge: whether its event is a kernel."""
+        if not hasattr(self, "_kn"):
             rows = self.e.get_column("owner")
-            fill = rows.fill_null(0)
-            self._fl = pl.DataFrame({"_name": self.df.get_column("name").cast(pl.String).gather(fill),
-                                     "_dkind": self.df.get_column("kind").cast(pl.String).gather(fill),
-                                     "_own": rows.is_not_null()})
-        return self._fl
+            self._kn = (self.df.get_column("kind") == "kernel")[rows.fill_null(0)] & rows.is_not_null()
+        return self._kn
 
     def weights(self, changes: tuple[Change, ...]) -> pl.Series:
         """Each edge's weight (by ``ei``) under ``changes``, applied in turn (module docstring)."""
         e = self.e
-        if any(c.what in ("launch", "comm", "kclass", "kernel") for c in changes):
-            e = pl.concat([e, self._flags()], how="horizontal")
         kind = pl.col("kind")
-        cat = pl.col("cat").cast(pl.String)
+        cat = pl.col("cat")  # (an Enum: compared with strings as they are, no string per edge)
         act = kind == "act"
         for change in changes:
             if change.what == "data_loading":
                 rule = pl.when((kind == "thread") & (cat == "data_loading")).then(0)
             elif change.what == "launch":
-                kernel_call = pl.col("_name").str.contains(r"(?i)launch") & pl.col("_own")  # kernel (and graph) launches, not copies
+                kernel_call = pl.lit(self._names(r"(?i)launch"))  # kernel (and graph) launches, not copies
                 rule = (pl.when((kind.is_in(["thread", "launch"])) & (cat == "launch_overhead") & kernel_call).then(0)
                         .when(kind == "return_launch").then(NEG))  # the call no longer waits for its kernel
             elif change.what == "host":  # host work (ops, untraced host time, launch calls) K x faster; not waits, not data loading
@@ -264,11 +302,12 @@ class Replay:
                 if change.what == "comm":
                     sel = cat == "exposed_comm"
                     if change.target:
-                        sel = sel & pl.col("_name").str.contains(change.target)
+                        sel = sel & pl.lit(self._names(change.target))
                 elif change.what == "kclass":
-                    sel = cat.is_in([f"compute_{c}" for c in change.target]) & (pl.col("_dkind") == "kernel")
+                    known = [c for c in (f"compute_{k}" for k in change.target) if c in critical.CAT.categories]
+                    sel = cat.is_in(known) & pl.lit(self._kernel())
                 elif change.what == "kernel":
-                    sel = (pl.col("_dkind") == "kernel") & pl.col("_name").str.contains(change.target)
+                    sel = pl.lit(self._kernel()) & pl.lit(self._names(change.target))
                 else:
                     sel = cat == "memcpy"
                 rule = pl.when(act & sel).then(_scale(pl.col("gap"), change.factor))
@@ -284,46 +323,54 @@ class Replay:
         if self.P is None:
             return list(self.measured), 0
         w = self.weights(changes)
-        P = self.P
-        cw = w.gather(P.get_column("ci").fill_null(0))
-        fr = P.with_columns(cw.alias("cw")).select(
-            pl.when(pl.col("_ln")).then(pl.col("cw")).otherwise(0).cum_sum().over("seg").alias("W"),
-            # what reaches the node from before the window (fixed at its observed time) or, for a node with no dependency, its own time
-            pl.when(pl.col("_out")).then(pl.col("tcu") + pl.col("cw")).when(~pl.col("hin")).then(pl.col("t")).otherwise(NEG).alias("X0"))
-        W, X0 = fr.get_column("W"), fr.get_column("X0")
-        fixed = self.fixed.with_columns(w.gather(self.fixed.get_column("ei")).alias("w")).filter(pl.col("w") > NEG // 2) \
-            .group_by("vi").agg((pl.col("tu") + pl.col("w")).max().alias("x"))
-        if fixed.height:
-            vi = fixed.get_column("vi")
-            X0 = X0.scatter(vi, _smax(X0.gather(vi), fixed.get_column("x")))
-        live = self.live.with_columns(w.gather(self.live.get_column("ei")).alias("w")).filter(pl.col("w") > NEG // 2)
-        # a node with one cross edge (nearly all) takes it by a scatter; the few with several, by a group-by
-        many = live.get_column("vi").is_duplicated()
-        one, several = live.filter(~many), live.filter(many)
-        ov, ou, ow = one.get_column("vi"), one.get_column("ui"), one.get_column("w")
-        sv, su, sw = several.get_column("vi"), several.get_column("ui"), several.get_column("w")
-        seg, t = P.get_column("seg"), P.get_column("t")
+        Q = self.Q  # the key rows (see __init__): the rounds run on them
+        # W: the chain's prefix sum of weights within its segment (a running sum over all rows, less its value at the segment's start)
+        cs = w[self.ln_ci].fill_null(0).cum_sum()
+        W = cs[self.qi] - cs[Q.get_column("_s0")]
+        # what reaches the node from before the window (fixed at its observed time) or, for a node with no dependency, its own time
+        X0 = Q.with_columns(w[Q.get_column("ci").fill_null(0)].alias("cw")).select(
+            pl.when(pl.col("_out")).then(pl.col("tcu") + pl.col("cw")).when(~pl.col("hin")).then(pl.col("t")).otherwise(NEG)).to_series()
+        # (an edge the change removed weighs NEG: it never wins a maximum)
+        for vi, tu, ei in self.flayers:
+            a, b = X0[vi], tu + w[ei]
+            X0 = X0.scatter(vi, a.zip_with(a >= b, b))
+        layers = [(vi, ui, w[ei]) for vi, ui, ei in self.layers]
+        seg, t = Q.get_column("seg"), Q.get_column("t")
         # the running maximum per chain segment as one running maximum: each segment's values lifted
         # above the ones before it (when the trace's span and its segments leave room in int64)
-        lift = int(seg.max() or 0) < (1 << 18) and int(t.max() or 0) < (1 << 41) and int(W.max() or 0) < (1 << 41)
+        lift = int(seg.max() or 0) < LIFT_MAX_SEGMENTS and int(t.max() or 0) < (1 << 41) and int(W.max() or 0) < (1 << 41)
         off = seg.cast(pl.Int64) * (1 << 44) + (1 << 42)
+        floor = pl.Series([-(1 << 42)], dtype=pl.Int64)
         T = t  # from above: with weights that only shrink, the observed times are an upper bound
         rounds = 0
-        while rounds < MAX_ROUNDS:
+        # (Series[...] gathers, zip_with for max and clip: the eager calls, cheaper than their expression forms)
+        if lift:
+            # in lifted terms: D = max(X - W, floor) + off = max(X + offW, floor + off) with offW = off - W, so a
+            # round is T = cum_max(D) - offW, an edge's term T(u) + w + offW(v); D0 from X0 and the first
+            # layer's D0 at its nodes computed once
+            offW, floor_off = off - W, off + floor[0]
+            D0 = X0 + offW
+            D0 = D0.zip_with(D0 >= floor_off, floor_off)
+            lay = [(vi, ui, wi + offW[vi]) for vi, ui, wi in layers]
+            a0 = D0[lay[0][0]] if lay else None
+            while rounds < MAX_ROUNDS:
+                rounds += 1
+                D = D0.clone()  # (scatter writes in place)
+                for j, (vi, ui, wo) in enumerate(lay):
+                    a, b = a0 if j == 0 else D[vi], T[ui] + wo
+                    D = D.scatter(vi, a.zip_with(a >= b, b))
+                Tn = D.cum_max() - offW
+                if Tn.equals(T):
+                    break
+                T = Tn
+        while not lift and rounds < MAX_ROUNDS:
             rounds += 1
-            X = X0.clone()  # (scatter writes in place)
-            if one.height:
-                X = X.scatter(ov, _smax(X.gather(ov), T.gather(ou) + ow))
-            if several.height:
-                m = pl.DataFrame({"vi": sv, "x": T.gather(su) + sw}).group_by("vi").agg(pl.col("x").max())
-                vi = m.get_column("vi")
-                X = X.scatter(vi, _smax(X.gather(vi), m.get_column("x")))
-            d = X - W
-            if lift:
-                Tn = W + ((d.clip(lower_bound=-(1 << 42)) + off).cum_max() - off)
-            else:
-                Tn = pl.DataFrame({"d": d, "seg": seg}).select(pl.col("d").cum_max().over("seg")).to_series() + W
-            if (Tn == T).all():
+            X = X0.clone()
+            for vi, ui, wi in layers:
+                a, b = X[vi], T[ui] + wi
+                X = X.scatter(vi, a.zip_with(a >= b, b))
+            Tn = pl.DataFrame({"d": X - W, "seg": seg}).select(pl.col("d").cum_max().over("seg")).to_series() + W
+            if Tn.equals(T):
                 break
             T = Tn
         T = pl.select(pl.when(T < -(1 << 40)).then(t).otherwise(T)).to_series()  # a node nothing reaches any more stays where it was
@@ -331,8 +378,27 @@ class Replay:
         return [max(m + shift.get(k, 0), 0) for k, m in enumerate(self.measured)], rounds
 
 
-def _smax(a: pl.Series, b: pl.Series) -> pl.Series:
-    return a.zip_with(a >= b, b)
+def _chain_ids(nodes: pl.DataFrame, chain: pl.Series) -> pl.Series:
+    """Each node's chain (its thread, or its stream) as a number: ``chain`` (the graph's) lists the
+    nodes thread by thread, then stream by stream; a new number where the thread or stream changes."""
+    f = nodes.select("dev", pl.when(pl.col("dev")).then(None).otherwise(pl.col("pid")).alias("p"),
+                     pl.when(pl.col("dev")).then(None).otherwise(pl.col("tid")).alias("h"),
+                     pl.when(pl.col("dev")).then(pl.col("stream")).alias("s"))[chain]
+    new = f.select(pl.any_horizontal(pl.all().ne_missing(pl.all().shift(1)))).to_series().fill_null(True)
+    return pl.repeat(0, nodes.height, dtype=pl.UInt32, eager=True).scatter(chain, new.cast(pl.UInt32).cum_sum())
+
+
+def _layers(edges: pl.DataFrame, src: str) -> list[tuple[pl.Series, pl.Series, pl.Series]]:
+    """``edges`` (vi, src, ei) as layers (vi, src, ei), each holding at most one edge per node (vi)."""
+    if not edges.get_column("vi").is_duplicated().any():
+        return [(edges.get_column("vi"), edges.get_column(src), edges.get_column("ei"))] if edges.height else []
+    out, rest = [], edges
+    while rest.height:  # one round per edge of the node with the most (a handful)
+        first = rest.get_column("vi").is_first_distinct()
+        f = rest.filter(first)
+        out.append((f.get_column("vi"), f.get_column(src), f.get_column("ei")))
+        rest = rest.filter(~first)
+    return out
 
 
 def parse(text: str) -> tuple[Change, ...]:
