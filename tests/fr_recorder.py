@@ -63,7 +63,16 @@ def _worker(rank: int, world: int, port: int, out_dir: str, scenario: str, as_js
     elif work is not None:
         import time
         work.wait()
-        time.sleep(1.0)  # the recorder marks a collective completed when its watchdog next looks
+        # the recorder marks a collective completed when its watchdog next looks (about a second,
+        # longer on a loaded machine): wait until every group's status says its last enqueued
+        # collective completed (our own dump of this process, read with pickle), 15 s at most
+        deadline = time.monotonic() + 15.0
+        while time.monotonic() < deadline:
+            status = pickle.loads(torch._C._distributed_c10d._dump_fr_trace(False, False, False)).get("pg_status") or {}
+            if status and all(str(st.get("last_completed_collective")) == str(st.get("last_enqueued_collective"))
+                              for st in status.values() if isinstance(st, dict)):
+                break
+            time.sleep(0.2)
     elif scenario == "hang":
         import time
         time.sleep(2.5)  # the others are waiting for this rank meanwhile

@@ -143,6 +143,13 @@ def _steps_raw(path) -> list[tuple[float, float]]:
     return [(s, spans[i + 1][0] if i + 1 < len(spans) else e) for i, (s, e) in enumerate(spans)]
 
 
+def _span_ends(path, name: str, steps: list[tuple[float, float]]) -> list[bool]:
+    """Per step (raw (start, end) µs): whether a ``name`` span of the raw file ends in it."""
+    doc = json.loads(path.read_text())
+    ends = [e["ts"] + e["dur"] for e in doc["traceEvents"] if e.get("ph") == "X" and e.get("name") == name]
+    return [any(a <= t < b for t in ends) for a, b in steps]
+
+
 def test_a_slowed_gloo_rank_is_on_the_job_path(slowed_job):
     a = analyze(load(slowed_job, use_cache=False, jobs=1), ON)
     d = a.to_dict()
@@ -159,11 +166,20 @@ def test_a_slowed_gloo_rank_is_on_the_job_path(slowed_job):
            for f in (0, 1)}
     err = abs(off[1] - off[0])
     assert err < 5000
+    # gloo's profiler records the all-reduce on its own thread, and under load one span can run
+    # over two steps (seen: a gloo:all_reduce starting 2 ms into a step and ending at the next
+    # step's all-reduce, none ending in the step itself): in such a step rank 0's trace holds no
+    # wait that ends in it, and its path runs on its host.  Which steps hold one, from the raw file
+    ended = _span_ends(slowed_job[0], "gloo:all_reduce", raw[0])
+    assert sum(ended[k] for k, s in enumerate(job["steps"]) if s["kept"]) >= 1, ended  # at least one kept step shows the wait
+    waited_steps = 0
     for k, s in enumerate(job["steps"]):
         if not s["kept"]:
             continue
-        # the slowed rank (1) is on the chain: rank 0 waited for it at the all-reduce
-        assert 1 in s["ranks"], s
+        # the slowed rank (1) is on the chain wherever rank 0's trace shows it waited: at the all-reduce
+        if ended[k]:
+            assert 1 in s["ranks"], s
+            waited_steps += 1
         # the path runs from the chain's first rank's step start to its last rank's step end
         # (the one that ends last), on the job's clock: raw files plus offsets, to the µs
         first, last = s["ranks"][0], s["ranks"][-1]
@@ -188,4 +204,4 @@ def test_a_slowed_gloo_rank_is_on_the_job_path(slowed_job):
     # per step, give or take the ranks' other differences (the same work on two processes sharing
     # a loaded machine; measured 100.0-101.8 ms per step for a 100 ms sleep): within 30%
     wait = job["wait_rank_ns"]["0"]["1"]
-    assert 0.7 * SLEEP_S * 2e9 <= wait <= 1.3 * SLEEP_S * 2e9, wait
+    assert 0.7 * SLEEP_S * waited_steps * 1e9 <= wait <= 1.3 * SLEEP_S * 2e9, (wait, waited_steps)

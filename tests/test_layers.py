@@ -52,3 +52,16 @@ def test_an_upward_import_breaks_the_contract(tmp_path, module, line, named):
     assert r.returncode != 0
     assert "1 broken" in r.stdout
     assert named in r.stdout, r.stdout
+
+
+def test_code_imports_the_parsers_as_the_wheel_installs_them():
+    """The wheel installs parsers/ as ``tracelens.parsers`` (pyproject's sources map; a checkout maps
+    the name onto the folder): an ``import parsers`` works in a checkout and fails once installed
+    (test_wheel found one), so no module of the package may use the top-level name."""
+    import re
+
+    root = Path(__file__).resolve().parent.parent
+    bad = [f"{p.relative_to(root)}:{i}" for folder in ("tracelens", "parsers") for p in sorted((root / folder).rglob("*.py"))
+           for i, line in enumerate(p.read_text(encoding="utf-8").splitlines(), 1)
+           if re.match(r"\s*(from\s+parsers(\.|\s)|import\s+parsers\b)", line)]
+    assert bad == [], bad

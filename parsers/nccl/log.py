@@ -54,7 +54,7 @@ _TORCH_WORDS = r"Watchdog|WorkNCCL|NumelIn|ran for \d+ milliseconds|PG status|Pr
 def _batches(path: Path):
     """Whole lines of the file (decompressed when gzip), ``BATCH_BYTES`` at a time; the last
     batch's partial line (a file cut off) is returned as a line of its own."""
-    from parsers.jsonstream import ContentReader
+    from tracelens.parsers.jsonstream import ContentReader
 
     r = ContentReader(path)
     try:

@@ -34,8 +34,8 @@ def nccl_only(paths: list[str | Path]) -> tuple[list[tuple[Path, str]], list[str
 
 
 def _nccl_only(paths: list[str | Path]) -> tuple[list[tuple[Path, str]], list[str]] | None:
-    from parsers import sniff
     from tracelens.model.errors import UnsupportedFormat
+    from tracelens.parsers import sniff
     from tracelens.store.discover import _natural_key
 
     found: list[tuple[Path, str]] = []
@@ -72,7 +72,7 @@ def _nccl_only(paths: list[str | Path]) -> tuple[list[tuple[Path, str]], list[st
 
 def read_all(found: list[tuple[Path, str]]) -> tuple[list, list[str]]:
     """Each file read (``NcclParse``), and a warning for each that could not be (never raised)."""
-    from parsers import collective_parser_for
+    from tracelens.parsers import collective_parser_for
 
     out = []
     warnings: list[str] = []
