@@ -26,7 +26,7 @@ demo: $(VENV)/.installed
 # the layers of DESIGN.md 8 first (.importlinter: each imports only the layers below it), then the suite
 test: $(VENV)/.test-installed
 	$(VENV)/bin/lint-imports
-	$(PY) -m pytest -q
+	$(PY) -m pytest -q --durations=25
 
 bench: $(VENV)/.test-installed
 	$(PY) benchmarks/parse.py

@@ -39,7 +39,7 @@ def _check_against(sim, d, tol=0.02):
         assert got["cooldown_ns"] == pytest.approx(n * exp["cooldown_ns"], abs=0.02 * n * exp["step_ns"])
 
 
-@settings(max_examples=30, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=18, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(schedule=st.sampled_from(ps.SCHEDULES), p=st.sampled_from([2, 4, 8]), m=st.sampled_from([4, 8, 32]),
        annotations=st.sampled_from(["torch", "pp", "none"]), latency=st.sampled_from([0, 50_000]),
        slow=st.sampled_from([None, 1]))
