@@ -21,6 +21,7 @@ import orjson
 import pytest
 
 from tests.conftest import ROOT, SAMPLE_TRACES, real_traces
+from tests.tui_pilot import settle
 from tracelens.analysis import analyze  # noqa: E402
 from tracelens.store.job import load  # noqa: E402
 from tracelens.tui import make_app  # noqa: E402
@@ -36,12 +37,6 @@ JOB = SAMPLE_TRACES / "job_2ranks"
 
 def run(coro):
     return asyncio.run(coro)
-
-
-async def settle(app, pilot):
-    await app.workers.wait_for_complete()
-    for _ in range(3):
-        await pilot.pause()
 
 
 @functools.lru_cache(maxsize=None)

@@ -11,21 +11,16 @@ import json
 from pathlib import Path
 
 from tests.conftest import real_traces
+from tests.tui_pilot import back_to, settle, view_key
 from tracelens.analysis import Options, analyze
 from tracelens.model.units import fmt_ns
 from tracelens.store.job import load
 from tracelens.tui import make_app
-from tracelens.tui.panes import NO_CRITICAL_PATH, VIEWS
+from tracelens.tui.panes import NO_CRITICAL_PATH
 from tracelens.tui.widgets.table import FilterTable, RowTable
 from tracelens.tui.widgets.timeline import TimelineView
 
-KEY = str(1 + next(i for i, (pid, _, _) in enumerate(VIEWS) if pid == "critical"))
-
-
-async def settle(app, pilot):
-    await app.workers.wait_for_complete()
-    for _ in range(3):
-        await pilot.pause()
+KEY = view_key("critical")
 
 
 def test_view_shows_the_reports_path_and_enter_jumps_to_the_timeline():
@@ -64,9 +59,7 @@ def test_view_shows_the_reports_path_and_enter_jumps_to_the_timeline():
             e0 = s1["top_events"][0]
             assert view.on_path(e0["ts_ns"]) and not view.on_path(s1["start_ns"] - 10**9)
             assert view.timeline.tracks[view.sel].rank == s1["rank"]
-            await pilot.press("escape")
-            await pilot.pause()
-            assert app.query_one("#tabs").active == "critical"
+            await back_to(app, pilot, "critical")
 
     asyncio.run(go())
 

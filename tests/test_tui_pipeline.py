@@ -9,21 +9,16 @@ import asyncio
 
 from tests import pipesim as ps
 from tests.conftest import real_traces
+from tests.tui_pilot import back_to, settle, view_key
 from tracelens.analysis import analyze
 from tracelens.render import tables as views
 from tracelens.store.job import load
 from tracelens.tui import make_app
-from tracelens.tui.panes import NO_PIPELINE, VIEWS, pipeline_bubble_rows
+from tracelens.tui.panes import NO_PIPELINE, pipeline_bubble_rows
 from tracelens.tui.widgets.table import FilterTable, RowTable
 from tracelens.tui.widgets.timeline import TimelineView
 
-KEY = str((1 + next(i for i, (pid, _, _) in enumerate(VIEWS) if pid == "pipeline")) % 10)
-
-
-async def settle(app, pilot):
-    await app.workers.wait_for_complete()
-    for _ in range(3):
-        await pilot.pause()
+KEY = view_key("pipeline")
 
 
 def test_view_shows_the_stages_and_enter_jumps_to_the_bubble(tmp_path):
@@ -61,9 +56,7 @@ def test_view_shows_the_stages_and_enter_jumps_to_the_bubble(tmp_path):
             assert view.hl_window == (b["start_ns"], b["end_ns"])
             assert view.t0 <= b["start_ns"] and view.t1 >= b["end_ns"]
             assert view.timeline.tracks[view.sel].rank == b["rank"]
-            await pilot.press("escape")
-            await pilot.pause()
-            assert app.query_one("#tabs").active == "pipeline"
+            await back_to(app, pilot, "pipeline")
 
     asyncio.run(go())
 
