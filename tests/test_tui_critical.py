@@ -11,7 +11,7 @@ import json
 from pathlib import Path
 
 from tests.conftest import real_traces
-from tests.tui_pilot import back_to, settle, view_key
+from tests.tui_pilot import back_to, open_view, settle, view_key
 from tracelens.analysis import Options, analyze
 from tracelens.model.units import fmt_ns
 from tracelens.store.job import load
@@ -30,9 +30,7 @@ def test_view_shows_the_reports_path_and_enter_jumps_to_the_timeline():
     async def go():
         app = make_app(report=report, trace=trace)
         async with app.run_test(size=(140, 45)) as pilot:
-            await settle(app, pilot)
-            await pilot.press(KEY)
-            await settle(app, pilot)
+            await open_view(app, pilot, KEY)
             assert app.query_one("#tabs").active == "critical"
             steps = app.query_one("#critical-steps-table", FilterTable)
             want = [(r["rank"], s["length_ns"]) for r in report["ranks"] for s in r["critical_path"]["steps"]]
@@ -71,9 +69,7 @@ def test_without_the_critical_path_the_view_says_how_to_get_it():
     async def go():
         app = make_app(report=report, trace=trace)
         async with app.run_test(size=(120, 40)) as pilot:
-            await settle(app, pilot)
-            await pilot.press(KEY)
-            await settle(app, pilot)
+            await open_view(app, pilot, KEY)
             assert str(app.query_one("#critical-none").render()) == NO_CRITICAL_PATH
             assert "--critical-path" in NO_CRITICAL_PATH
 
@@ -92,9 +88,7 @@ def test_view_shows_each_suggestions_what_if_next_to_its_bound():
     async def go(rep):
         app = make_app(report=rep)
         async with app.run_test(size=(140, 45)) as pilot:
-            await settle(app, pilot)
-            await pilot.press(KEY)
-            await settle(app, pilot)
+            await open_view(app, pilot, KEY)
             assert app.query_one("#tabs").active == "critical"
             found = app.query("#critical-whatif-table")
             if not found:

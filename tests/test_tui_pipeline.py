@@ -9,7 +9,7 @@ import asyncio
 
 from tests import pipesim as ps
 from tests.conftest import real_traces
-from tests.tui_pilot import back_to, settle, view_key
+from tests.tui_pilot import back_to, open_view, settle, view_key
 from tracelens.analysis import analyze
 from tracelens.render import tables as views
 from tracelens.store.job import load
@@ -36,9 +36,7 @@ def test_view_shows_the_stages_and_enter_jumps_to_the_bubble(tmp_path):
     async def go():
         app = make_app(report=report, trace=trace)
         async with app.run_test(size=(150, 45)) as pilot:
-            await settle(app, pilot)
-            await pilot.press(KEY)
-            await settle(app, pilot)
+            await open_view(app, pilot, KEY)
             assert app.query_one("#tabs").active == "pipeline"
             pic = str(app.query_one("#pipeline-picture").render())
             assert all(f"stage  {s}" in pic for s in range(4))
@@ -68,9 +66,7 @@ def test_without_a_pipeline_the_view_says_so():
     async def go():
         app = make_app(report=report, trace=trace)
         async with app.run_test(size=(120, 40)) as pilot:
-            await settle(app, pilot)
-            await pilot.press(KEY)
-            await settle(app, pilot)
+            await open_view(app, pilot, KEY)
             text = str(app.query_one("#pipeline-none").render())
             assert NO_PIPELINE in text and "2 of 128 ranks" in text
 

@@ -23,3 +23,10 @@ async def back_to(app, pilot, tab: str) -> None:
     await pilot.press("escape")
     await pilot.pause()
     assert app.query_one("#tabs").active == tab
+
+
+async def open_view(app, pilot, key: str) -> None:
+    """The app settled, the view's key pressed, settled again (the view built and laid out)."""
+    await settle(app, pilot)
+    await pilot.press(key)
+    await settle(app, pilot)
