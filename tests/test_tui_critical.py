@@ -1,7 +1,7 @@
 """The TUI's "Critical path" view (tracelens.tui.panes.CriticalPathPane), driven by Textual's Pilot on a
 real two-rank job analysed with the critical path: the view shows the report's numbers, enter on an
-event jumps to the timeline at its step with the path's events highlighted; without the critical
-path the view says how to get it."""
+event jumps to the timeline at its step with the step's whole path traced and highlighted; without
+the critical path the view says how to get it, and C computes it."""
 
 from __future__ import annotations
 
@@ -53,9 +53,28 @@ def test_view_shows_the_reports_path_and_enter_jumps_to_the_timeline():
             assert app.query_one("#tabs").active == "timeline-tab"
             view = app.query_one(TimelineView)
             assert view.t0 <= s1["start_ns"] and view.t1 >= s1["start_ns"] + s1["dur_ns"]
-            assert view.path_rank == s1["rank"] and len(view.path_spans) == len([e for e in s1["top_events"] if e["ts_ns"] is not None])
-            e0 = s1["top_events"][0]
-            assert view.on_path(e0["ts_ns"]) and not view.on_path(s1["start_ns"] - 10**9)
+            # the step's whole path, traced on demand: its segments tile the step and sum, per category,
+            # to the report's numbers for that step (computed by the analysis, not by the view)
+            path = view.path
+            assert path is not None and path.rank == s1["rank"] and view.path_rank == s1["rank"]
+            assert path.starts[0] == s1["start_ns"] and path.ends[-1] <= s1["start_ns"] + s1["dur_ns"]
+            assert all(b == a for a, b in zip(path.ends, path.starts[1:]))  # one after another, no gap, no overlap
+            by: dict[str, int] = {}
+            for a, b, c in zip(path.starts, path.ends, path.categories):
+                by[c] = by.get(c, 0) + b - a
+            assert by == {c: ns for c, ns in s1["by_category_ns"].items() if ns}
+            # each top event is where the path is at its start (a host event there: no stream)
+            for e in s1["top_events"]:
+                if e["ts_ns"] is not None and e["kind"] == "kernel":
+                    i = path.at(e["ts_ns"])
+                    assert i is not None and path.streams[i] is not None
+            # on a GPU stream row the path is drawn where it runs on that stream, never elsewhere
+            rank_tracks = [t for t in view.timeline.tracks if t.rank == s1["rank"] and not t.is_union and not t.is_host]
+            k = next((i for i, s in enumerate(path.streams) if s is not None), None)
+            if k is not None:
+                mid = (path.starts[k] + path.ends[k]) // 2
+                assert [t.stream for t in rank_tracks if path.on(t, mid)] == [path.streams[k]]
+            assert "path: " in view.status() or path.at(view.cell_time(view.cursor)) is None
             assert view.timeline.tracks[view.sel].rank == s1["rank"]
             await back_to(app, pilot, "critical")
 
@@ -71,7 +90,16 @@ def test_without_the_critical_path_the_view_says_how_to_get_it():
         async with app.run_test(size=(120, 40)) as pilot:
             await open_view(app, pilot, KEY)
             assert str(app.query_one("#critical-none").render()) == NO_CRITICAL_PATH
-            assert "--critical-path" in NO_CRITICAL_PATH
+            assert "--critical-path" in NO_CRITICAL_PATH and "press C" in NO_CRITICAL_PATH
+            # C computes it here: the analysis runs again with the critical path, the view shows it
+            await pilot.press("C")
+            await settle(app, pilot)
+            await pilot.press(KEY)
+            await settle(app, pilot)
+            steps = app.query_one("#critical-steps-table", FilterTable)
+            want = analyze(trace, Options(critical_path=True)).to_dict()
+            assert [(r["rank"], r["length_ns"]) for r in steps.shown] == \
+                [(r["rank"], s["length_ns"]) for r in want["ranks"] for s in r["critical_path"]["steps"]]
 
     asyncio.run(go())
 

@@ -54,6 +54,14 @@ class Reanalyzed(Message):
         self.report = report
 
 
+class PathReady(Message):
+    """A step's whole critical path, computed on demand for the timeline (or why it could not be)."""
+
+    def __init__(self, row: dict[str, Any], path: Any, error: str | None = None):
+        super().__init__()
+        self.row, self.path, self.error = row, path, error
+
+
 class Failed(Message):
     def __init__(self, text: str):
         super().__init__()
@@ -81,6 +89,7 @@ class TracelensApp(App):
         Binding("p", "toggle_parts", "Bar parts", show=False),
         Binding("G", "set_gpu", "Set GPU"),
         Binding("F", "set_flops", "Set FLOPs"),
+        Binding("C", "critical_path", "Critical path", show=False),
     ] + [Binding(str((i + 1) % 10), f"show_tab('{pane_id}')", title, show=False) for i, (pane_id, title, _) in enumerate(VIEWS)]  # the tenth: 0
 
     def __init__(self, *, paths: list[str], options: Any = None, use_cache: bool = True, jobs: int | None = None,
@@ -234,6 +243,21 @@ class TracelensApp(App):
         self.options = opts
         self.reanalyze()
 
+    def action_critical_path(self) -> None:
+        """Analyse again with the critical path (and its what-if replays), when the report has none."""
+        from dataclasses import replace
+
+        from tracelens.analysis import Options
+
+        if self.options is not None and self.options.critical_path and self.report is not None and \
+                any(r.get("critical_path") for r in self.report["ranks"]):
+            self.notify("the critical path is in this report: press 9 for its view")
+            return
+        if self._can_reanalyse():
+            self.options = replace(self.options or Options(), critical_path=True)
+            self.notify("computing each step's critical path…")
+            self.reanalyze()
+
     @work(thread=True, exclusive=True, exit_on_error=False, group="load", description="analyze again with new options")
     def reanalyze(self) -> None:
         from tracelens.analysis import analyze
@@ -251,6 +275,33 @@ class TracelensApp(App):
         self._show(msg.report)
         self.notify(f"re-analysed: MFU {100 * msg.report['job']['mfu']:.2f}%" if msg.report["job"]["mfu"] is not None
                     else f"re-analysed: {views.why_unknown(self.report)}", markup=False)
+
+    @work(thread=True, exclusive=True, exit_on_error=False, group="path", description="trace one step's critical path")
+    def _step_path(self, row: dict[str, Any]) -> None:
+        from tracelens.analysis import Options
+        from tracelens.analysis.rank import step_path_segments
+        from tracelens.tui.widgets.timeline import PathOverlay
+
+        try:
+            fi = row["file"]
+            seg = step_path_segments(self._trace.frame(fi), self._trace.metas[fi], self.options or Options(),
+                                     row["step_start_ns"], row["step_end_ns"])
+            cols = {c: seg.get_column(c).to_list() for c in ("start_ns", "end_ns", "category", "device", "stream", "name")}
+            path = PathOverlay(row["rank"], cols["start_ns"], cols["end_ns"], cols["category"], cols["device"], cols["stream"],
+                               cols["name"])
+        except Exception as e:  # shown as a notice, never a traceback: the top events still go to the timeline
+            self.post_message(PathReady(row, None, f"{type(e).__name__}: {e}"))
+            return
+        self.post_message(PathReady(row, path))
+
+    async def on_path_ready(self, msg: PathReady) -> None:
+        row = msg.row
+        if msg.path is None:
+            self.notify(f"the step's whole path could not be traced ({views.printable(msg.error or '')[:200]}): its top events "
+                        "are highlighted", severity="warning", markup=False)
+            await self._timeline_at(row["step_start_ns"], row["step_end_ns"], row["rank"], None, None, row["path_spans"])
+            return
+        await self._timeline_at(row["step_start_ns"], row["step_end_ns"], row["rank"], None, None, None, msg.path)
 
     def on_progress(self, msg: Progress) -> None:
         if not self.query("#loading-status"):
@@ -315,7 +366,7 @@ class TracelensApp(App):
         tls = None
         if tl:
             v = tl.first(TimelineView)
-            tls = (v.t0, v.t1, v.sel, v.top, v.cursor, set(v.highlight), v.hl_window)
+            tls = (v.t0, v.t1, v.sel, v.top, v.cursor, set(v.highlight), v.hl_window, v.path_spans, v.path_rank, v.path)
         steps = None
         if main is not None and main.built("steps") and self.query("#steps-table"):
             ft = self.query_one("#steps-table", FilterTable)
@@ -329,7 +380,7 @@ class TracelensApp(App):
             self.query_one("#steps-table", FilterTable).set_rows(rows, title)
         if tls is not None and self.query("#timeline"):
             v = self.query_one("#timeline", TimelineView)
-            v.t0, v.t1, v.sel, v.top, v.cursor, v.highlight, v.hl_window = tls
+            v.t0, v.t1, v.sel, v.top, v.cursor, v.highlight, v.hl_window, v.path_spans, v.path_rank, v.path = tls
             v.refresh()
         await self.action_show_tab(tab)
 
@@ -373,7 +424,7 @@ class TracelensApp(App):
             await self.action_show_tab("overview")
 
     async def _timeline_at(self, start: int | None, end: int | None, rank: int | None, show: set[str] | None = None,
-                     hl: tuple[int, int] | None = None, spans: list[tuple[int, int]] | None = None) -> None:
+                     hl: tuple[int, int] | None = None, spans: list[tuple[int, int]] | None = None, path: Any = None) -> None:
         if self.timeline_pending:
             self.notify("the timeline is still loading: try again in a moment", severity="warning")
             return
@@ -382,7 +433,7 @@ class TracelensApp(App):
             return
         self.history.append(self._state())
         await self.action_show_tab("timeline-tab")
-        self.call_after_refresh(lambda: self.query_one("#timeline", TimelineView).show_window(start, end, rank, show, hl, spans))
+        self.call_after_refresh(lambda: self.query_one("#timeline", TimelineView).show_window(start, end, rank, show, hl, spans, path))
 
     @on(RowTable.Chosen)
     async def _drill(self, event: RowTable.Chosen) -> None:
@@ -403,8 +454,12 @@ class TracelensApp(App):
             show = set(w.get("show") or ())
             await self._timeline_at(w.get("start_ns"), w.get("end_ns"), w.get("rank"), show,
                                     (w["start_ns"], w["end_ns"]) if w.get("start_ns") is not None else None)
-        elif tid == "critical-events-table":  # the event, in its step, the path's top events highlighted
-            await self._timeline_at(row["step_start_ns"], row["step_end_ns"], row["rank"], None, None, row["path_spans"])
+        elif tid in ("critical-events-table", "critical-steps-table"):  # the step in the timeline, its path highlighted
+            if self._trace is not None and self.timeline is not None and row.get("file") is not None:
+                self.notify("tracing the step's whole critical path…")
+                self._step_path(row)  # the whole path, computed now (the report holds only its top events)
+            else:  # a saved report: the top events the report holds
+                await self._timeline_at(row["step_start_ns"], row["step_end_ns"], row["rank"], None, None, row["path_spans"])
         elif tid == "pipeline-bubbles-table":  # the bubble, in its step, marked
             await self._timeline_at(row["step_start_ns"], row["step_end_ns"], row["rank"], None, (row["start_ns"], row["end_ns"]))
         elif tid == "slow-table":

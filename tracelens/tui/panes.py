@@ -347,25 +347,31 @@ def critical_step_rows(report: dict[str, Any]) -> list[dict[str, Any]]:
             by = s["by_category_ns"]
             total = sum(by.values()) or 1
             top = sorted(by.items(), key=lambda kv: -kv[1])[:3]
-            rows.append({"rank": r["rank"], "step": st["name"], "length_ns": s["length_ns"],
+            rows.append({"rank": r["rank"], "file": r.get("file"), "step": st["name"], "length_ns": s["length_ns"],
                          "categories": " · ".join(f"{c} {fmt_pct(ns / total)}" for c, ns in top),
                          "warmup": st.get("warmup", False), "start_ns": st["start_ns"], "dur_ns": st["dur_ns"],
-                         "by_category_ns": by, "top_events": s["top_events"]})
+                         "by_category_ns": by, "top_events": s["top_events"],
+                         # enter: the step in the timeline, its whole path traced then (or these top events)
+                         "step_start_ns": st["start_ns"], "step_end_ns": st["start_ns"] + st["dur_ns"],
+                         "path_spans": _top_spans(s["top_events"])})
     return rows
 
 
 def critical_event_rows(step: dict[str, Any]) -> list[dict[str, Any]]:
     """The top events of one step's path (a row of critical_step_rows), with their share of it."""
     total = step["length_ns"] or 1
-    return [{"rank": step["rank"], "step": step["step"], "category": e["category"], "ns": e["ns"], "share": e["ns"] / total,
-             "name": e["name"] or "", "kind": e["kind"] or "", "ts_ns": e["ts_ns"], "step_start_ns": step["start_ns"],
-             "step_end_ns": step["start_ns"] + step["dur_ns"], "path_spans": [(x["ts_ns"], x["ts_ns"] + x["ns"]) for x in step["top_events"]
-                                                                                 if x["ts_ns"] is not None]}
+    return [{"rank": step["rank"], "file": step.get("file"), "step": step["step"], "category": e["category"], "ns": e["ns"],
+             "share": e["ns"] / total, "name": e["name"] or "", "kind": e["kind"] or "", "ts_ns": e["ts_ns"],
+             "step_start_ns": step["start_ns"], "step_end_ns": step["start_ns"] + step["dur_ns"], "path_spans": _top_spans(step["top_events"])}
             for e in step["top_events"]]
 
 
-NO_CRITICAL_PATH = ("no critical path in this report: run `tracelens open --critical-path PATH` (or `tracelens report "
-                    "--critical-path`) to compute each step's chain of waits")
+def _top_spans(top_events: list[dict[str, Any]]) -> list[tuple[int, int]]:
+    return [(x["ts_ns"], x["ts_ns"] + x["ns"]) for x in top_events if x["ts_ns"] is not None]
+
+
+NO_CRITICAL_PATH = ("no critical path in this report: press C to compute each step's chain of waits here (or run "
+                    "`tracelens open --critical-path PATH`, `tracelens report --critical-path`)")
 
 
 class CriticalPathPane(Vertical):
@@ -385,7 +391,8 @@ class CriticalPathPane(Vertical):
         yield Label(f"rank {first['rank']}, {first['step']}: the path's {fmt_ns(first['length_ns'])} by category",
                     id="critical-title", markup=False)
         yield Static(path_bar(first["by_category_ns"]), id="critical-bar")
-        yield FilterTable("critical path per rank and step (the highlighted step's events below)", [
+        yield FilterTable("critical path per rank and step (the highlighted step's events below; enter: the step in the timeline, "
+                          "its whole path highlighted)", [
             Column("rank", "rank", str, True),
             Column("step", "step"),
             Column("length_ns", "path", fmt_ns, True),

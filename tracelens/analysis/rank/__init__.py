@@ -897,3 +897,25 @@ def critical_paths(df: pl.DataFrame, meta, options: Options, steps) -> list:
         main_tid = top.get_column("launch_tid")[0] if top.height else None
     windows = [(s.start_ns, s.end_ns) for s in steps]
     return critical.step_paths(df, meta.device_id, windows, main_tid, names, with_segments=True)
+
+
+def step_path_segments(df: pl.DataFrame, meta, options: Options, start_ns: int, end_ns: int) -> pl.DataFrame:
+    """One step's critical path as the timeline draws it: its segments in time order (they tile
+    the window) with the event each is charged to — (start_ns, end_ns, category, device, stream,
+    name): device and stream of a GPU activity, null for a host event or a stretch charged to none.
+    For the TUI's timeline, on demand (the report holds only each step's top events)."""
+    window = type("Window", (), {"start_ns": start_ns, "end_ns": end_ns})
+    (path,) = critical_paths(df, meta, options, [window])
+    seg = path.segments
+    if seg is None or seg.height == 0:
+        return pl.DataFrame(schema={"start_ns": pl.Int64, "end_ns": pl.Int64, "category": pl.String, "device": pl.Int64,
+                                    "stream": pl.Int64, "name": pl.String})
+    ev = df.select(pl.col("device").cast(pl.Int64), pl.col("stream").cast(pl.Int64), pl.col("name").cast(pl.String),
+                   pl.col("kind")).with_row_index("row")
+    gpu = pl.col("kind").is_in(["kernel", "memcpy", "memset"])
+    return (seg.select(pl.col("start_ns").cast(pl.Int64), pl.col("end_ns").cast(pl.Int64), pl.col("category").cast(pl.String),
+                       pl.col("row").cast(pl.UInt32))
+            .join(ev, on="row", how="left")
+            .select("start_ns", "end_ns", "category", pl.when(gpu).then("device").alias("device"),
+                    pl.when(gpu).then("stream").alias("stream"), "name")
+            .sort("start_ns"))

@@ -29,6 +29,8 @@ HELP = """\
 | `p` | overview | show or hide the parts of each waterfall bar |
 | `G` | anywhere | set the GPU (a name or its dense peak in TFLOP/s) when the trace does not say: the analysis runs again |
 | `F` | anywhere | enter the model FLOPs per step (e.g. 4.2e15 or 4.2P) when the trace has no shapes to count them from: the analysis runs again |
+| `C` | anywhere | compute each step's critical path (and its what-if replays) when the report has none: the analysis runs again |
+| `enter` | critical path | the step in the timeline, its whole path traced and highlighted on the streams it runs on (the status line names the path's event at the cursor) |
 | `?` | anywhere | this help |
 | `q` | anywhere | quit |
 

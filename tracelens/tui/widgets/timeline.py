@@ -9,6 +9,7 @@ kernel class that took most of it.
 
 from __future__ import annotations
 
+from bisect import bisect_right
 from typing import TYPE_CHECKING, Any
 
 from rich.segment import Segment
@@ -20,6 +21,7 @@ from textual.reactive import reactive
 from textual.strip import Strip
 from textual.widget import Widget
 
+from tracelens.model.printable import printable
 from tracelens.model.units import fmt_ns, fmt_offset
 from tracelens.render.tables import KCLASS_COLOURS
 
@@ -32,6 +34,46 @@ _LEVELS = "▁▂▃▄▅▆▇█"
 _DIM = Style(color="grey35")
 _IDLE_HL = Style(color="#e01b24", dim=True)
 _HOST = "#62a0ea"  # an nsys rank's NVTX row (not a kernel class)
+
+
+class PathOverlay:
+    """One step's whole critical path on one rank (``analysis.rank.step_path_segments``): its
+    segments tile the step's window, each charged to an event — a GPU activity (its device and
+    stream) or a host event (neither) — so at any time the path is in one place, found by bisection."""
+
+    def __init__(self, rank: int | None, starts: list[int], ends: list[int], categories: list[str],
+                 devices: list[int | None], streams: list[int | None], names: list[str | None]):
+        self.rank = rank
+        self.starts, self.ends, self.categories = starts, ends, categories
+        self.devices, self.streams, self.names = devices, streams, names
+
+    def __len__(self) -> int:
+        return len(self.starts)
+
+    def at(self, t: int) -> int | None:
+        """The segment the path is in at time ``t`` (its index), or None outside the path."""
+        i = bisect_right(self.starts, t) - 1
+        return i if i >= 0 and t < self.ends[i] else None
+
+    def on(self, track: Any, t: int) -> bool:
+        """Whether the path runs on ``track`` at time ``t``: its stream's activity (a stream row),
+        any GPU activity of its device (the rank's GPU row), a host event (the host row)."""
+        i = self.at(t)
+        if i is None or track.rank != self.rank:
+            return False
+        if track.is_host:
+            return self.streams[i] is None
+        if self.streams[i] is None or self.devices[i] != track.device:
+            return False
+        return track.is_union or self.streams[i] == track.stream
+
+    def describe(self, t: int) -> str | None:
+        i = self.at(t)
+        if i is None:
+            return None
+        where = f"stream {self.streams[i]}" if self.streams[i] is not None else "host"
+        name = printable(self.names[i] or "(no event)")  # a name from the trace: no control codes reach the terminal
+        return f"path: {self.categories[i]} · {name[:100]} ({where}, {fmt_ns(self.ends[i] - self.starts[i])})"
 
 
 def _glyph(busy: float) -> str:
@@ -78,6 +120,7 @@ class TimelineView(Widget, can_focus=True):
         # the critical path's events (their spans, ns) on one rank: drawn bold and underlined, the rest of that rank dimmed
         self.path_spans: list[tuple[int, int]] = []
         self.path_rank: int | None = None
+        self.path: PathOverlay | None = None  # the whole path of one step (computed on demand), else None
         self._cache_key: tuple | None = None
         self._sized = False
         self.gpu_only = False
@@ -121,15 +164,18 @@ class TimelineView(Widget, can_focus=True):
 
     # -- navigation -------------------------------------------------------------------------
     def show_window(self, start: int, end: int, rank: int | None = None, highlight: set[str] | None = None,
-                    hl_window: tuple[int, int] | None = None, path_spans: list[tuple[int, int]] | None = None) -> None:
+                    hl_window: tuple[int, int] | None = None, path_spans: list[tuple[int, int]] | None = None,
+                    path: PathOverlay | None = None) -> None:
         """Zoom to [start, end] (with a little margin), select ``rank``'s first track;
-        ``path_spans``: the critical path's events on ``rank``, highlighted."""
+        ``path_spans``: the critical path's events on ``rank``, highlighted; ``path``: the step's
+        whole path, highlighted on the tracks it runs on (it replaces ``path_spans``)."""
         pad = max(1, (end - start) // 40)
         self.t0, self.t1 = start - pad, end + pad
         self.highlight = set(highlight or ())
         self.hl_window = hl_window
         self.path_spans = sorted(path_spans or ())
-        self.path_rank = rank if path_spans else None
+        self.path_rank = rank if path_spans or path is not None else None
+        self.path = path
         self._cache_key = None
         if rank is not None:  # its GPU row (an nsys rank's NVTX row comes first)
             idx = next((i for i, t in enumerate(self.tracks) if t.rank == rank and not t.is_host), None)
@@ -266,12 +312,18 @@ class TimelineView(Widget, can_focus=True):
                 f"{fmt_ns(int(cell))}/cell")
         if track.is_union:
             busy = tl.busy_ns(track.id, self.t0, self.t1)
-            return head + f" · GPU busy {100 * busy / max(1, self.t1 - self.t0):.1f}% of the window"
+            return head + f" · GPU busy {100 * busy / max(1, self.t1 - self.t0):.1f}% of the window" + self._path_note(track, t)
         ev = tl.event_at(track.id, t, slack=int(cell / 2))
         if ev is None:
-            return head + (" · no range" if track.is_host else " · idle")
+            return head + (" · no range" if track.is_host else " · idle") + self._path_note(track, t)
         what = "range" if track.is_host else ev["kclass"]
-        return head + f" · {what}: {ev['name'][:120]} ({fmt_ns(ev['dur_ns'])})"
+        return head + f" · {what}: {ev['name'][:120]} ({fmt_ns(ev['dur_ns'])})" + self._path_note(track, t)
+
+    def _path_note(self, track: Any, t: int) -> str:
+        if self.path is None or track.rank != self.path.rank:
+            return ""
+        said = self.path.describe(t)
+        return f" · {said}" if said else ""
 
     def _moved(self) -> None:
         self.refresh()
@@ -316,7 +368,9 @@ class TimelineView(Widget, can_focus=True):
                     style = _DIM
                 else:
                     style = Style(color=_HOST if track.is_host else KCLASS_COLOURS.get(c.kclass, "grey70"))
-            if self.path_spans and track.rank == self.path_rank and c is not None:
+            if self.path is not None and track.rank == self.path.rank and c is not None:
+                style = (style or Style()) + (Style(bold=True, underline=True) if self.path.on(track, self.cell_time(col)) else Style(dim=True))
+            elif self.path_spans and track.rank == self.path_rank and c is not None:
                 on_path = self.on_path(self.cell_time(col))
                 style = (style or Style()) + (Style(bold=True, underline=True) if on_path else Style(dim=True))
             if col == self.cursor:
