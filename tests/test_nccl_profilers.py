@@ -7,9 +7,10 @@ import json
 import re
 
 import pytest
+from tracelens import cli
+from tracelens.parsers import collective_parser_for, sniff
 
 from tests.conftest import real_traces
-from tracelens.parsers import collective_parser_for, sniff
 
 NCCL = real_traces() / "nccl"
 
@@ -138,3 +139,28 @@ def test_profiler_plugin_coll_and_cut_tail(tmp_path):
     assert (r["seq"], r["collective"], r["start_ns"], r["dur_ns"], r["bytes"], r["dtype"]) == (4, "allreduce", 10500, 20000, 2048, "bfloat16")
     assert (r["algo"], r["proto"], r["channels"], r["detail"]) == ("RING", "LL128", 2, "kernel_channels=2 proxy_steps=8 net_events=0")
     assert p.rows.height == 1 and p.facts["bad_lines"] == 1 and any("not whole" in w for w in p.warnings)
+
+
+def test_standalone_directory_of_every_nccl_tool(capsys, tmp_path):
+    import shutil
+
+    import jsonschema
+
+    from tests.test_nccl_report import SCHEMA, report
+
+    d = tmp_path / "nccl"
+    for sub in ("nccl-tests", "inspector", "profiler_plugin"):
+        shutil.copytree(NCCL / sub, d / sub)
+    shutil.copy(next((NCCL / "logs").glob("nccl-issue203*")), d / "rank.log")
+    code, err, out = report(capsys, tmp_path, d)
+    assert code == 0, err
+    doc = json.loads(out.read_text())
+    jsonschema.validate(doc, SCHEMA)
+    nccl = doc["job"]["nccl"]
+    assert {i["format"] for i in nccl["inputs"]} == {"nccl_tests", "nccl_inspector", "nccl_profiler", "nccl_log"}
+    # 10 + 8 + 11 nccl-tests rows x (out-of-place, in-place) + 1 Inspector record
+    assert nccl["bandwidth_total"] == len(nccl["bandwidth"]) == 2 * (10 + 8 + 11) + 1
+    assert set(nccl["bandwidth"][0]) == {"path", "test", "collective", "nranks", "bytes", "count", "dtype", "redop", "root",
+                                         "in_place", "time_us", "algbw_gbps", "busbw_gbps", "wrong"}
+    text = cli.main(["report", "--no-cache", str(d)])
+    assert text == 0 and "measured bandwidth (59 row(s)" in capsys.readouterr().out

@@ -19,8 +19,7 @@ from pathlib import Path
 
 import polars as pl
 
-from tracelens.model.nccl import (BANDWIDTH_SCHEMA, FULL_BUFFER, NCCL_DETAIL_SCHEMA, NCCL_OPS, NCCL_ROW_SCHEMA,
-                                  NcclParse)
+from tracelens.model.nccl import BANDWIDTH_SCHEMA, FULL_BUFFER, NCCL_DETAIL_SCHEMA, NCCL_OPS, NCCL_ROW_SCHEMA, NcclParse
 
 NAME = "nccl_inspector"
 PARSER_VERSION = "1"
@@ -28,6 +27,14 @@ PARSER_VERSION = "1"
 
 def _key(k: str, value: str = r"-?[0-9.eE+-]+") -> str:
     return rf'"{k}"\s*:\s*"?({value})"?'
+
+
+def f(k: str, value: str = r"-?[0-9.eE+-]+") -> pl.Expr:
+    return pl.col("line").str.extract(_key(k, value), 1)
+
+
+def either(k: str, value: str = r"-?[0-9.eE+-]+") -> pl.Expr:
+    return pl.when(pl.col("kind") == "coll").then(f(f"coll_{k}", value)).otherwise(f(f"p2p_{k}", value))
 
 
 def read(path: str | Path, file: int = 0) -> NcclParse:
@@ -55,12 +62,6 @@ def read(path: str | Path, file: int = 0) -> NcclParse:
             counts[k] += int(c[k] or 0)
         rec = lines.filter(pl.col("kind").is_in(["coll", "p2p"]))
         p = pl.col("kind")
-
-        def f(k: str, value: str = r"-?[0-9.eE+-]+") -> pl.Expr:
-            return line.str.extract(_key(k, value), 1)
-
-        def either(k: str, value: str = r"-?[0-9.eE+-]+") -> pl.Expr:
-            return pl.when(p == "coll").then(f(f"coll_{k}", value)).otherwise(f(f"p2p_{k}", value))
 
         parts.append(rec.select(
             "ln", "kind",
@@ -127,7 +128,7 @@ def read(path: str | Path, file: int = 0) -> NcclParse:
 
 
 def _versions(path: Path) -> list[str]:
-    from tracelens.parsers import head_bytes
-
     import re
+
+    from tracelens.parsers import head_bytes
     return [m.decode("ascii", "replace") for m in re.findall(rb'"inspector_output_format_version"\s*:\s*"(v[\d.]+)"', head_bytes(path, 1 << 16))]

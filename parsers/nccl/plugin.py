@@ -18,8 +18,15 @@ from pathlib import Path
 
 import polars as pl
 
-from tracelens.model.nccl import (DTYPE_BYTES, FULL_BUFFER, NCCL_DETAIL_SCHEMA, NCCL_OPS, NCCL_ROW_SCHEMA,
-                                  NCCL_TYPE_TOKENS, NcclParse)
+from tracelens.model.nccl import (
+    DTYPE_BYTES,
+    FULL_BUFFER,
+    NCCL_DETAIL_SCHEMA,
+    NCCL_OPS,
+    NCCL_ROW_SCHEMA,
+    NCCL_TYPE_TOKENS,
+    NcclParse,
+)
 
 NAME = "nccl_profiler"
 PARSER_VERSION = "1"

@@ -12,6 +12,18 @@ import polars as pl
 from tracelens.model.nccl import NCCL_ROW_SCHEMA, watchdog_text
 
 MAX_COMMS = 200
+MAX_BANDWIDTH = 2000
+
+
+def bandwidth_items(parses: list) -> list[dict[str, Any]]:
+    """``job.nccl.bandwidth``: every input's measured bandwidths (``BANDWIDTH_SCHEMA`` keys), the
+    first ``MAX_BANDWIDTH``."""
+    from tracelens.model.nccl import BANDWIDTH_SCHEMA
+
+    frames = [p.bandwidth for p in parses if p.bandwidth.height]
+    if not frames:
+        return []
+    return pl.concat(frames).head(MAX_BANDWIDTH).select(list(BANDWIDTH_SCHEMA)).to_dicts()
 
 
 def analyze_nccl(found: list[tuple[Path, str]], warnings: list[str]) -> dict[str, Any]:
@@ -28,7 +40,7 @@ def analyze_nccl(found: list[tuple[Path, str]], warnings: list[str]) -> dict[str
         size = Path(p.path).stat().st_size if Path(p.path).exists() else None
         inputs.append({"path": p.path, "format": p.format, "rank": int(ranks[0]) if ranks.len() == 1 else None, "size_bytes": size})
         warnings.extend(f"{p.path}: {w}" for w in p.warnings)
-    rows = pl.concat([p.rows for p in parses]) if parses else pl.DataFrame(schema=NCCL_ROW_SCHEMA)
+    rows = pl.concat([p.rows for p in parses], how="diagonal_relaxed") if parses else pl.DataFrame(schema=NCCL_ROW_SCHEMA)
     diag = diagnose(rows)
     warnings.extend(diag.pop("warnings", []))
     # PyTorch's watchdog, where the logs hold its timeout messages: which collective each rank timed out on
@@ -48,5 +60,7 @@ def analyze_nccl(found: list[tuple[Path, str]], warnings: list[str]) -> dict[str
         "communicators": comms.head(MAX_COMMS).to_dicts() if comms is not None else [],
         "communicators_total": comms.height if comms is not None else 0,
         "collectives": by_group,
+        "bandwidth": bandwidth_items(parses),
+        "bandwidth_total": sum(p.bandwidth.height for p in parses),
     }
     return d
