@@ -7,10 +7,10 @@ import json
 import re
 
 import pytest
-from tracelens import cli
 from tracelens.parsers import collective_parser_for, sniff
 
 from tests.conftest import real_traces
+from tracelens import cli
 
 NCCL = real_traces() / "nccl"
 
