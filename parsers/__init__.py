@@ -165,7 +165,7 @@ COLLECTIVE_PARSERS: dict[str, str] = {"nccl_log": ".nccl.log", "flight_recorder"
                                       "nccl_tests": ".nccl.tests_table", "nccl_inspector": ".nccl.inspector",
                                       "nccl_profiler": ".nccl.plugin"}
 NCCL_ALONE = ("are read on their own: give tracelens only NCCL logs / Flight Recorder dumps (a directory of them) for their "
-              "report; joining them to a profiled job is not done yet")
+              "report, or join them to a profiled job with --nccl PATH")
 
 
 def collective_parser_for(fmt: str):

@@ -82,6 +82,9 @@ def build_parser() -> argparse.ArgumentParser:
                        help="write the report here: .json (the versioned contract), .html (one self-contained page) or .txt; default: text on stdout")
     p_rep.add_argument("--load", metavar="REPORT", help="re-render a saved report, .json or .html (no traces needed)")
     p_rep.add_argument("--compare", metavar="BASELINE", help="compare with a baseline: a saved report (.json, .html), or its traces (file or directory)")
+    p_rep.add_argument("--nccl", action="append", metavar="PATH", default=None,
+                       help="NCCL records of this job (logs, Flight Recorder dumps, nccl-tests, Inspector, profiler plugin; "
+                            "a file or directory, repeatable): algorithm/protocol, achievable busbw, hang verdict")
     p_rep.add_argument("--fail-under-mfu", type=float, metavar="X", help="exit 1 when the job's MFU is below X (a fraction: 0.35), or unknown")
     p_rep.add_argument("--fail-over-step-ms", type=float, metavar="Y", help="exit 1 when the mean step time is above Y ms, or unknown")
     _analysis_options(p_rep)
@@ -287,6 +290,10 @@ def _cmd_report(args: argparse.Namespace) -> int:
         d = _saved_report(args.load, required=True)
     else:
         d = _analyze_paths(args.paths, args, steps)
+        if args.nccl and "nccl" not in d["job"]:  # joined after the report cache: the NCCL files are read each time
+            from tracelens.analysis.nccl_merge import merge
+
+            d = merge(d, args.nccl)
     if args.compare:
         from tracelens.render.compare import compare
 
