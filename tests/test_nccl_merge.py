@@ -10,6 +10,7 @@ import jsonschema
 import pytest
 
 from tests.test_nccl_report import SCHEMA, report
+from tracelens import cli
 from tracelens.analysis.nccl_merge import achievable, merge
 
 # all_reduce_perf over 2 ranks: 16384 B at 0.05 GB/s busbw (in-place 0.04: the better one counts),
@@ -74,6 +75,21 @@ def test_merge_real_gloo_job(capsys, tmp_path, ddp_traces):
     assert d["job"]["nccl"]["bandwidth_total"] == 6
     flagged = [w for w in d["warnings"] if "above the achievable" in w]
     assert bool(flagged) == (g["busbw_gbps_median"] > want * 1.1)
+    assert cli.main(["report", "--no-cache", str(ddp_traces[0].parent), "--nccl", str(nccl)]) == 0
+    assert "NCCL RING/LL, 2 channel(s); achievable busbw" in capsys.readouterr().out
+
+
+def test_merge_flags_busbw_above_achievable(tmp_path, ddp_traces):
+    from tracelens.api import analyze, open_job
+    from tracelens.model.options import Options
+
+    t = tmp_path / "all_reduce_perf.txt"  # a reference far below anything gloo measures: 1e-6 GB/s at every size
+    t.write_text(TABLE.replace("0.05", "0.00").replace("0.04", "0.00").replace("0.20", "0.00").replace("0.60", "0.00")
+                 .replace("    0.00      0\n", "    0.000001      0\n"))
+    d = analyze(open_job(ddp_traces, options=Options(nccl=(str(t),)))).to_dict()
+    g = next(x for x in d["communication"]["by_group"] if x["collective"] == "allreduce")
+    assert g["achievable_busbw_gbps"] == 1e-6 and g["busbw_efficiency"] > 1.1
+    assert sum("above the achievable" in w and "not a fact" in w for w in d["warnings"]) >= 1
 
 
 def test_merge_ranks_that_do_not_match(tmp_path, ddp_traces):
