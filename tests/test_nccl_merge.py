@@ -27,15 +27,17 @@ TABLE = """# nThread 1 nGpus 1 minBytes 16384 maxBytes 1048576 step: 4(factor) w
 """
 
 
-def _log(ranks):  # one process per rank, one 2-rank communicator, RING/LL tuning, 2 channels
+def _log(ranks, ops=("Broadcast", "Broadcast", "AllReduce", "AllReduce", "AllReduce")):
+    # one process per rank, one 2-rank communicator, RING/LL tuning, 2 channels; the calls in the
+    # recorded DDP job's order (its two broadcasts at DDP's start, then one all-reduce a step)
     out = []
     for r in ranks:
         h = f"node:{100 + r}:{100 + r} [{r}]"
         out += [f"{h} NCCL INFO comm 0xa{r} rank {r} nranks 2 cudaDev {r} busId {r}000 commId 0xbeef - Init COMPLETE",
                 f"{h} NCCL INFO Channel 00/02 : 0 1", f"{h} NCCL INFO Channel 01/02 : 0 1",
                 f"{h} NCCL INFO AllReduce: 38440 Bytes -> Algo RING proto LL channel{{Lo..Hi}}={{0..1}}"]
-        out += [f"{h} NCCL INFO AllReduce: opCount {k:x} sendbuff 0x1 recvbuff 0x2 count 9610 datatype 7 op 0 root 0 "
-                f"comm 0xa{r} [nranks=2] stream 0x3" for k in range(3)]
+        out += [f"{h} NCCL INFO {op}: opCount {k:x} sendbuff 0x1 recvbuff 0x2 count 9610 datatype 7 op 0 root 0 "
+                f"comm 0xa{r} [nranks=2] stream 0x3" for k, op in enumerate(ops)]
     return "\n".join(out) + "\n"
 
 
@@ -71,6 +73,7 @@ def test_merge_real_gloo_job(capsys, tmp_path, ddp_traces):
     assert g["achievable_busbw_gbps"] == pytest.approx(want) and "interpolated in log size" in g["achievable_note"]
     assert g["busbw_efficiency"] == pytest.approx(g["busbw_gbps_median"] / want)
     assert (g["nccl_algo"], g["nccl_proto"], g["nccl_channels"], g["nccl_communicator"]) == ("RING", "LL", 2, "0xbeef")
+    assert g["nccl_sequence"] == "the job's sequence found in the NCCL records on 2 rank(s)"
     assert d["job"]["nccl_diagnosis"]["verdict"] == "ok"
     assert d["job"]["nccl"]["bandwidth_total"] == 6
     flagged = [w for w in d["warnings"] if "above the achievable" in w]
@@ -102,3 +105,8 @@ def test_merge_ranks_that_do_not_match(tmp_path, ddp_traces):
     assert any("2 rank(s)" not in w and "rank(s) [5, 6] that the job does not hold" in w for w in d["warnings"])
     assert all("nccl_algo" not in g and "achievable_busbw_gbps" not in g for g in d["communication"]["by_group"])
     assert merge(d, [str(tmp_path / "nothing")])["warnings"][-1].endswith("(nothing joined)")
+    # ranks that match, but calls in another order than the job's: not joined, said
+    (tmp_path / "order.log").write_text(_log([0, 1], ops=("AllReduce", "Broadcast", "AllReduce", "Broadcast", "AllReduce")))
+    d = analyze(open_job(ddp_traces, options=Options(nccl=(str(tmp_path / "order.log"),)))).to_dict()
+    assert all("nccl_algo" not in g for g in d["communication"]["by_group"])
+    assert any("do not occur in that order" in w and "not joined" in w for w in d["warnings"])

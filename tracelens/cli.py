@@ -289,11 +289,7 @@ def _cmd_report(args: argparse.Namespace) -> int:
     if args.load:
         d = _saved_report(args.load, required=True)
     else:
-        d = _analyze_paths(args.paths, args, steps)
-        if args.nccl and "nccl" not in d["job"]:  # joined after the report cache: the NCCL files are read each time
-            from tracelens.analysis.nccl_merge import merge
-
-            d = merge(d, args.nccl)
+        d = _analyze_paths(args.paths, args, steps, nccl=tuple(args.nccl or ()))
     if args.compare:
         from tracelens.render.compare import compare
 
@@ -369,17 +365,17 @@ def _traces(path: str, what: str, skip_found: bool):
         yield f"{what} {f}", f
 
 
-def _analyze_paths(paths: list[str], args: argparse.Namespace, steps) -> dict:
+def _analyze_paths(paths: list[str], args: argparse.Namespace, steps, nccl: tuple[str, ...] = ()) -> dict:
     """The report of the job in ``paths``: from the report cache when the job and the options are
     unchanged (neither polars nor the analysis is imported then), else loaded and analysed."""
     from tracelens.store.nccl import nccl_only
     from tracelens.store.reports import cached_report
 
-    nccl = nccl_only(paths)
-    if nccl is not None:  # NCCL logs / Flight Recorder dumps alone: their collectives and the hang verdict
+    alone = nccl_only(paths)
+    if alone is not None:  # NCCL logs / Flight Recorder dumps alone: their collectives and the hang verdict
         from tracelens.analysis.nccl import analyze_nccl
 
-        return analyze_nccl(*nccl)
+        return analyze_nccl(*alone)
     values = _option_values(args, steps)
 
     def analyse() -> tuple[dict, bool]:
@@ -388,7 +384,7 @@ def _analyze_paths(paths: list[str], args: argparse.Namespace, steps) -> dict:
         from tracelens.model.options import Options
         from tracelens.store.job import load
 
-        options = Options(**values)  # each rank analysed as its file is parsed; only the report is kept
+        options = Options(**values, nccl=nccl)  # each rank analysed as its file is parsed; only the report is kept
         trace = load(paths, use_cache=not args.no_cache, keep_python=args.keep_python, jobs=args.jobs, strict=args.strict,
                      prefer=values["prefer"], after_parse=summarize_on_parse(options), keep_events=False)
         a = analyze(trace, options)
@@ -397,7 +393,9 @@ def _analyze_paths(paths: list[str], args: argparse.Namespace, steps) -> dict:
             raise UsageError(bad)
         return a.to_dict(), not trace.cache_warnings
 
-    d, _ = cached_report(paths, analyse, options=values, keep_python=args.keep_python, strict=args.strict, use_cache=not args.no_cache)
+    # with --nccl not from the report cache (the NCCL files are read each time; the parse cache still serves)
+    d, _ = cached_report(paths, analyse, options=values, keep_python=args.keep_python, strict=args.strict,
+                         use_cache=not args.no_cache and not nccl)
     return d
 
 

@@ -28,8 +28,10 @@ import polars as pl
 TOLERANCE = 1.1  # measured busbw above achievable x this is flagged
 
 
-def merge(d: dict[str, Any], paths: list[str] | tuple[str, ...]) -> dict[str, Any]:
-    """``d`` (a job's report dict) with the NCCL records under ``paths`` joined (a new dict)."""
+def merge(d: dict[str, Any], paths: list[str] | tuple[str, ...], table: pl.DataFrame | None = None) -> dict[str, Any]:
+    """``d`` (a job's report dict) with the NCCL records under ``paths`` joined (a new dict).
+    ``table``: the job's collective table (``collectives.TABLE_SCHEMA``), for the sequence check of
+    a matched communicator (without it the join is by rank, size and collective only, said)."""
     from tracelens.analysis.job.hang import diagnose
     from tracelens.analysis.nccl import nccl_section
     from tracelens.model.nccl import NCCL_ROW_SCHEMA
@@ -77,6 +79,12 @@ def merge(d: dict[str, Any], paths: list[str] | tuple[str, ...]) -> dict[str, An
                                     f"{value:.4g} GB/s x {TOLERANCE} ({note}): a clock, a size or a reference from another "
                                     "machine is wrong; not a fact")
         algo = _algo(rows, parses, g, size, job_ranks, warnings) if rows.height else None
+        if algo:
+            ok, note = _aligned(table, rows, g["group"], algo["nccl_communicator"], job_ranks)
+            algo["nccl_sequence"] = note
+            if not ok:
+                warnings.append(f"group {g['group']} {g['collective']}: NCCL communicator {algo['nccl_communicator']}: {note}; not joined")
+                algo = None
         if algo:
             g.update(algo)
         items.append(g)
@@ -158,6 +166,41 @@ def _algo(rows: pl.DataFrame, parses: list, g: dict, size: int | None, job_ranks
         if ch and "nccl_channels" not in out:
             out["nccl_channels"] = int(ch)
     return out
+
+
+def _aligned(table: pl.DataFrame | None, rows: pl.DataFrame, group: str | None, comm: str, ranks: set) -> tuple[bool, str]:
+    """Does the job's sequence of collectives in ``group`` occur, on each rank both hold, in the
+    communicator's own sequence (NCCL's opCount / SeqNum order)?  (ok, what was found)."""
+    if table is None or not table.height:
+        return True, "not checked (no collective table): joined by rank, group size and collective"
+    job = table.filter(pl.col("group").is_null() if group is None else (pl.col("group") == group))
+    theirs = rows.filter(pl.col("group") == comm)
+    codes: dict[str, str] = {}
+
+    def word(frame: pl.DataFrame, by: str) -> str:  # one character per collective, in order (a string op, no per-row Python)
+        names = frame.sort(by)["collective"].fill_null("?").to_list()
+        for n in set(names):
+            codes.setdefault(n, chr(0x4E00 + len(codes)))
+        return "".join(codes[n] for n in names)
+
+    found = []
+    for r in sorted(ranks):  # the job's ranks: a bounded loop
+        # the job's in start order on the rank's own clock (its seq may be derived per collective type),
+        # NCCL's by its own sequence number
+        a = job.filter(pl.col("rank") == r)
+        b = theirs.filter(pl.col("rank") == r).unique(["seq", "collective"])
+        if not a.height or not b.height:
+            continue
+        wa, wb = word(a, "start_ns"), word(b, "seq")
+        at = wb.find(wa)
+        if at < 0:
+            return False, f"rank {r}'s {len(wa)} collective(s) do not occur in that order among its {len(wb)} NCCL records"
+        found.append((r, at, wb.count(wa)))
+    if not found:
+        return True, "no rank with records on both sides: joined by rank, group size and collective"
+    unique = all(n == 1 for _, _, n in found)
+    return True, (f"the job's sequence found in the NCCL records on {len(found)} rank(s)"
+                  + ("" if unique else " (at several places: a repeated pattern, the offset is not known)"))
 
 
 def paths_of(values: Any) -> tuple[str, ...]:

@@ -101,7 +101,7 @@ class Analysis:
         if self.nccl:
             from tracelens.analysis.nccl_merge import merge
 
-            d = merge(d, self.nccl)
+            d = merge(d, self.nccl, self.collectives)
         return d
 
 
