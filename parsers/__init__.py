@@ -164,7 +164,7 @@ PARSERS: dict[str, str] = {"kineto": ".kineto", "nsys": ".nsys"}
 COLLECTIVE_PARSERS: dict[str, str] = {"nccl_log": ".nccl.log", "flight_recorder": ".nccl.flight_recorder",
                                       "nccl_tests": ".nccl.tests_table", "nccl_inspector": ".nccl.inspector",
                                       "nccl_profiler": ".nccl.plugin"}
-NCCL_ALONE = ("are read on their own: give tracelens only NCCL logs / Flight Recorder dumps (a directory of them) for their "
+NCCL_ALONE = ("are read on their own: give tracelens only NCCL records (logs, dumps, nccl-tests, Inspector, profiler plugin) for their "
               "report, or join them to a profiled job with --nccl PATH")
 
 
