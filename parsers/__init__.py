@@ -29,6 +29,9 @@ _NCCL_LOG = re.compile(rb"\bNCCL (?:INFO|WARN|TRACE|ERROR|ABORT)\b|\bNCCL versio
 # nccl-tests (all_reduce_perf ...) tables: their header, or a row's "<type> <redop>"
 _NCCL_TESTS = re.compile(rb"\bout-of-place\b|\balgbw\b|\bbusbw\b|#\s*nThread\b|"
                          rb"\b(?:float|half|bfloat16|double|int8|uint8|int32|uint32|int64|uint64)\s+(?:sum|prod|max|min|avg|none)\b")
+# the NCCL example profiler plugin's Chrome-trace array: its own event categories
+_NCCL_PLUGIN = re.compile(rb'"cat"\s*:\s*"(?:GROUP_API|COLL_API|P2P_API|KERNEL_LAUNCH|GROUP|COLL|P2P|PROXY|NET|NET_IB|NET_SOCK|GPU)"'
+                          rb'\s*,\s*"ph"\s*:\s*"[be]"')
 RECORD_TORCH = "record the job with the PyTorch profiler (torch.profiler) for a report"
 
 
@@ -43,8 +46,6 @@ def unsupported(path: Path, head: bytes) -> str | None:
     text = head.lstrip(b"\xef\xbb\xbf \t\r\n")
     if text[:1] in (b"{", b"["):
         return None  # JSON: the Kineto parser says what it is (a Flight Recorder JSON dump among others)
-    if _NCCL_TESTS.search(head):
-        return f"looks like nccl-tests output (all_reduce_perf ...), which tracelens does not analyse; {RECORD_TORCH}"
     return None
 
 
@@ -54,16 +55,22 @@ def is_pickle(head: bytes) -> bool:
 
 def nccl_format(head: bytes) -> str | None:
     """``flight_recorder`` (a dump: pickle or JSON), ``nccl_log`` (NCCL_DEBUG output, PyTorch's
-    NCCL watchdog lines) or None, from a file's first bytes."""
+    NCCL watchdog lines), ``nccl_tests`` (all_reduce_perf ... output), ``nccl_inspector`` (NCCL
+    Inspector JSON Lines), ``nccl_profiler`` (the example profiler plugin's trace) or None, from a
+    file's first bytes."""
     if is_pickle(head):
         return "flight_recorder" if (b"pg_config" in head or b"entries" in head or b"profiling_name" in head) else None
     text = head.lstrip(b"\xef\xbb\xbf \t\r\n")
     if text[:1] == b"{":
+        if b'"header"' in head and (b'"coll_perf"' in head or b'"p2p_perf"' in head or b'inspector_output_format' in head):
+            return "nccl_inspector"
         if b'"entries"' in head and (b'"collective_seq_id"' in head or b'"pg_config"' in head or b'"pg_status"' in head):
             return "flight_recorder"
         return None
-    if re.match(rb"\[\s*(?:[{\]]|$)", text) or _NCCL_TESTS.search(head):  # a JSON array; nccl-tests output (its NCCL lines too)
-        return None
+    if re.match(rb"\[\s*(?:[{\]]|$)", text):  # a JSON array: the profiler plugin's, or another tool's (Kineto says)
+        return "nccl_profiler" if _NCCL_PLUGIN.search(head) else None
+    if _NCCL_TESTS.search(head):  # nccl-tests output (its NCCL lines too)
+        return "nccl_tests"
     if _NCCL_LOG.search(head):
         return "nccl_log"
     return None
@@ -154,9 +161,11 @@ class Parser(Protocol):
 PARSERS: dict[str, str] = {"kineto": ".kineto", "nsys": ".nsys"}
 # formats of NCCL's own records: no event table (no timeline of kernels), read on their own into
 # collective rows (``read(path, file) -> tracelens.model.nccl.NcclParse``)
-COLLECTIVE_PARSERS: dict[str, str] = {"nccl_log": ".nccl.log", "flight_recorder": ".nccl.flight_recorder"}
-NCCL_ALONE = ("are read on their own: give tracelens only NCCL logs / Flight Recorder dumps (a directory of them) for their "
-              "report; joining them to a profiled job is not done yet")
+COLLECTIVE_PARSERS: dict[str, str] = {"nccl_log": ".nccl.log", "flight_recorder": ".nccl.flight_recorder",
+                                      "nccl_tests": ".nccl.tests_table", "nccl_inspector": ".nccl.inspector",
+                                      "nccl_profiler": ".nccl.plugin"}
+NCCL_ALONE = ("are read on their own: give tracelens only NCCL records (logs, dumps, nccl-tests, Inspector, profiler plugin) for their "
+              "report, or join them to a profiled job with --nccl PATH")
 
 
 def collective_parser_for(fmt: str):
@@ -169,7 +178,8 @@ def parser_for(fmt: str, path: Path | None = None) -> Parser:
     without one (``path`` names the file in that message)."""
     module = PARSERS.get(fmt)
     if fmt in COLLECTIVE_PARSERS:
-        what = "Flight Recorder dumps" if fmt == "flight_recorder" else "NCCL logs"
+        what = {"flight_recorder": "Flight Recorder dumps", "nccl_tests": "nccl-tests outputs",
+                "nccl_inspector": "NCCL Inspector files", "nccl_profiler": "NCCL profiler plugin traces"}.get(fmt, "NCCL logs")
         raise UnsupportedFormat(str(path or fmt), f"looks like one of the {what}, which {NCCL_ALONE}")
     if module is None:
         raise UnsupportedFormat(str(path or fmt), f"{fmt} files are not supported yet "

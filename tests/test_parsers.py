@@ -47,7 +47,9 @@ def test_nsys_is_parsed():
 
 
 def test_an_unknown_format_is_refused_by_name():
-    with pytest.raises(UnsupportedFormat, match="nccl_tests files are not supported yet"):
+    with pytest.raises(UnsupportedFormat, match="otf2 files are not supported yet"):
+        parser_for("otf2")
+    with pytest.raises(UnsupportedFormat, match="nccl-tests outputs, which are read on their own"):
         parser_for("nccl_tests")
     with pytest.raises(UnsupportedFormat, match="NCCL logs, which are read on their own"):
         parser_for("nccl_log")  # no event table: read into collective rows (collective_parser_for)

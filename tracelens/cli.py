@@ -82,6 +82,9 @@ def build_parser() -> argparse.ArgumentParser:
                        help="write the report here: .json (the versioned contract), .html (one self-contained page) or .txt; default: text on stdout")
     p_rep.add_argument("--load", metavar="REPORT", help="re-render a saved report, .json or .html (no traces needed)")
     p_rep.add_argument("--compare", metavar="BASELINE", help="compare with a baseline: a saved report (.json, .html), or its traces (file or directory)")
+    p_rep.add_argument("--nccl", action="append", metavar="PATH", default=None,
+                       help="NCCL records of this job (logs, Flight Recorder dumps, nccl-tests, Inspector, profiler plugin; "
+                            "a file or directory, repeatable): algorithm/protocol, achievable busbw, hang verdict")
     p_rep.add_argument("--fail-under-mfu", type=float, metavar="X", help="exit 1 when the job's MFU is below X (a fraction: 0.35), or unknown")
     p_rep.add_argument("--fail-over-step-ms", type=float, metavar="Y", help="exit 1 when the mean step time is above Y ms, or unknown")
     _analysis_options(p_rep)
@@ -286,7 +289,7 @@ def _cmd_report(args: argparse.Namespace) -> int:
     if args.load:
         d = _saved_report(args.load, required=True)
     else:
-        d = _analyze_paths(args.paths, args, steps)
+        d = _analyze_paths(args.paths, args, steps, nccl=tuple(args.nccl or ()))
     if args.compare:
         from tracelens.render.compare import compare
 
@@ -362,17 +365,17 @@ def _traces(path: str, what: str, skip_found: bool):
         yield f"{what} {f}", f
 
 
-def _analyze_paths(paths: list[str], args: argparse.Namespace, steps) -> dict:
+def _analyze_paths(paths: list[str], args: argparse.Namespace, steps, nccl: tuple[str, ...] = ()) -> dict:
     """The report of the job in ``paths``: from the report cache when the job and the options are
     unchanged (neither polars nor the analysis is imported then), else loaded and analysed."""
     from tracelens.store.nccl import nccl_only
     from tracelens.store.reports import cached_report
 
-    nccl = nccl_only(paths)
-    if nccl is not None:  # NCCL logs / Flight Recorder dumps alone: their collectives and the hang verdict
+    alone = nccl_only(paths)
+    if alone is not None:  # NCCL logs / Flight Recorder dumps alone: their collectives and the hang verdict
         from tracelens.analysis.nccl import analyze_nccl
 
-        return analyze_nccl(*nccl)
+        return analyze_nccl(*alone)
     values = _option_values(args, steps)
 
     def analyse() -> tuple[dict, bool]:
@@ -381,7 +384,7 @@ def _analyze_paths(paths: list[str], args: argparse.Namespace, steps) -> dict:
         from tracelens.model.options import Options
         from tracelens.store.job import load
 
-        options = Options(**values)  # each rank analysed as its file is parsed; only the report is kept
+        options = Options(**values, nccl=nccl)  # each rank analysed as its file is parsed; only the report is kept
         trace = load(paths, use_cache=not args.no_cache, keep_python=args.keep_python, jobs=args.jobs, strict=args.strict,
                      prefer=values["prefer"], after_parse=summarize_on_parse(options), keep_events=False)
         a = analyze(trace, options)
@@ -390,7 +393,9 @@ def _analyze_paths(paths: list[str], args: argparse.Namespace, steps) -> dict:
             raise UsageError(bad)
         return a.to_dict(), not trace.cache_warnings
 
-    d, _ = cached_report(paths, analyse, options=values, keep_python=args.keep_python, strict=args.strict, use_cache=not args.no_cache)
+    # with --nccl not from the report cache (the NCCL files are read each time; the parse cache still serves)
+    d, _ = cached_report(paths, analyse, options=values, keep_python=args.keep_python, strict=args.strict,
+                         use_cache=not args.no_cache and not nccl)
     return d
 
 

@@ -129,4 +129,5 @@ def analyze(job: Job, options: Options | None = None, engine=None) -> Analysis:
         clock_method=align.method,
         timeline=step_strips(ranks, {s.file: s.strips for s in ordered if s.strips is not None}),
         separate_runs=job.separate_runs is not None,
+        nccl=tuple(str(p) for p in options.nccl),
     ))

@@ -12,6 +12,18 @@ import polars as pl
 from tracelens.model.nccl import NCCL_ROW_SCHEMA, watchdog_text
 
 MAX_COMMS = 200
+MAX_BANDWIDTH = 2000
+
+
+def bandwidth_items(parses: list) -> list[dict[str, Any]]:
+    """``job.nccl.bandwidth``: every input's measured bandwidths (``BANDWIDTH_SCHEMA`` keys), the
+    first ``MAX_BANDWIDTH``."""
+    from tracelens.model.nccl import BANDWIDTH_SCHEMA
+
+    frames = [p.bandwidth for p in parses if p.bandwidth.height]
+    if not frames:
+        return []
+    return pl.concat(frames).head(MAX_BANDWIDTH).select(list(BANDWIDTH_SCHEMA)).to_dicts()
 
 
 def analyze_nccl(found: list[tuple[Path, str]], warnings: list[str]) -> dict[str, Any]:
@@ -28,25 +40,35 @@ def analyze_nccl(found: list[tuple[Path, str]], warnings: list[str]) -> dict[str
         size = Path(p.path).stat().st_size if Path(p.path).exists() else None
         inputs.append({"path": p.path, "format": p.format, "rank": int(ranks[0]) if ranks.len() == 1 else None, "size_bytes": size})
         warnings.extend(f"{p.path}: {w}" for w in p.warnings)
-    rows = pl.concat([p.rows for p in parses]) if parses else pl.DataFrame(schema=NCCL_ROW_SCHEMA)
+    rows = pl.concat([p.rows for p in parses], how="diagonal_relaxed") if parses else pl.DataFrame(schema=NCCL_ROW_SCHEMA)
     diag = diagnose(rows)
     warnings.extend(diag.pop("warnings", []))
     # PyTorch's watchdog, where the logs hold its timeout messages: which collective each rank timed out on
     diag["watchdog"] = [{"path": p.path, **w} for p in parses for w in p.facts.get("watchdog") or []][:64]
     if diag["watchdog"] and diag["verdict"] == "no_collectives":
         diag["summary"] = "no collective records; " + "; ".join(watchdog_text(w) for w in diag["watchdog"][:4])
+    a = finish_job(Analysis(inputs=tuple(inputs), ranks=(), warnings=tuple(warnings)))
+    d = a.to_dict()
+    d["job"]["nccl_diagnosis"] = diag
+    d["job"]["nccl"] = nccl_section(parses, rows)
+    return d
+
+
+def nccl_section(parses: list, rows: pl.DataFrame | None = None) -> dict[str, Any]:
+    """``job.nccl``: per input its format and facts; the communicators; the collectives per group;
+    the measured bandwidths (nccl-tests, Inspector)."""
+    if rows is None:
+        rows = pl.concat([p.rows for p in parses], how="diagonal_relaxed") if parses else pl.DataFrame(schema=NCCL_ROW_SCHEMA)
     comms = pl.concat([p.comms for p in parses]) if parses else None
     by_group = (rows.group_by("group", "collective").agg(
         pl.col("group_desc").drop_nulls().first(), pl.len().alias("records"), pl.col("member").n_unique().alias("members"),
         pl.col("seq").min().alias("first_seq"), pl.col("seq").max().alias("last_seq"), pl.col("bytes").sum().alias("bytes"))
         .sort("group", "collective").to_dicts())
-    a = finish_job(Analysis(inputs=tuple(inputs), ranks=(), warnings=tuple(warnings)))
-    d = a.to_dict()
-    d["job"]["nccl_diagnosis"] = diag
-    d["job"]["nccl"] = {
+    return {
         "inputs": [{"path": p.path, "format": p.format, "records": p.rows.height, "facts": p.facts} for p in parses],
         "communicators": comms.head(MAX_COMMS).to_dicts() if comms is not None else [],
         "communicators_total": comms.height if comms is not None else 0,
         "collectives": by_group,
+        "bandwidth": bandwidth_items(parses),
+        "bandwidth_total": sum(p.bandwidth.height for p in parses),
     }
-    return d

@@ -48,6 +48,7 @@ class Analysis:
     timeline: dict[str, Any] | None = None  # tracelens.analysis.timeline.step_strips: one step per rank, binned
     separate_runs: bool = False  # the files look like separate runs, not one job (tracelens.store.job; a warning says why)
     job: JobResult | None = None  # the derived job values (tracelens.analysis.job.rollup.finish_job)
+    nccl: tuple[str, ...] = ()  # Options.nccl: NCCL records joined into to_dict's report (analysis.nccl_merge)
 
     def table(self):
         """The collective table (empty when there is none)."""
@@ -67,7 +68,7 @@ class Analysis:
         job = self.job
         if job is None:
             raise ValueError("this Analysis has no job results: tracelens.analysis.job.rollup.finish_job(analysis) computes them")
-        return {
+        d = {
             "schema_version": SCHEMA_VERSION,
             "tool": {"name": "tracelens", "version": __version__},
             "inputs": list(self.inputs),
@@ -97,6 +98,11 @@ class Analysis:
             "suggestions": _fresh(job.suggestions),
             "timeline": self.timeline,
         }
+        if self.nccl:
+            from tracelens.analysis.nccl_merge import merge
+
+            d = merge(d, self.nccl, self.collectives)
+        return d
 
 
 def _fresh(x: Any) -> Any:

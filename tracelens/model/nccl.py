@@ -68,19 +68,79 @@ NCCL_OPS = {
 }
 
 
+# columns beyond NCCL_ROW_SCHEMA that NCCL's profilers give (the profiler plugin, Inspector); rows of
+# other sources lack them (``pl.concat(..., how="diagonal_relaxed")`` fills nulls)
+NCCL_DETAIL_SCHEMA: dict[str, pl.DataType] = {
+    "algo": pl.String(), "proto": pl.String(), "channels": pl.Int32(), "dur_ns": pl.Int64(),
+    "algbw_gbps": pl.Float64(), "busbw_gbps": pl.Float64(), "detail": pl.String(),
+}
+
+# one measured bandwidth (an nccl-tests row's out-of-place or in-place block; an Inspector record):
+# the report's ``job.nccl.bandwidth`` items, keys exactly these
+BANDWIDTH_SCHEMA: dict[str, pl.DataType] = {
+    "path": pl.String(), "test": pl.String(), "collective": pl.String(), "nranks": pl.Int32(), "bytes": pl.Int64(),
+    "count": pl.Int64(), "dtype": pl.String(), "redop": pl.String(), "root": pl.Int32(), "in_place": pl.Boolean(),
+    "time_us": pl.Float64(), "algbw_gbps": pl.Float64(), "busbw_gbps": pl.Float64(), "wrong": pl.Int64(),
+}
+
+# nccl-tests / NCCL type tokens -> the names NCCL_DTYPES uses
+NCCL_TYPE_TOKENS = {
+    "float": "float32", "half": "float16", "double": "float64", "bfloat16": "bfloat16", "int8": "int8", "uint8": "uint8",
+    "int32": "int32", "uint32": "uint32", "int64": "int64", "uint64": "uint64", "int": "int32", "char": "int8",
+    "ncclFloat32": "float32", "ncclFloat": "float32", "ncclFloat16": "float16", "ncclHalf": "float16",
+    "ncclFloat64": "float64", "ncclDouble": "float64", "ncclBfloat16": "bfloat16", "ncclInt8": "int8",
+    "ncclChar": "int8", "ncclUint8": "uint8", "ncclInt32": "int32", "ncclInt": "int32", "ncclUint32": "uint32",
+    "ncclInt64": "int64", "ncclUint64": "uint64", "ncclFloat8e4m3": "float8_e4m3", "ncclFloat8e5m2": "float8_e5m2",
+    "f8e4m3": "float8_e4m3", "f8e5m2": "float8_e5m2",
+}
+DTYPE_BYTES = {"int8": 1, "uint8": 1, "int32": 4, "uint32": 4, "int64": 8, "uint64": 8, "float16": 2, "float32": 4,
+               "float64": 8, "bfloat16": 2, "float8_e4m3": 1, "float8_e5m2": 1}
+
+# collectives whose algbw uses the full (n x per-rank) buffer, and whose busbw factor is (n-1)/n (FORMATS 4.2)
+FULL_BUFFER = ("allgather", "reducescatter", "alltoall", "gather", "scatter")
+
+
+def busbw_factor(collective: str, nranks: int | None) -> float | None:
+    """busbw / algbw for ``collective`` over ``nranks`` ranks (nccl-tests' ``*GetBw``, FORMATS 4.2)."""
+    if not nranks or nranks < 1:
+        return None
+    if collective == "allreduce":
+        return 2 * (nranks - 1) / nranks
+    if collective in FULL_BUFFER:
+        return (nranks - 1) / nranks
+    if collective in ("broadcast", "reduce", "send", "recv", "sendrecv"):
+        return 1.0
+    return None
+
+
+def busbw_factor_expr(collective: pl.Expr, nranks: pl.Expr) -> pl.Expr:
+    """``busbw_factor`` as a polars expression."""
+    n = nranks.cast(pl.Float64)
+    return (pl.when(collective == "allreduce").then(2 * (n - 1) / n)
+            .when(collective.is_in(FULL_BUFFER)).then((n - 1) / n)
+            .when(collective.is_in(["broadcast", "reduce", "send", "recv", "sendrecv"])).then(pl.lit(1.0))
+            .otherwise(None))
+
+
+def empty_bandwidth() -> pl.DataFrame:
+    return pl.DataFrame(schema=BANDWIDTH_SCHEMA)
+
+
 def empty_rows() -> pl.DataFrame:
     return pl.DataFrame(schema=NCCL_ROW_SCHEMA)
 
 
 class NcclParse:
     """What one NCCL input gave: its rows (``NCCL_ROW_SCHEMA``), the communicators it names
-    (``COMM_SCHEMA``; empty for a Flight Recorder dump), its facts (version, transports, channels
+    (``COMM_SCHEMA``; empty for a Flight Recorder dump), its measured bandwidths (``BANDWIDTH_SCHEMA``:
+nccl-tests tables, Inspector records; else empty), its facts (version, transports, channels
     ...: plain JSON values) and its warnings (each with its count)."""
 
-    __slots__ = ("path", "format", "rows", "comms", "facts", "warnings")
+    __slots__ = ("path", "format", "rows", "comms", "facts", "warnings", "bandwidth")
 
     def __init__(self, path: str, fmt: str, rows: pl.DataFrame, comms: pl.DataFrame | None = None,
-                 facts: dict | None = None, warnings: list[str] | None = None):
+                 facts: dict | None = None, warnings: list[str] | None = None, bandwidth: pl.DataFrame | None = None):
+        self.bandwidth = bandwidth if bandwidth is not None else empty_bandwidth()
         self.path = path
         self.format = fmt
         self.rows = rows

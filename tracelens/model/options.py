@@ -23,6 +23,7 @@ class Options:
     layers: int | None = None
     hidden: int | None = None
     critical_path: bool = False  # --critical-path: each step's critical path (tracelens.analysis.rank.critical; costs ~+100% of a rank's analysis) and the suggestions' what-if replays (rank.replay)
+    nccl: tuple[str, ...] = ()  # --nccl PATH ...: NCCL records joined to the job's report (tracelens.analysis.nccl_merge)
     prefer: str | None = None  # --prefer kineto|nsys: the source of a rank recorded by both (tracelens.store.job.load)
     # where each option given came from: ("gpu", "--gpu") or ("gpu", "runs/job42/tracelens.toml")
     given: tuple[tuple[str, str], ...] = ()

@@ -115,6 +115,14 @@ def render_text(d: dict[str, Any]) -> str:
                 f"  {grp[:14]:<14} {(g['collective'] or '?'):<14} {g['count']:>6} {fmt_ns(g['time_ns']):>10} "
                 f"{fmt_ns(g['exposed_ns']):>10} {wait:>10} {bw:>11}"
             )
+            nccl = []  # --nccl: what NCCL's own records say of it
+            if g.get("nccl_algo") or g.get("nccl_channels"):
+                nccl.append(f"NCCL {g.get('nccl_algo') or '?'}/{g.get('nccl_proto') or '?'}, {g.get('nccl_channels') or '?'} channel(s)")
+            if g.get("achievable_busbw_gbps") is not None:
+                eff = f", {100 * g['busbw_efficiency']:.0f}% of it" if g.get("busbw_efficiency") is not None else ""
+                nccl.append(f"achievable busbw {g['achievable_busbw_gbps']:.3g} GB/s{eff} ({g.get('achievable_note', '')})")
+            if nccl:
+                lines.append("      " + "; ".join(nccl))
         for note in views.comm_notes(d):
             lines.append(f"  {note}")
     verdict = views.straggler_verdict(d)
@@ -239,6 +247,17 @@ def nccl_text(d: dict[str, Any]) -> str:
             grp = str(c["group"])[:14] + (f" ({c['group_desc']})"[:8] if c["group_desc"] else "")
             span = f"{c['first_seq']}..{c['last_seq']}"
             lines.append(f"  {grp:<22} {c['collective'] or '?':<14} {c['records']:>8} {c['members']:>7} {span:>15}")
+    if nccl.get("bandwidth"):
+        bw = nccl["bandwidth"]
+        lines.append("")
+        lines.append(f"measured bandwidth ({nccl.get('bandwidth_total', len(bw))} row(s); nccl-tests, Inspector):")
+        lines.append(f"  {'test':<18} {'collective':<13} {'ranks':>5} {'bytes':>12} {'place':<6} {'time us':>10} {'algbw':>7} {'busbw':>7} {'wrong':>5}")
+        for b in bw[:24]:
+            place = "-" if b["in_place"] is None else ("in" if b["in_place"] else "out")
+            lines.append(f"  {str(b['test'] or '?')[:18]:<18} {str(b['collective'] or '?')[:13]:<13} "
+                         f"{b['nranks'] if b['nranks'] is not None else '?':>5} {b['bytes']:>12} {place:<6} "
+                         f"{b['time_us'] if b['time_us'] is not None else '-':>10} {b['algbw_gbps'] if b['algbw_gbps'] is not None else '-':>7} "
+                         f"{b['busbw_gbps'] if b['busbw_gbps'] is not None else '-':>7} {b['wrong'] if b['wrong'] is not None else '-':>5}")
     if d["warnings"]:
         lines.append("")
         lines.extend(f"warning: {w}" for w in d["warnings"])

@@ -1,4 +1,5 @@
-"""A job of NCCL's own records only (NCCL_DEBUG logs, Flight Recorder dumps): finding its files
+"""A job of NCCL's own records only (NCCL_DEBUG logs, Flight Recorder dumps, nccl-tests outputs,
+NCCL Inspector files, profiler plugin traces): finding its files
 (any name: dumps are ``rank_3``, logs ``*.log``/``*.txt``/``nccl.%h.%p``), and reading each into
 collective rows (``parsers.collective_parser_for``).  A path list holding any Kineto or Nsight
 trace is not such a job (None): the normal job takes it, NCCL files there are skipped with a word."""
@@ -11,6 +12,7 @@ from pathlib import Path
 from tracelens.model.errors import TraceInputError
 
 MAX_FILES = 100_000
+NCCL_FORMATS = ("nccl_log", "flight_recorder", "nccl_tests", "nccl_inspector", "nccl_profiler")
 
 
 def _walk(p: Path) -> list[Path]:
@@ -56,7 +58,7 @@ def _nccl_only(paths: list[str | Path]) -> tuple[list[tuple[Path, str]], list[st
                     return None
                 skipped.append(str(f))
                 continue
-            if fmt not in ("nccl_log", "flight_recorder"):
+            if fmt not in NCCL_FORMATS:
                 return None
             found.append((f, fmt))
     if not found:
