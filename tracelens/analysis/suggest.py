@@ -516,7 +516,7 @@ def pipeline_suggestion(pipe: dict[str, Any] | None, per_rank: dict[int, float] 
     m' = 2m and at m' = 4p), interleaving (the theory at v = 2, or 2v when interleaved already),
     and balancing the slowest stage (by how much, from ``gap``), each with its numbers.
     ``per_rank``: rank -> its measured bubble fraction."""
-    from tracelens.analysis.job.pipeline import theory
+    from tracelens.analysis.job.pipeline import predict, theory
 
     if not pipe or pipe.get("theory_fraction") is None or (pipe.get("bubble_fraction") or 0) < PIPELINE_MIN_BUBBLE:
         return None
@@ -525,7 +525,9 @@ def pipeline_suggestion(pipe: dict[str, Any] | None, per_rank: dict[int, float] 
     options: list[dict[str, Any]] = []
     for mm in sorted({2 * m, 4 * p}):
         if mm > m:
-            options.append({"change": "microbatches", "microbatches": mm, "theory_fraction": round(theory(sched, p, mm, v), 4)})
+            rep = predict(pipe, mm)
+            options.append({"change": "microbatches", "microbatches": mm, "theory_fraction": round(theory(sched, p, mm, v), 4),
+                            **({"replay_fraction": round(rep["bubble_fraction"], 4), "replay_step_ns": rep["step_ns"]} if rep else {})})
     vv = 2 * v if sched == "interleaved" else 2
     if sched in ("1f1b", "interleaved", "gpipe"):
         options.append({"change": "interleave", "virtual_stages": vv, "theory_fraction": round(theory("interleaved", p, m, vv), 4),
@@ -535,7 +537,8 @@ def pipeline_suggestion(pipe: dict[str, Any] | None, per_rank: dict[int, float] 
     mb = [o for o in options if o["change"] == "microbatches"]
     if mb:
         parts.append("More micro-batches (same global batch, smaller micro-batches): "
-                     + ", ".join(f"m={o['microbatches']} -> {100 * o['theory_fraction']:.1f}%" for o in mb) + ".")
+                     + ", ".join(f"m={o['microbatches']} -> {100 * o['theory_fraction']:.1f}%"
+                                 + (f" (replayed: {100 * o['replay_fraction']:.1f}%)" if "replay_fraction" in o else "") for o in mb) + ".")
     il = [o for o in options if o["change"] == "interleave"]
     if il:
         parts.append(f"Interleaved 1F1B with v={il[0]['virtual_stages']} virtual stages per rank -> {100 * il[0]['theory_fraction']:.1f}%"
@@ -565,7 +568,20 @@ def pipeline_suggestion(pipe: dict[str, Any] | None, per_rank: dict[int, float] 
                   "bubble_fraction": round(pipe["bubble_fraction"], 4), "theory_fraction": round(now, 4), "options": options,
                   "gap": g or None},
         ranks=tuple(sorted(per_rank or {})), est_speedup=_speedup(now - best) if best < now else None,
+        what_if=_pipeline_what_if(pipe, mb),
     )
+
+
+def _pipeline_what_if(pipe: dict[str, Any], mb: list[dict[str, Any]]) -> dict[str, Any] | None:
+    """The largest m' replayed (``job.pipeline.predict``) against the measured step: {change,
+    predicted_step_ns, predicted_speedup, predicted_mfu (null: the job's MFU is not at hand here)}."""
+    rep = [o for o in mb if "replay_step_ns" in o]
+    meas = (pipe.get("replay") or {}).get("measured_step_ns")
+    if not rep or not meas or rep[-1]["replay_step_ns"] <= 0:
+        return None
+    o = rep[-1]
+    return {"change": f"microbatches={o['microbatches']}", "predicted_step_ns": o["replay_step_ns"],
+            "predicted_speedup": round(meas / o["replay_step_ns"], 3), "predicted_mfu": None}
 
 
 def suggest(analysis, pipeline: dict[str, Any] | None = None, pipeline_ranks: dict[int, dict[str, Any]] | None = None,

@@ -200,7 +200,8 @@ def reduce(ranks) -> tuple[dict[str, Any] | None, dict[int, dict[str, Any]]]:
     job_gap = gap(schedule, p, m, v, {fi: (stage.get(fi), f["steps"]) for fi, f in measured.items()}) if th is not None else None
     job = {"stages": p, "microbatches": m, "virtual_stages": v if p is not None else (v if v > 1 else None), "schedule": schedule,
            "confidence": confidence, "evidence": evidence, "bubble_fraction": tot_b / tot_w if tot_w else None,
-           "theory_fraction": th, "bubble_ns": tot_b, "ranks_traced": n, "world_size": world, "gap": job_gap}
+           "theory_fraction": th, "bubble_ns": tot_b, "ranks_traced": n, "world_size": world, "gap": job_gap,
+           "replay": replay_measured(schedule, p, m, v, {fi: (stage.get(fi), f["steps"]) for fi, f in measured.items()})}
     return job, per
 
 
@@ -239,3 +240,119 @@ def gap(schedule: str, p: int, m: int, v: int, ranks: dict[int, tuple[int | None
     return {"gap_ns": total, "theory_bubble_ns": round(theory_bubble), "slow_stage_ns": slow, "p2p_ns": total - slow - host,
             "host_ns": host, "slowest_stage": slowest, "slowest_stage_excess": top / mean - 1 if mean else None,
             "stage_compute_ns": [round(per_stage[s][0]) for s in range(p)]}
+
+
+def replay_measured(schedule: str | None, p: int | None, m: int | None, v: int,
+                    ranks: dict[int, tuple[int | None, list[dict]]]) -> dict[str, Any] | None:
+    """The schedule replayed at the measured m from each stage's measured block times (its forward
+    and backward block ns per step over its blocks: one micro-batch on one of its v stages; P2P
+    latency 0: what the replay leaves out is the P2P and host time between the blocks):
+    {stage_ns: [[forward, backward] per rank-stage], step_ns (replayed), measured_step_ns (the
+    ranks' mean window)}; None without every stage measured or an order for the schedule."""
+    if not schedule or not p or not m or schedule == "zero_bubble":
+        return None
+    per: dict[int, tuple[float, float]] = {}
+    wins = []
+    for st, steps in ranks.values():
+        nf, nb = sum(x["forward_blocks"] for x in steps), sum(x["backward_blocks"] for x in steps)
+        if st is None or not steps or not nf or not nb or "f_ns" not in steps[0]:
+            return None
+        per[st % p] = (sum(x["f_ns"] for x in steps) / nf, sum(x["b_ns"] for x in steps) / nb)
+        wins += [x["window_ns"] for x in steps]
+    if sorted(per) != list(range(p)):
+        return None
+    got = replay(schedule, p, m, v, {g: per[g % p] for g in range(p * v)})
+    if got is None:
+        return None
+    return {"stage_ns": [[round(a), round(b)] for a, b in (per[s] for s in range(p))], "step_ns": round(got["step_ns"]),
+            "bubble_fraction": got["bubble_fraction"], "measured_step_ns": round(sum(wins) / len(wins))}
+
+
+def predict(pipe: dict[str, Any], m2: int, v2: int | None = None) -> dict[str, Any] | None:
+    """The step at m2 micro-batches (the same global batch: each micro-batch m/m2 the size, so its
+    block times scale by m/m2) and v2 virtual stages (the rank's blocks split over them), replayed
+    for the detected schedule (interleaved when v2 > 1): {step_ns (the replay plus the measured
+    step's excess over the replay at m: the P2P and host time the replay leaves out), bubble_fraction
+    (the replay's)}; None without ``pipe["replay"]``."""
+    rp_ = pipe.get("replay")
+    if not rp_:
+        return None
+    p, m, v = pipe["stages"], pipe["microbatches"], pipe.get("virtual_stages") or 1
+    v2 = v2 or v
+    sched = "interleaved" if v2 > 1 else pipe["schedule"]
+    k = (m / m2) * (v / v2)
+    got = replay(sched, p, m2, v2, {g: (rp_["stage_ns"][g % p][0] * k, rp_["stage_ns"][g % p][1] * k) for g in range(p * v2)})
+    if got is None:
+        return None
+    extra = max(rp_["measured_step_ns"] - rp_["step_ns"], 0)
+    return {"step_ns": round(got["step_ns"] + extra), "bubble_fraction": got["bubble_fraction"]}
+
+
+def schedule_orders(schedule: str, p: int, m: int, v: int = 1) -> dict[int, list[tuple[str, int, int]]] | None:
+    """Each rank's actions (kind "F"/"B", global stage, micro-batch) in the order ``schedule`` runs
+    them: GPipe all F then all B; 1F1B p-1-r warm-up F, F/B pairs, the cool-down B; interleaved
+    (Megatron's, rank r holds stages r, r+p, ...; m a multiple of p) (p-1-r)*2+(v-1)*p warm-up F
+    over the chunks, then pairs.  None for a schedule it cannot order."""
+    out: dict[int, list[tuple[str, int, int]]] = {}
+    if schedule == "interleaved" and (v < 2 or m % p):
+        return None
+    for r in range(p):
+        if schedule == "gpipe":
+            out[r] = [("F", r, i) for i in range(m)] + [("B", r, i) for i in range(m)]
+        elif schedule == "1f1b":
+            warm = min(p - r - 1, m)
+            acts = [("F", r, i) for i in range(warm)]
+            for k in range(m - warm):
+                acts += [("F", r, warm + k), ("B", r, k)]
+            out[r] = acts + [("B", r, i) for i in range(m - warm, m)]
+        elif schedule == "interleaved":
+            total = v * m
+
+            def act(k: int, kind: str, r: int = r) -> tuple[str, int, int]:
+                c = (k // p) % v
+                return kind, (c if kind == "F" else v - 1 - c) * p + r, (k // (p * v)) * p + k % p
+            warm = min((p - r - 1) * 2 + (v - 1) * p, total)
+            acts = [act(k, "F") for k in range(warm)]
+            for k in range(total - warm):
+                acts += [act(warm + k, "F"), act(k, "B")]
+            out[r] = acts + [act(k, "B") for k in range(total - warm, total)]
+        else:
+            return None
+    return out
+
+
+def replay(schedule: str, p: int, m: int, v: int, stage_ns: dict[int, tuple[float, float]], latency_ns: float = 0.0) -> dict[str, Any] | None:
+    """The step rebuilt for ``schedule`` at p stages, m micro-batches, v virtual stages: each rank
+    runs its actions in the schedule's order (``schedule_orders``), a stage's F of micro-batch i
+    after the upstream stage's F of i has ended (plus ``latency_ns`` when that stage is on another
+    rank), its B after the downstream stage's B of i (the last stage's after its own F); ``stage_ns``:
+    per global stage (0 .. p*v-1) one micro-batch's (forward, backward) ns.  Returns {step_ns (the
+    makespan), bubble_fraction (idle over p x step), rank_busy_ns} or None (no order, a stage's
+    times missing).  A list scheduler: one pass per action (p*v*2m of them), not per event."""
+    orders = schedule_orders(schedule, p, m, v)
+    n = p * v
+    if orders is None or any(g not in stage_ns for g in range(n)):
+        return None
+    end: dict[tuple[str, int, int], float] = {}
+    free, pos = [0.0] * p, [0] * p
+    left = sum(len(a) for a in orders.values())
+    while left:
+        moved = False
+        for r in range(p):
+            acts = orders[r]
+            while pos[r] < len(acts):
+                kind, g, i = acts[pos[r]]
+                dep = (("F", g - 1, i) if g > 0 else None) if kind == "F" else (("B", g + 1, i) if g < n - 1 else ("F", g, i))
+                if dep is not None and dep not in end:
+                    break
+                ready = 0.0 if dep is None else end[dep] + (latency_ns if dep[1] % p != r else 0.0)
+                start = max(free[r], ready)
+                free[r] = end[(kind, g, i)] = start + stage_ns[g][0 if kind == "F" else 1]
+                pos[r] += 1
+                left -= 1
+                moved = True
+        if not moved:
+            return None
+    step = max(free)
+    busy = [sum(stage_ns[g][0 if k == "F" else 1] for k, g, _ in orders[r]) for r in range(p)]
+    return {"step_ns": step, "bubble_fraction": 1 - sum(busy) / (p * step) if step else None, "rank_busy_ns": busy}

@@ -280,7 +280,9 @@ def rank_pipeline(df: pl.DataFrame, gpu_rows: pl.DataFrame, steps, meta, names: 
                                        pl.col("mb").filter(pl.col("label") == "F").n_unique().alias("mbF"),
                                        pl.col("mb").filter(pl.col("label") == "F").null_count().alias("mbF_null"),
                                        pl.col("stage").drop_nulls().unique().sort().alias("stages"),
-                                       pl.col("label").is_in(["I", "W"]).any().alias("split_backward"))
+                                       pl.col("label").is_in(["I", "W"]).any().alias("split_backward"),
+                                       (pl.col("e") - pl.col("s")).filter(pl.col("label") == "F").sum().alias("f_ns"),
+                                       (pl.col("e") - pl.col("s")).filter(pl.col("label") != "F").sum().alias("b_ns"))
     fwu = f_without_up.filter(pl.col("_unfed")).group_by("_step").len().rename({"len": "f_first"})
     n_rec = recs.group_by("_step").len().rename({"len": "n_p2p"})
     per = (per.join(fwu, on="_step", how="left").join(n_rec, on="_step", how="left")
@@ -327,7 +329,7 @@ def rank_pipeline(df: pl.DataFrame, gpu_rows: pl.DataFrame, steps, meta, names: 
             "steady_ns": bubble - warm - cool, "exposed_p2p_ns": exposed, "forward_blocks": row["nF"], "backward_blocks": row["nB"],
             "forward_microbatches": row["mbF"] if row["mbF_null"] == 0 else None, "forward_blocks_first": row["f_first"],
             "order": _rle(row["order"]), "stages": list(row["stages"]), "split_backward": bool(row["split_backward"]),
-            "inblock_ns": int(inblock.get(i, 0)),
+            "inblock_ns": int(inblock.get(i, 0)), "f_ns": int(row["f_ns"]), "b_ns": int(row["b_ns"]),
         })
     up, down = got.get("up", ([], 0)), got.get("down", ([], 0))
     base.update(
