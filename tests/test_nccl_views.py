@@ -5,6 +5,8 @@ page's numbers are the JSON's; hostile strings from a dump are escaped."""
 
 from __future__ import annotations
 
+import asyncio
+import copy
 import html
 import json
 import re
@@ -100,3 +102,63 @@ def test_standalone_report_of_real_mismatch_dumps(dumps):
     g0 = next(g for g in v["timeline"] if g["divergence"])
     assert g0["divergence"]["kind"] == "mismatch" and g0["odd_members"] == v["culprits"]
     assert "fr_recorder.py" in page  # the divergent calls' frames
+
+
+# ---------------------------------------------------------------------------------------------
+# the TUI
+
+
+def _grid_rows(app, i: int) -> list[str]:
+    from textual.widgets import Static
+
+    return str(app.query_one(f"#nccl-grid-{i}", Static).render()).splitlines()
+
+
+def test_tui_opens_a_folder_of_real_dumps_at_the_nccl_view(dumps):
+    from tests.tui_pilot import settle
+    from tracelens.tui import make_app
+    from tracelens.tui.nccl import LABEL_W
+
+    async def go(which):
+        app = make_app([str(dumps[which])], use_cache=False)
+        async with app.run_test(size=(140, 45)) as pilot:
+            await settle(app, pilot)
+            assert app.error is None, app.error
+            assert app.query_one("#tabs").active == "nccl"
+            v = app.report["job"]["nccl_diagnosis"]
+            verdict = str(app.query_one("#nccl-verdict").render())
+            assert verdict.splitlines()[0] == f"NCCL verdict: {v['summary']}"
+            for i, g in enumerate(v["timeline"]):
+                rows = _grid_rows(app, i)[2 if g["divergence"] else 1:]
+                # one row per member: its label, then a cell per seq (█, ▌ at the divergence)
+                assert [r[:LABEL_W].strip() for r in rows] == [f"rank {m}" for m in g["members"]]
+                assert all(len(r[LABEL_W:]) == g["seq_to"] - g["seq_from"] + 1 for r in rows)
+                if g["divergence"]:
+                    assert _grid_rows(app, i)[1].index("▼") == LABEL_W + g["divergence"]["seq"] - g["seq_from"]
+            await pilot.press("1")  # no Overview in a report of NCCL records alone: nothing happens, no traceback
+            await settle(app, pilot)
+            assert app.query_one("#tabs").active == "nccl"
+            return v
+
+    v = asyncio.run(go("hang"))
+    assert v["verdict"] == "hang" and v["culprits"] == [1] and "fr_recorder.py" in json.dumps(v["frames"])
+    assert asyncio.run(go("mismatch"))["verdict"] == "mismatch"
+
+
+def test_tui_profiled_job_with_a_diagnosis_has_the_nccl_tab():
+    from tests.tui_pilot import open_view, settle
+    from tracelens.tui import make_app
+
+    async def go(d):
+        app = make_app(report=d)
+        async with app.run_test(size=(140, 45)) as pilot:
+            await settle(app, pilot)
+            tabs = app.query_one("#tabs")
+            await open_view(app, pilot, "n")
+            return tabs.active, (_grid_rows(app, 0) if app.query("#nccl-grid-0") else None)
+
+    plain = json.loads((ROOT / "golden" / "sample_job_2ranks.json").read_text())
+    assert asyncio.run(go(copy.deepcopy(plain)))[0] == "overview"  # no diagnosis: no NCCL view, "n" does nothing
+    active, rows = asyncio.run(go(_report_of(diagnose(_mismatch_rows()))))
+    assert active == "nccl" and [r[12:] for r in rows[2:]] == ["███▌", "███▌", "███▌"] and rows[2].startswith("rank 1") is False
+    assert rows[3].startswith("rank 1")
