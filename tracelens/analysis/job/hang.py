@@ -76,8 +76,9 @@ def _label(members: list[int | str]) -> str:
     return ("rank " if len(members) == 1 else "ranks ") + shown if all(isinstance(m, int) for m in members) else shown
 
 
-def diagnose(rows: pl.DataFrame) -> dict[str, Any]:
-    """The diagnosis of the rows of every input of a job (``NCCL_ROW_SCHEMA``)."""
+def diagnose(rows: pl.DataFrame, paths: list[str] | None = None) -> dict[str, Any]:
+    """The diagnosis of the rows of every input of a job (``NCCL_ROW_SCHEMA``); ``paths``: the
+    inputs' names by their ``file`` number (the warnings on runs mixed together name them)."""
     if rows.height == 0:
         return {"verdict": "no_collectives", "summary": "no collective records in the inputs", "culprits": [], "reason": None,
                 "groups": [], "p2p_rows": 0, "groups_checked": 0, "first_mismatch": None, "frames": [], "timeline": []}
@@ -197,9 +198,45 @@ def diagnose(rows: pl.DataFrame) -> dict[str, Any]:
     if dup.height:
         warnings.append(f"{dup.height} (group, member, seq) record(s) come from two inputs: the same rank given twice, "
                         "or dumps of different runs mixed together (the first kept)")
+    warnings += _mixed_runs(rows.filter(~p2p), paths)
     return {"verdict": verdict, "summary": summary, "culprits": culprits, "reason": reason, "first_mismatch": first_mismatch,
             "frames": frames_out, "groups": out_groups, "groups_checked": groups.height,
             "groups_with_findings": findings.height, "p2p_rows": n_p2p, "records": coll.height, "timeline": timeline, "warnings": warnings}
+
+
+def _names(files: list, paths: list[str] | None) -> str:
+    files = sorted(f for f in files if f is not None)
+    shown = [paths[f] if paths and 0 <= f < len(paths) else f"input #{f}" for f in files[:4]]
+    return ", ".join(shown) + (f" (+{len(files) - 4} more)" if len(files) > 4 else "")
+
+
+def _mixed_runs(coll: pl.DataFrame, paths: list[str] | None) -> list[str]:
+    """Signs that the inputs are not of one run, each a warning naming the files: two inputs that
+    claim one member of a group, one group recorded with two sizes, and a member whose sequence
+    numbers all lie after another's last one (one run's ranks never get that far apart in a group
+    they all call: a rank of another run, or one stuck far behind).  Bounded: 4 findings each."""
+    out = []
+    claims = (coll.group_by("group", "member", "source").agg(pl.col("file").unique().sort().alias("files"))
+              .filter(pl.col("files").list.len() > 1).sort("group", "member"))
+    for r in claims.head(4).iter_rows(named=True):
+        out.append(f"group {r['group']} member {r['member']} is claimed by {len(r['files'])} inputs ({_names(r['files'], paths)}): "
+                   "the same rank given twice, or dumps of different runs mixed together")
+    sizes = (coll.filter(pl.col("group_size").is_not_null()).group_by("group", "group_size").agg(pl.col("file").unique())
+             .filter(pl.len().over("group") > 1).sort("group", "group_size"))
+    for grp in sizes["group"].unique(maintain_order=True).head(4).to_list():
+        part = sizes.filter(pl.col("group") == grp)
+        out.append(f"group {grp} has {part.height} sizes in the inputs: " + "; ".join(
+            f"{r['group_size']} in {_names(r['file'], paths)}" for r in part.iter_rows(named=True))
+                   + " — dumps or logs of different runs mixed together")
+    span = coll.group_by("group", "member").agg(pl.col("seq").min().alias("lo"), pl.col("seq").max().alias("hi"),
+                                                pl.col("file").unique().alias("files"))
+    apart = (span.join(span, on="group", suffix="_o").filter(pl.col("lo") > pl.col("hi_o"))
+             .sort("group", "member", "member_o").unique(["group", "member"], keep="first", maintain_order=True))
+    for r in apart.head(4).iter_rows(named=True):
+        out.append(f"group {r['group']}: member {r['member']} ({_names(r['files'], paths)}) holds seq {r['lo']}..{r['hi']}, all after "
+                   f"member {r['member_o']}'s last one {r['hi_o']} ({_names(r['files_o'], paths)}): sequence ranges of different runs "
+                   "mixed together, or a rank stuck far behind")
+    return out
 
 
 def _timeline(coll: pl.DataFrame, per_member: pl.DataFrame, groups: pl.DataFrame, findings: pl.DataFrame) -> list[dict[str, Any]]:
