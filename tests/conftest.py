@@ -84,3 +84,17 @@ def pipeline_traces(tmp_path_factory) -> dict[str, list[Path]]:
 
     root = tmp_path_factory.mktemp("pipeline")
     return {s: record_pipeline(root / s, s, world=2, microbatches=4) for s in SCHEDULES}
+
+
+@pytest.fixture(scope="session")
+def dumps(tmp_path_factory) -> dict[str, Path]:
+    """Real Flight Recorder dumps recorded here (torch on gloo, tests/fr_recorder.py): scenario ->
+    the folder of its rank_N dumps (ok, hang, mismatch, size; json: the hang dumped as JSON).
+    Recorded once per session: test_flight_recorder and the NCCL views read the same."""
+    from tests.fr_recorder import record_fr
+
+    root = tmp_path_factory.mktemp("fr")
+    out = {name: record_fr(root / name, scenario, world)
+           for name, scenario, world in [("ok", "ok", 2), ("hang", "hang", 2), ("mismatch", "mismatch", 3), ("size", "size", 3)]}
+    out["json"] = record_fr(root / "json", "hang", 2, as_json=True)
+    return out

@@ -25,15 +25,7 @@ torch = pytest.importorskip("torch")
 SAMPLES = real_traces() / "nccl" / "flight_recorder"
 
 
-@pytest.fixture(scope="module")
-def dumps(tmp_path_factory):
-    from tests.fr_recorder import record_fr
-
-    root = tmp_path_factory.mktemp("fr")
-    out = {name: record_fr(root / name, scenario, world)
-           for name, scenario, world in [("ok", "ok", 2), ("hang", "hang", 2), ("mismatch", "mismatch", 3), ("size", "size", 3)]}
-    out["json"] = record_fr(root / "json", "hang", 2, as_json=True)
-    return out
+# ``dumps``: tests/conftest.py (session scope: the NCCL views' tests read the same recording)
 
 
 def rows_of(d):

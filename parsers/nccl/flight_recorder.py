@@ -98,7 +98,18 @@ def _clean(entries: list) -> tuple[list[dict], int]:
     return kept, len(entries) - len(kept)
 
 
+_INT_KEYS = tuple(k for k, t in _ENTRY_SCHEMA.items() if t == pl.Int64)
+
+
+def _int_or_none(v):
+    return v if type(v) is int and -(2**63) <= v < 2**63 else None
+
+
 def _frame(entries: list[dict]) -> pl.DataFrame:
+    # an integer field of another type or out of range: that value null, not the column (polars' non-strict
+    # conversion nulls a whole column for one string in it); one pass, the entries are a bounded ring buffer
+    entries = [e if all(_int_or_none(e.get(k)) is not None or e.get(k) is None for k in _INT_KEYS)
+               else {**e, **{k: _int_or_none(e.get(k)) for k in _INT_KEYS}} for e in entries]
     try:
         return pl.from_dicts(entries, schema=_ENTRY_SCHEMA, strict=False)
     except Exception:  # values of unexpected shapes: the columns that do convert, one at a time

@@ -42,6 +42,14 @@ _COMM = (r"comm (?P<comm>0x[0-9a-fA-F]+|\(nil\)) rank (?P<rank>\d+) n[Rr]anks (?
 _VIA = r"^(?:Channel|Ring) \d+(?:/\d+)? : (?P<src>\d+)(?:\[\w+\])? -> (?P<dst>\d+)(?:\[\w+\])?(?: \[(?P<dir>send|receive)\])? via (?P<via>\S+)"
 _RING = r"^Channel (?P<ch>\d+)/(?P<nch>\d+) :(?P<order>(?: \d+)+)\s*$"
 _TUNE = r"^(?P<op>\w+): (?P<bytes>\d+) Bytes -> Algo (?P<algo>\w+) proto (?P<proto>\w+)(?: channel\{Lo\.\.Hi\}=\{(?P<lo>\d+)\.\.(?P<hi>\d+)\})?"
+KNOWN_MINOR = (4, 30)  # NCCL 2.4 .. 2.30: the line shapes FORMATS.md 2 describes
+
+
+def _known_version(v: str) -> bool:
+    parts = v.split(".")
+    return len(parts) >= 2 and parts[0] == "2" and parts[1].isdigit() and KNOWN_MINOR[0] <= int(parts[1]) <= KNOWN_MINOR[1]
+
+
 _VERSION = r"NCCL version (\d+\.\d+\.\d+\S*)"
 _LAUNCHER_RANK = (r"^\s*(?:\[\d+,(?P<ompi>\d+)\]<std(?:out|err)>:|\[(?:default|rank)(?P<trun>\d+)\]:|(?P<slurm>\d+): |"
                   r"\[(?P<bracket>\d+)\]\s|\[Rank (?P<rk>\d+)\])")
@@ -317,6 +325,10 @@ def _assemble(path: str, file: int, got: dict[str, pl.DataFrame], cut: str | Non
                                             _first("enq").alias("last_enqueued"), _first("done").alias("last_completed"))
                      .sort("rank", nulls_last=True).head(64).to_dicts() if w.height else []),
     }
+    unknown = [v for v in versions if not _known_version(v)]
+    if unknown:
+        warnings.append(f"NCCL version {', '.join(unknown[:4])} is outside the versions this reader knows (2.{KNOWN_MINOR[0]} to "
+                        f"2.{KNOWN_MINOR[1]}): lines of a shape it does not know are counted as unknown")
     if cut:
         warnings.append(f"the log is cut short ({cut}); its last line read as it stands")
     if c["unknown_lines"]:

@@ -41,7 +41,7 @@ def analyze_nccl(found: list[tuple[Path, str]], warnings: list[str]) -> dict[str
         inputs.append({"path": p.path, "format": p.format, "rank": int(ranks[0]) if ranks.len() == 1 else None, "size_bytes": size})
         warnings.extend(f"{p.path}: {w}" for w in p.warnings)
     rows = pl.concat([p.rows for p in parses], how="diagonal_relaxed") if parses else pl.DataFrame(schema=NCCL_ROW_SCHEMA)
-    diag = diagnose(rows)
+    diag = diagnose(rows, [str(f) for f, _ in found])
     warnings.extend(diag.pop("warnings", []))
     # PyTorch's watchdog, where the logs hold its timeout messages: which collective each rank timed out on
     diag["watchdog"] = [{"path": p.path, **w} for p in parses for w in p.facts.get("watchdog") or []][:64]

@@ -90,6 +90,7 @@ class TracelensApp(App):
         Binding("G", "set_gpu", "Set GPU"),
         Binding("F", "set_flops", "Set FLOPs"),
         Binding("C", "critical_path", "Critical path", show=False),
+        Binding("n", "show_tab('nccl')", "NCCL"),
     ] + [Binding(str((i + 1) % 10), f"show_tab('{pane_id}')", title, show=False) for i, (pane_id, title, _) in enumerate(VIEWS)]  # the tenth: 0
 
     def __init__(self, *, paths: list[str], options: Any = None, use_cache: bool = True, jobs: int | None = None,
@@ -384,9 +385,16 @@ class TracelensApp(App):
             v.refresh()
         await self.action_show_tab(tab)
 
+    def check_action(self, action: str, parameters: tuple) -> bool | None:
+        """The NCCL key only where the report has an NCCL view (hidden from the footer elsewhere)."""
+        if action == "show_tab" and parameters == ("nccl",):
+            main = self._main()
+            return main is not None and any(v[0] == "nccl" for v in main.views)
+        return True
+
     async def action_show_tab(self, tab: str) -> None:
         tabs, main = self._tabs(), self._main()
-        if tabs is None or main is None or tab is None:
+        if tabs is None or main is None or tab is None or all(v[0] != tab for v in main.views):
             return
         await main.ensure(tab)  # built on first show
         tabs.active = tab

@@ -105,6 +105,15 @@ class JobLoad:
             self.trace = trace
             return analyze(trace, options).to_dict(), not trace.cache_warnings
 
+        from tracelens.store.nccl import nccl_only
+
+        nccl = nccl_only(self.paths)
+        if nccl is not None:  # NCCL logs / Flight Recorder dumps alone: their report, no events (no timeline)
+            from tracelens.analysis.nccl import analyze_nccl
+
+            self._progress("reading the NCCL records…", None, None)
+            self.report = analyze_nccl(*nccl)
+            return
         self._progress("reading…", None, None)
         self.report, self.from_cache = cached_report(self.paths, analyse, options=asdict(options), strict=self.strict,
                                                      use_cache=self.use_cache)

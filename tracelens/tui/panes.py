@@ -549,13 +549,14 @@ class MainView(Vertical):
     def __init__(self, report: dict[str, Any], timeline: Any):
         super().__init__(id="main")
         self.report, self.timeline = report, timeline
+        self.views = views_for(report)
         self._mounts: dict[str, Any] = {}  # pane id -> the AwaitMount of its content (awaitable again once done)
         self.parts_flipped = False  # "p" pressed an odd number of times: a view built later starts flipped too
 
     def compose(self) -> ComposeResult:
         with TabbedContent(id="tabs"):
-            for i, (pane_id, title, make) in enumerate(VIEWS):
-                with TabPane(f"{(i + 1) % 10} {title}", id=pane_id):  # the tenth view's key is 0
+            for i, (pane_id, title, make) in enumerate(self.views):
+                with TabPane(tab_label(pane_id, title), id=pane_id):
                     if i == 0:  # the view shown first: composed with the tabs, drawn in the same screen
                         first = make(self.report, self.timeline)
                         self._mounts[pane_id] = AwaitMount(self, [first])
@@ -568,7 +569,7 @@ class MainView(Vertical):
         """Builds the view ``pane_id`` unless it is built; an awaitable that is done once its
         widgets are mounted."""
         if pane_id not in self._mounts:
-            make = next(m for pid, _, m in VIEWS if pid == pane_id)
+            make = next(m for pid, _, m in self.views if pid == pane_id)
             tab = self.query_one(f"#{pane_id}", TabPane)
             self._mounts[pane_id] = tab.mount(make(self.report, self.timeline))
             if self.parts_flipped:  # after the view's own first drawing of its charts (queued when it mounts)
@@ -643,4 +644,30 @@ VIEWS += [
     ("critical", "Critical path", lambda report, timeline: CriticalPathPane(report)),
     ("pipeline", "Pipeline", lambda report, timeline: PipelinePane(report)),
 ]
+NCCL_VIEW = ("nccl", "NCCL", lambda report, timeline: _nccl_pane(report))
+
+
+def _nccl_pane(report: dict[str, Any]) -> Any:
+    from tracelens.tui.nccl import NcclPane
+
+    return NcclPane(report)
+
+
+def views_for(report: dict[str, Any]) -> list[tuple[str, str, Any]]:
+    """The report's views in tab order: NCCL records alone, the NCCL view and the warnings; a
+    profiled job's report with an NCCL diagnosis, every view and then the NCCL one."""
+    from tracelens.render import nccl as nv
+
+    if nv.nccl_only(report):
+        return [NCCL_VIEW] + [v for v in VIEWS if v[0] == "warnings"]
+    return VIEWS + [NCCL_VIEW] if nv.diagnosis(report) else VIEWS
+
+
+def tab_label(pane_id: str, title: str) -> str:
+    """The tab's label: the key that opens the view, then its title."""
+    if pane_id == "nccl":
+        return f"n {title}"
+    return f"{(1 + next(i for i, v in enumerate(VIEWS) if v[0] == pane_id)) % 10} {title}"  # the tenth view's key is 0
+
+
 WARNINGS_KEY = str(1 + next(i for i, (pane_id, _, _) in enumerate(VIEWS) if pane_id == "warnings"))

@@ -28,6 +28,11 @@ from tracelens.model.collectives import P2P
 
 FIELDS = ("collective", "count", "dtype", "root", "redop")  # what must agree across members at one seq
 MAX_GROUPS = 20  # groups reported in full (the others counted)
+GRID_MEMBERS = 64  # the collective timeline (``timeline``): members shown per group
+GRID_SEQS = 48  # sequence numbers shown per group, around the first divergence
+GRID_BEFORE = 31  # of which before it
+# the timeline's cell letters: the record's state at (member, seq); "." no record (never entered, or not in the inputs)
+STATE_LETTERS = {"completed": "C", "started": "S", "scheduled": "Q"}
 
 
 def _call(r: dict[str, Any]) -> str:
@@ -71,11 +76,12 @@ def _label(members: list[int | str]) -> str:
     return ("rank " if len(members) == 1 else "ranks ") + shown if all(isinstance(m, int) for m in members) else shown
 
 
-def diagnose(rows: pl.DataFrame) -> dict[str, Any]:
-    """The diagnosis of the rows of every input of a job (``NCCL_ROW_SCHEMA``)."""
+def diagnose(rows: pl.DataFrame, paths: list[str] | None = None) -> dict[str, Any]:
+    """The diagnosis of the rows of every input of a job (``NCCL_ROW_SCHEMA``); ``paths``: the
+    inputs' names by their ``file`` number (the warnings on runs mixed together name them)."""
     if rows.height == 0:
         return {"verdict": "no_collectives", "summary": "no collective records in the inputs", "culprits": [], "reason": None,
-                "groups": [], "p2p_rows": 0, "groups_checked": 0, "first_mismatch": None, "frames": []}
+                "groups": [], "p2p_rows": 0, "groups_checked": 0, "first_mismatch": None, "frames": [], "timeline": []}
     rows = rows.with_columns(pl.col("member").fill_null(pl.format("file{}", "file")))
     p2p = pl.col("collective").is_in(list(P2P))
     n_p2p = int(rows.select(p2p.sum()).item())
@@ -187,10 +193,92 @@ def diagnose(rows: pl.DataFrame) -> dict[str, Any]:
         summary = f"consistent: {groups.height} group(s), every member at the same collectives ({coll.height} records)"
     else:
         summary = {"mismatch": "MISMATCH", "hang": "HANG", "incomplete": "STUCK", "incomplete_inputs": "INCOMPLETE"}[verdict] + ": " + reason
+    timeline = _timeline(coll, per_member, groups, findings)
     warnings = []
     if dup.height:
         warnings.append(f"{dup.height} (group, member, seq) record(s) come from two inputs: the same rank given twice, "
                         "or dumps of different runs mixed together (the first kept)")
+    warnings += _mixed_runs(rows.filter(~p2p), paths)
     return {"verdict": verdict, "summary": summary, "culprits": culprits, "reason": reason, "first_mismatch": first_mismatch,
             "frames": frames_out, "groups": out_groups, "groups_checked": groups.height,
-            "groups_with_findings": findings.height, "p2p_rows": n_p2p, "records": coll.height, "warnings": warnings}
+            "groups_with_findings": findings.height, "p2p_rows": n_p2p, "records": coll.height, "timeline": timeline, "warnings": warnings}
+
+
+def _names(files: list, paths: list[str] | None) -> str:
+    files = sorted(f for f in files if f is not None)
+    shown = [paths[f] if paths and 0 <= f < len(paths) else f"input #{f}" for f in files[:4]]
+    return ", ".join(shown) + (f" (+{len(files) - 4} more)" if len(files) > 4 else "")
+
+
+def _mixed_runs(coll: pl.DataFrame, paths: list[str] | None) -> list[str]:
+    """Signs that the inputs are not of one run, each a warning naming the files: two inputs that
+    claim one member of a group, one group recorded with two sizes, and a member whose sequence
+    numbers all lie after another's last one (one run's ranks never get that far apart in a group
+    they all call: a rank of another run, or one stuck far behind).  Bounded: 4 findings each."""
+    out = []
+    claims = (coll.group_by("group", "member", "source").agg(pl.col("file").unique().sort().alias("files"))
+              .filter(pl.col("files").list.len() > 1).sort("group", "member"))
+    for r in claims.head(4).iter_rows(named=True):
+        out.append(f"group {r['group']} member {r['member']} is claimed by {len(r['files'])} inputs ({_names(r['files'], paths)}): "
+                   "the same rank given twice, or dumps of different runs mixed together")
+    sizes = (coll.filter(pl.col("group_size").is_not_null()).group_by("group", "group_size").agg(pl.col("file").unique())
+             .filter(pl.len().over("group") > 1).sort("group", "group_size"))
+    for grp in sizes["group"].unique(maintain_order=True).head(4).to_list():
+        part = sizes.filter(pl.col("group") == grp)
+        out.append(f"group {grp} has {part.height} sizes in the inputs: " + "; ".join(
+            f"{r['group_size']} in {_names(r['file'], paths)}" for r in part.iter_rows(named=True))
+                   + " — dumps or logs of different runs mixed together")
+    span = coll.group_by("group", "member").agg(pl.col("seq").min().alias("lo"), pl.col("seq").max().alias("hi"),
+                                                pl.col("file").unique().alias("files"))
+    apart = (span.join(span, on="group", suffix="_o").filter(pl.col("lo") > pl.col("hi_o"))
+             .sort("group", "member", "member_o").unique(["group", "member"], keep="first", maintain_order=True))
+    for r in apart.head(4).iter_rows(named=True):
+        out.append(f"group {r['group']}: member {r['member']} ({_names(r['files'], paths)}) holds seq {r['lo']}..{r['hi']}, all after "
+                   f"member {r['member_o']}'s last one {r['hi_o']} ({_names(r['files_o'], paths)}): sequence ranges of different runs "
+                   "mixed together, or a rank stuck far behind")
+    return out
+
+
+def _timeline(coll: pl.DataFrame, per_member: pl.DataFrame, groups: pl.DataFrame, findings: pl.DataFrame) -> list[dict[str, Any]]:
+    """Per group (those with a finding first, ``MAX_GROUPS`` in all) its members x sequence
+    numbers: one string per member, a letter per seq (``STATE_LETTERS``, "." no record), over a
+    window of ``GRID_SEQS`` seqs around the group's first divergence (the first mismatch, else
+    the first seq a member never entered, else the first one not completed), which is named."""
+    bad = set(findings["group"].to_list())
+    order = sorted(groups.iter_rows(named=True), key=lambda g: (g["group"] not in bad, g["group"]))[:MAX_GROUPS]
+    out = []
+    for g in order:
+        name = g["group"]
+        pm = per_member.filter(pl.col("group") == name)
+        if g["mismatch_seq"] is not None:
+            kind, at = "mismatch", g["mismatch_seq"]
+        elif g["behindmost"] < g["furthest"]:
+            kind, at = "not_entered", g["behindmost"] + 1
+        elif g["open_seq"] is not None:
+            kind, at = "not_completed", g["open_seq"]
+        else:
+            kind, at = None, None
+        first, last = int(pm["first_seq"].min()), int(g["furthest"])
+        lo = max(first, (at if at is not None else last) - GRID_BEFORE)
+        hi = min(last, lo + GRID_SEQS - 1)
+        members = _members(pm["member"].to_list())
+        shown = [str(m) for m in members[:GRID_MEMBERS]]
+        cells = (coll.filter((pl.col("group") == name) & pl.col("seq").is_between(lo, hi) & pl.col("member").is_in(shown))
+                 .select("member", "seq", pl.col("state").replace_strict(STATE_LETTERS, default="?").alias("c")))
+        grid = (pl.DataFrame({"member": shown}).join(pl.DataFrame({"seq": pl.int_range(lo, hi + 1, eager=True)}), how="cross")
+                .join(cells, on=["member", "seq"], how="left").with_columns(pl.col("c").fill_null("."))
+                .sort("seq").group_by("member", maintain_order=True).agg(pl.col("c").str.join("")))
+        states = dict(zip(grid["member"].to_list(), grid["c"].to_list(), strict=True))
+        if kind == "mismatch":  # the members outside the most common call (all when none is the majority)
+            calls = coll.filter((pl.col("group") == name) & (pl.col("seq") == at)).group_by("sig").agg(pl.col("member"), pl.len().alias("n"))
+            calls = calls.sort("n", "sig", descending=[True, False]).to_dicts()
+            odd = _members([m for c in (calls[1:] if calls[0]["n"] > calls[1]["n"] else calls) for m in c["member"]])
+        elif kind == "not_entered":
+            odd = _members(pm.filter(pl.col("last_seq") < g["furthest"])["member"].to_list())
+        else:
+            odd = []
+        out.append({"group": name, "group_desc": g["group_desc"], "size": g["size"], "members_total": len(members),
+                    "members": members[:GRID_MEMBERS], "states": [states[m] for m in shown],
+                    "seq_from": lo, "seq_to": hi, "seq_first": first, "seq_last": last,
+                    "divergence": None if kind is None else {"kind": kind, "seq": int(at)}, "odd_members": odd})
+    return out

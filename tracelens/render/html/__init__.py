@@ -27,6 +27,7 @@ from typing import Any
 import orjson
 
 from tracelens.model.units import fmt_bytes, fmt_ns, fmt_num, fmt_pct
+from tracelens.render import nccl as nccl_views
 from tracelens.render import tables as views
 from tracelens.render.tables import BAR_COLOURS, KCLASS_COLOURS, PIPELINE_COLOURS, path_colour
 
@@ -613,6 +614,7 @@ def extract_report(html: str | bytes) -> dict[str, Any] | None:
 def render_html(d: dict[str, Any], comparison: dict[str, Any] | None = None) -> bytes:
     """The whole page.  ``comparison`` (tracelens.render.compare.compare) adds a 'what changed' section."""
     from tracelens.render.compare import html_section
+    from tracelens.render.html.nccl import section as nccl_section
 
     embedded = embed_report(d)  # the report as it is; what the page shows has no control characters
     d = views.printable_report(d)
@@ -623,6 +625,7 @@ def render_html(d: dict[str, Any], comparison: dict[str, Any] | None = None) -> 
     body = [
         f"<h1>{escape(title)}</h1>",
         f"<div class='muted'>{escape(inputs)} · tracelens {escape(d['tool']['version'])} · report schema {escape(str(d['schema_version']))}</div>",
+        nccl_section(d) if nccl_views.nccl_only(d) else "",
         _summary(d),
         html_section(comparison) if comparison else "",
         _waterfall(d),
@@ -633,6 +636,7 @@ def render_html(d: dict[str, Any], comparison: dict[str, Any] | None = None) -> 
         _comm(d),
         _critical_path(d),
         _pipeline(d),
+        "" if nccl_views.nccl_only(d) else nccl_section(d),
         _timeline(d),
         _warnings(d),
     ]

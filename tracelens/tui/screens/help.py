@@ -14,6 +14,7 @@ HELP = """\
 | key | where | what |
 |---|---|---|
 | `1`..`8` | anywhere | Overview, Ranks, Steps, Kernels, Communication, Suggestions, Timeline, Warnings |
+| `n` | anywhere | the NCCL view (NCCL logs / Flight Recorder dumps: the hang or mismatch verdict, each group's collective timeline), where the report has one |
 | `tab` / `shift+tab` | anywhere | move the focus |
 | `enter` | a table | open the row: a rank → its steps → the step's timeline; a suggestion → its evidence in the timeline; a slow collective → its time in the timeline; a kernel → its longest launch |
 | `escape` | anywhere | back to where you came from (or close the filter) |
