@@ -34,6 +34,7 @@ from pathlib import Path
 SCHEDULES = ("gpipe", "1f1b", "interleaved")
 LEAD_NS = 40_000  # how far the host runs ahead of the GPU
 STEP_GAP_NS = 0
+ALLREDUCE_NS = 10_000  # write(stream_waits=True): the step-closing all-reduce's time after its last member joins
 
 
 @dataclass(frozen=True)
@@ -226,7 +227,7 @@ class _Writer:
         self.ev.append({"ph": "s", "id": c, "pid": self.pid, "tid": tid, "ts": _us(launch), "cat": "ac2g", "name": "ac2g"})
         self.ev.append({"ph": "f", "id": c, "pid": 0, "tid": stream, "ts": _us(s), "cat": "ac2g", "name": "ac2g", "bp": "e"})
 
-    def p2p(self, what: str, peer: int, s: int, e: int, seq: int, launch_at: int) -> None:
+    def p2p(self, what: str, peer: int, s: int, e: int, seq: int, launch_at: int, stream: int = 20) -> None:
         launch = self.host(launch_at)
         arrow = "->" if what == "send" else "<-"
         self.span("user_annotation", f"nccl:{what} {self.rank}{arrow}{peer}", self.main, launch - 1_000, launch + 5_000)
@@ -238,18 +239,58 @@ class _Writer:
             "In msg nelems": 1 << 20, "Out msg nelems": 1 << 20, "Seq": seq})
         self.span("cuda_runtime", "cudaLaunchKernel", self.main, launch, launch + 2_000, correlation=c, **{"External id": c})
         self.ev.append({"ph": "X", "cat": "kernel", "name": "ncclDevKernel_SendRecv(ncclDevKernelArgsStorage<4096ul>)", "pid": 0,
-                        "tid": 20, "ts": _us(s), "dur": _us(max(e - s, 1_000)),
-                        "args": {"External id": c, "device": 0, "stream": 20, "correlation": c, "context": 1}})
+                        "tid": stream, "ts": _us(s), "dur": _us(max(e - s, 1_000)),
+                        "args": {"External id": c, "device": 0, "stream": stream, "correlation": c, "context": 1}})
         self.ev.append({"ph": "s", "id": c, "pid": self.pid, "tid": self.main, "ts": _us(launch), "cat": "ac2g", "name": "ac2g"})
-        self.ev.append({"ph": "f", "id": c, "pid": 0, "tid": 20, "ts": _us(s), "cat": "ac2g", "name": "ac2g", "bp": "e"})
+        self.ev.append({"ph": "f", "id": c, "pid": 0, "tid": stream, "ts": _us(s), "cat": "ac2g", "name": "ac2g", "bp": "e"})
         self.cursor = max(self.cursor, launch + 5_000)
 
+    def allreduce(self, s: int, e: int, seq: int) -> None:
+        """A step-closing all-reduce over every rank (a loss or grad-norm all-reduce) on stream 21,
+        after the compute (an event wait on stream 7)."""
+        self.stream_wait(21, 7)
+        launch = self.host(s)
+        c = self.corr
+        self.corr += 1
+        self.span("cpu_op", "record_param_comms", self.main, launch - 500, launch + 4_000, **{
+            "External id": c, "Collective name": "allreduce", "Process Group Name": "0", "Process Group Description": "default_pg",
+            "Group size": self.p, "Process Group Ranks": str(list(range(self.p))), "dtype": "Float", "In msg nelems": 1,
+            "Out msg nelems": 1, "Seq": seq})
+        self.span("cuda_runtime", "cudaLaunchKernel", self.main, launch, launch + 2_000, correlation=c, **{"External id": c})
+        self.ev.append({"ph": "X", "cat": "kernel", "name": "ncclDevKernel_AllReduce_Sum_f32_RING_LL(ncclDevKernelArgsStorage<4096ul>)",
+                        "pid": 0, "tid": 21, "ts": _us(s), "dur": _us(e - s),
+                        "args": {"External id": c, "device": 0, "stream": 21, "correlation": c, "context": 1}})
+        self.ev.append({"ph": "s", "id": c, "pid": self.pid, "tid": self.main, "ts": _us(launch), "cat": "ac2g", "name": "ac2g"})
+        self.ev.append({"ph": "f", "id": c, "pid": 0, "tid": 21, "ts": _us(s), "cat": "ac2g", "name": "ac2g", "bp": "e"})
+        self.cursor = max(self.cursor, launch + 5_000)
 
-def write(sim: Sim, out_dir: str | Path) -> list[Path]:
-    """One Kineto JSON per rank (``rank-<r>.json``); returns their paths in rank order."""
+    def stream_wait(self, stream: int, on: int) -> None:
+        """The event wait NCCL leaves between the compute and the P2P streams: ``cudaEventRecord`` on
+        stream ``on`` (after the last kernel launched there) and ``cudaStreamWaitEvent`` on
+        ``stream``, with Kineto's ``Stream Wait Event`` row naming both: the next kernel launched on
+        ``stream`` starts after that one ends (after a recv: the compute waits for it; before a
+        send: the send waits for the compute)."""
+        rec, wait = self.corr, self.corr + 1
+        self.corr += 2
+        t = self.host(self.cursor)
+        self.span("cuda_runtime", "cudaEventRecord", self.main, t, t + 500, correlation=rec)
+        self.span("cuda_runtime", "cudaStreamWaitEvent", self.main, t + 600, t + 1_000, correlation=wait)
+        self.ev.append({"ph": "X", "cat": "cuda_sync", "name": "Stream Wait Event", "pid": 0, "tid": stream, "ts": _us(t + 600), "dur": 0,
+                        "args": {"cuda_sync_kind": "Stream Wait Event", "wait_on_stream": on, "wait_on_cuda_event_record_corr_id": rec,
+                                 "stream": stream, "correlation": wait, "device": 0}})
+        self.cursor = max(self.cursor, t + 1_000)
+
+
+def write(sim: Sim, out_dir: str | Path, stream_waits: bool = False) -> list[Path]:
+    """One Kineto JSON per rank (``rank-<r>.json``); returns their paths in rank order.
+    ``stream_waits``: the recvs run on a stream of their own (22), each between the event waits
+    (``_Writer.stream_wait``) that make it wait for the compute before it and the compute after it
+    wait for it, each send after the one that makes it wait for the compute, and each step ends in a ``cudaDeviceSynchronize`` that
+    returns after the rank's last activity: a rank's critical path then runs on its GPU (not
+    through the host's launches, which run just ahead of it) and crosses its recvs."""
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    T = sim.makespan + STEP_GAP_NS
+    T = sim.makespan + (STEP_GAP_NS if not stream_waits else ALLREDUCE_NS + 50_000)
     base = 1_000_000_000
     paths = []
     for r in range(sim.p):
@@ -271,8 +312,12 @@ def write(sim: Sim, out_dir: str | Path) -> list[Path]:
                 ann_start = w.cursor + 500
                 if (r, a) in sim.recvs:
                     rs, re_, peer = sim.recvs[(r, a)]
-                    w.p2p("recv", peer, rs + t0, re_ + t0, seq["recv"], rs + t0)
+                    if stream_waits:  # the recv (on its own stream) after the compute before it, the compute after it
+                        w.stream_wait(22, 7)
+                    w.p2p("recv", peer, rs + t0, re_ + t0, seq["recv"], rs + t0, stream=22 if stream_waits else 20)
                     seq["recv"] += 1
+                    if stream_waits:
+                        w.stream_wait(7, 22)
                 n_k = 2
                 piece = (e - s) // n_k
                 for j in range(n_k):
@@ -288,6 +333,8 @@ def write(sim: Sim, out_dir: str | Path) -> list[Path]:
                                  ks, ke, op="aten::mm", op_args={"Input Dims": [[4096, 4096], [4096, 4096]], "Input type": ["c10::BFloat16", "c10::BFloat16"]})
                 if (r, a) in sim.sends:
                     ss, se, peer = sim.sends[(r, a)]
+                    if stream_waits:  # the send waits for the compute before it (NCCL's stream waits on the compute stream)
+                        w.stream_wait(20, 7)
                     w.p2p("send", peer, ss + t0, se + t0, seq["send"], ss + t0)
                     seq["send"] += 1
                 ann_end = w.cursor + 500
@@ -296,6 +343,14 @@ def write(sim: Sim, out_dir: str | Path) -> list[Path]:
                     w.span("user_annotation", f"{'Forward' if a.kind == 'F' else 'Backward'} {a.mb}", w.main, ann_start, ann_end)
                 elif sim.annotations == "pp":
                     w.span("user_annotation", f"PP:{a.stage}{a.kind}{a.mb}", w.main, ann_start, ann_end)
+            if stream_waits:  # the step ends in an all-reduce (done when the last rank joins) and a device synchronize
+                last = max([e for (rr, _), (_, e) in sim.times.items() if rr == r] + [e for (rr, _), (_, e, _) in sim.sends.items() if rr == r])
+                w.allreduce(t0 + last, t0 + sim.makespan + ALLREDUCE_NS, k)
+                t = w.host(w.cursor)
+                w.span("cuda_runtime", "cudaDeviceSynchronize", w.main, t, max(t + 1_000, t0 + sim.makespan + ALLREDUCE_NS + 2_000),
+                       correlation=w.corr)
+                w.corr += 1
+                w.cursor = max(t + 1_000, t0 + sim.makespan + ALLREDUCE_NS + 2_000)
             w.span("user_annotation", f"ProfilerStep#{k + 1}", w.main, step_start, max(w.cursor + 1_000, t0 + T - LEAD_NS - 10_000))
             w.cursor = max(w.cursor, t0 + T - LEAD_NS - 10_000)
         doc = {

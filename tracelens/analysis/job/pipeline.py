@@ -16,6 +16,9 @@ schedule, how sure that is and why, and the bubble next to the schedule's theory
   is among them: under 1F1B a stage s with m <= p-1-s runs that way too).
 * **Theory**: (p-1)/(m+p-1), interleaved (p-1)/(v*m+p-1); the measured fraction is the ranks'
   bubble over their windows (the steps kept, with blocks).
+* **Critical stage** (``with_critical_path``, with ``--critical-path``): the job's stitched path
+  (``analysis.rank.critical.combine``: its P2P pairs are hops, a recv waits for its send) per kept
+  step on each stage, and the stage that holds most of it, per step and over them.
 """
 
 from __future__ import annotations
@@ -356,3 +359,29 @@ def replay(schedule: str, p: int, m: int, v: int, stage_ns: dict[int, tuple[floa
     step = max(free)
     busy = [sum(stage_ns[g][0 if k == "F" else 1] for k, g, _ in orders[r]) for r in range(p)]
     return {"step_ns": step, "bubble_fraction": 1 - sum(busy) / (p * step) if step else None, "rank_busy_ns": busy}
+
+
+def with_critical_path(pipe: dict[str, Any] | None, stage_of: dict[int, int | None], cp: dict[str, Any] | None) -> dict[str, Any] | None:
+    """``pipe`` (job.pipeline) with ``critical_stage`` (the stage holding most of the job's critical
+    path over its kept steps; ties: the lowest) and ``critical_steps`` (per kept step: ``step``,
+    ``stage`` the one holding most of its path, ``path_ns_by_stage`` stage -> ns, and
+    ``off_pipeline_ns`` the path's ns on ranks without a stage), where the job's path is stitched
+    across ranks (``cp``: job.critical_path, its steps' ``ns_by_rank``); ``pipe`` unchanged
+    otherwise.  ``stage_of``: global rank -> its stage."""
+    if not pipe or not cp or not cp.get("steps") or not any("ns_by_rank" in st for st in cp["steps"]):
+        return pipe
+    steps, total = [], Counter()
+    for st in cp["steps"]:  # one entry per step of the summary
+        if not st.get("kept"):
+            continue
+        by, off = Counter(), 0
+        for rk, ns in st.get("ns_by_rank", {}).items():
+            sg = stage_of.get(int(rk)) if rk.lstrip("-").isdigit() else None
+            if sg is None:
+                off += ns
+            else:
+                by[sg] += ns
+        total.update(by)
+        top = min(by, key=lambda g: (-by[g], g)) if by else None
+        steps.append({"step": st["step"], "stage": top, "path_ns_by_stage": {str(g): by[g] for g in sorted(by)}, "off_pipeline_ns": off})
+    return {**pipe, "critical_stage": min(total, key=lambda g: (-total[g], g)) if total else None, "critical_steps": steps}
