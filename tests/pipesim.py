@@ -39,7 +39,7 @@ ALLREDUCE_NS = 10_000  # write(stream_waits=True): the step-closing all-reduce's
 
 @dataclass(frozen=True)
 class Action:
-    kind: str  # "F" | "B"
+    kind: str  # "F" | "B" (zero_bubble: "B" the input-grad half, "W" the weight-grad half)
     stage: int  # global stage index (0 .. p*v-1)
     mb: int
 
@@ -78,6 +78,22 @@ def orders(schedule: str, p: int, m: int, v: int = 1) -> dict[int, list[Action]]
                 acts += [Action("F", r, f), Action("B", r, b)]
                 f, b = f + 1, b + 1
             acts += [Action("B", r, i) for i in range(b, m)]
+            out[r] = acts
+        elif schedule == "zero_bubble":  # ZB-H1 (Qi et al. 2023): 1F1B's order of F and B (input grad); the W (weight
+            # grad) deferred: one in each wait of the cool-down (before each B after the last F), the rest at the end
+            warm = min(p - r - 1, m)
+            acts = [Action("F", r, i) for i in range(warm)]
+            f, b, w = warm, 0, 0
+            while f < m:
+                acts += [Action("F", r, f), Action("B", r, b)]
+                f, b = f + 1, b + 1
+            while b < m:
+                if w < b:
+                    acts.append(Action("W", r, w))
+                    w += 1
+                acts.append(Action("B", r, b))
+                b += 1
+            acts += [Action("W", r, i) for i in range(w, m)]
             out[r] = acts
         elif schedule == "interleaved":
             if m % p:
@@ -138,6 +154,8 @@ def simulate(schedule: str = "1f1b", p: int = 4, m: int = 8, v: int = 2, tf_ns: 
                 a = ords[r][pos[r]]
                 if a.kind == "F":
                     dep = Action("F", a.stage - 1, a.mb) if a.stage > 0 else None
+                elif a.kind == "W":  # the weight grad after the input grad, on its own stage
+                    dep = Action("B", a.stage, a.mb)
                 else:
                     dep = Action("B", a.stage + 1, a.mb) if a.stage < n_stages - 1 else Action("F", a.stage, a.mb)
                 if dep is not None and dep not in end:
@@ -147,7 +165,7 @@ def simulate(schedule: str = "1f1b", p: int = 4, m: int = 8, v: int = 2, tf_ns: 
                 start = max(free[r], arrival)
                 if cross:
                     recvs[(r, a)] = (free[r], start, rank_of(dep.stage, p))
-                dur = tt[a.stage][0 if a.kind == "F" else 1]
+                dur = tt[a.stage][0] if a.kind == "F" else tt[a.stage][1] // (2 if schedule == "zero_bubble" else 1)
                 end[a] = start + dur
                 times[(r, a)] = (start, start + dur)
                 free[r] = start + dur
@@ -171,7 +189,10 @@ def simulate(schedule: str = "1f1b", p: int = 4, m: int = 8, v: int = 2, tf_ns: 
 
 
 def theory(schedule: str, p: int, m: int, v: int = 1) -> float:
-    """The schedule's bubble as a fraction of the step (equal stages, no latency)."""
+    """The schedule's bubble as a fraction of the step (equal stages, no latency; zero_bubble:
+    ZB-H1 with F, B and W of one time, (p-1)/(3m+p-1))."""
+    if schedule == "zero_bubble":
+        return (p - 1) / (3 * m + p - 1)
     vv = v if schedule == "interleaved" else 1
     return (p - 1) / (vv * m + p - 1)
 
@@ -342,7 +363,8 @@ def write(sim: Sim, out_dir: str | Path, stream_waits: bool = False) -> list[Pat
                 if sim.annotations == "torch":
                     w.span("user_annotation", f"{'Forward' if a.kind == 'F' else 'Backward'} {a.mb}", w.main, ann_start, ann_end)
                 elif sim.annotations == "pp":
-                    w.span("user_annotation", f"PP:{a.stage}{a.kind}{a.mb}", w.main, ann_start, ann_end)
+                    kind = {"B": "I"}.get(a.kind, a.kind) if sim.schedule == "zero_bubble" else a.kind  # torch's runtime: I and W
+                    w.span("user_annotation", f"PP:{a.stage}{kind}{a.mb}", w.main, ann_start, ann_end)
             if stream_waits:  # the step ends in an all-reduce (done when the last rank joins) and a device synchronize
                 last = max([e for (rr, _), (_, e) in sim.times.items() if rr == r] + [e for (rr, _), (_, e, _) in sim.sends.items() if rr == r])
                 w.allreduce(t0 + last, t0 + sim.makespan + ALLREDUCE_NS, k)

@@ -108,15 +108,18 @@ def _raw_compute(path) -> dict[int, float]:
     return out
 
 
+CLEAR = 1.25  # raw compute of one stage over the other's beyond which the stage that set the step must be it
+
+
 @pytest.mark.parametrize("schedule", ["gpipe", "1f1b"])
 def test_real_pipeline_names_the_stage(pipeline_traces, schedule):
     # Real CPU runs (2 stages over gloo, 4 micro-batches): the job's path crosses the ranks through
-    # the P2P pairs (before, a P2P row was a one-member collective, never a hop: one rank per step),
-    # and the stage it names is the one with the most compute per step in the raw trace, up to the
-    # noise of two processes sharing the test machine's cores (the recorder's stages are equal but
-    # for the loss on the last one: their matmul time differs by a few per cent, either way, under
-    # load), so within 10 %; under GPipe the last stage's backward holds the path (measured: 86 ms
-    # of matmul on stage 1 against 60 ms on stage 0).
+    # the P2P pairs (before, a P2P row was a one-member collective, never a hop: one rank per step).
+    # The recorder's stages are equal but for the loss on the last one, and two processes share the
+    # test machine's cores: their matmul time per step differs by 5-20 %, either way, from run to
+    # run (measured: 47 against 39 ms on one 1F1B run, 227 against 213 ms on another).  Where one
+    # stage's raw compute is CLEAR times the other's, the stage named must be it; below that the
+    # stages are equal within the noise and either may set the step.
     paths = pipeline_traces[schedule]
     d = _report(paths)
     pipe = d["job"]["pipeline"]
@@ -126,6 +129,7 @@ def test_real_pipeline_names_the_stage(pipeline_traces, schedule):
     for st in pipe["critical_steps"]:
         (job_st,) = [s for s in d["job"]["critical_path"]["steps"] if s["step"] == st["step"]]
         assert len(set(job_st["ranks"])) == 2, job_st  # both stages on the path
-        most = max(raw[g][st["step"]] for g in raw)
-        assert raw[st["stage"]][st["step"]] >= 0.9 * most, (st, raw)
+        ranked = sorted(raw, key=lambda g: -raw[g][st["step"]])
+        if raw[ranked[0]][st["step"]] >= CLEAR * raw[ranked[1]][st["step"]]:
+            assert st["stage"] == ranked[0], (st, raw)
     _sums_hold(d)

@@ -14,8 +14,9 @@ schedule, how sure that is and why, and the bubble next to the schedule's theory
   ``interleaved``; a rank whose forward and backward blocks alternate after its warm-up:
   ``1f1b``; every rank all forwards then all backwards: ``gpipe`` (sure only when the last stage
   is among them: under 1F1B a stage s with m <= p-1-s runs that way too).
-* **Theory**: (p-1)/(m+p-1), interleaved (p-1)/(v*m+p-1); the measured fraction is the ranks'
-  bubble over their windows (the steps kept, with blocks).
+* **Theory**: (p-1)/(m+p-1), interleaved (p-1)/(v*m+p-1), zero-bubble ZB-H1's (p-1)/(3m+p-1) (F, B
+  and W of one time; m >= p); the measured fraction is the ranks' bubble over their windows (the
+  steps kept, with blocks).
 * **Critical stage** (``with_critical_path``, with ``--critical-path``): the job's stitched path
   (``analysis.rank.critical.combine``: its P2P pairs are hops, a recv waits for its send) per kept
   step on each stage, and the stage that holds most of it, per step and over them.
@@ -33,8 +34,10 @@ _GPIPE_ORDER = re.compile(r"^F\d+ B\d+$")
 
 
 def theory(schedule: str | None, p: int | None, m: int | None, v: int | None) -> float | None:
-    if not schedule or not p or not m or schedule == "zero_bubble":
+    if not schedule or not p or not m:
         return None
+    if schedule == "zero_bubble":  # ZB-H1 (Qi et al. 2023), F, B and W of one time, m >= p: (p-1)/(3m+p-1)
+        return (p - 1) / (3 * m + p - 1) if m >= p else None
     vv = v if (schedule == "interleaved" and v) else 1
     return (p - 1) / (vv * m + p - 1)
 
@@ -200,7 +203,11 @@ def reduce(ranks) -> tuple[dict[str, Any] | None, dict[int, dict[str, Any]]]:
                    "order": s["order"], "view": f.get("view"),
                    "steps": [{k: st[k] for k in ("step", "window_ns", "busy_ns", "bubble_ns", "warmup_ns", "cooldown_ns", "steady_ns",
                                                    "exposed_p2p_ns", "forward_blocks", "backward_blocks")} for st in f["steps"]]}
-    job_gap = gap(schedule, p, m, v, {fi: (stage.get(fi), f["steps"]) for fi, f in measured.items()}) if th is not None else None
+    if schedule == "zero_bubble":
+        evidence.append("theory: ZB-H1's (p-1)/(3m+p-1), the weight-grad (W) blocks filling 1F1B's cool-down with F, B and W "
+                        "of one time" + ("" if th is not None else "; none for m < p") + "; ZB-H2, ZB-V and DualPipe reach less")
+    job_gap = (gap(schedule, p, m, v, {fi: (stage.get(fi), f["steps"]) for fi, f in measured.items()})
+               if th is not None and schedule != "zero_bubble" else None)
     job = {"stages": p, "microbatches": m, "virtual_stages": v if p is not None else (v if v > 1 else None), "schedule": schedule,
            "confidence": confidence, "evidence": evidence, "bubble_fraction": tot_b / tot_w if tot_w else None,
            "theory_fraction": th, "bubble_ns": tot_b, "ranks_traced": n, "world_size": world, "gap": job_gap,
