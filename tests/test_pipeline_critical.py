@@ -14,6 +14,7 @@ import pytest
 from tests import pipesim as ps
 from tracelens.analysis import Options, analyze
 from tracelens.model.saved import validator
+from tracelens.render.tables import pipeline_summary_lines
 from tracelens.store.job import load
 
 ON = Options(critical_path=True)
@@ -64,6 +65,10 @@ def test_slow_last_stage_sets_the_1f1b_step(tmp_path):
     (job_st,) = [s for s in d["job"]["critical_path"]["steps"] if s["step"] == 2]
     assert job_st["ranks"] == [0, 1, 0]  # earliest first: stage 0's F0, stage 1, stage 0's B3
     _sums_hold(d)
+    # the text report says it: kept steps 2 and 3 (the closing one: 2 us on stage 0)
+    # stage 1: 18 ms of 21.062 ms = 85%, stage 0: 3.062 ms = 15%
+    assert "  critical path: stage 1 set the steps (stage 0 15%, stage 1 85% of the job's path over the kept steps)" \
+        in pipeline_summary_lines(d)
 
 
 def test_slow_middle_stage_sets_the_gpipe_step(tmp_path):
