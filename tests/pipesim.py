@@ -34,11 +34,12 @@ from pathlib import Path
 SCHEDULES = ("gpipe", "1f1b", "interleaved")
 LEAD_NS = 40_000  # how far the host runs ahead of the GPU
 STEP_GAP_NS = 0
+ALLREDUCE_NS = 10_000  # write(stream_waits=True): the step-closing all-reduce's time after its last member joins
 
 
 @dataclass(frozen=True)
 class Action:
-    kind: str  # "F" | "B"
+    kind: str  # "F" | "B" (zero_bubble: "B" the input-grad half, "W" the weight-grad half)
     stage: int  # global stage index (0 .. p*v-1)
     mb: int
 
@@ -77,6 +78,22 @@ def orders(schedule: str, p: int, m: int, v: int = 1) -> dict[int, list[Action]]
                 acts += [Action("F", r, f), Action("B", r, b)]
                 f, b = f + 1, b + 1
             acts += [Action("B", r, i) for i in range(b, m)]
+            out[r] = acts
+        elif schedule == "zero_bubble":  # ZB-H1 (Qi et al. 2023): 1F1B's order of F and B (input grad); the W (weight
+            # grad) deferred: one in each wait of the cool-down (before each B after the last F), the rest at the end
+            warm = min(p - r - 1, m)
+            acts = [Action("F", r, i) for i in range(warm)]
+            f, b, w = warm, 0, 0
+            while f < m:
+                acts += [Action("F", r, f), Action("B", r, b)]
+                f, b = f + 1, b + 1
+            while b < m:
+                if w < b:
+                    acts.append(Action("W", r, w))
+                    w += 1
+                acts.append(Action("B", r, b))
+                b += 1
+            acts += [Action("W", r, i) for i in range(w, m)]
             out[r] = acts
         elif schedule == "interleaved":
             if m % p:
@@ -137,6 +154,8 @@ def simulate(schedule: str = "1f1b", p: int = 4, m: int = 8, v: int = 2, tf_ns: 
                 a = ords[r][pos[r]]
                 if a.kind == "F":
                     dep = Action("F", a.stage - 1, a.mb) if a.stage > 0 else None
+                elif a.kind == "W":  # the weight grad after the input grad, on its own stage
+                    dep = Action("B", a.stage, a.mb)
                 else:
                     dep = Action("B", a.stage + 1, a.mb) if a.stage < n_stages - 1 else Action("F", a.stage, a.mb)
                 if dep is not None and dep not in end:
@@ -146,7 +165,7 @@ def simulate(schedule: str = "1f1b", p: int = 4, m: int = 8, v: int = 2, tf_ns: 
                 start = max(free[r], arrival)
                 if cross:
                     recvs[(r, a)] = (free[r], start, rank_of(dep.stage, p))
-                dur = tt[a.stage][0 if a.kind == "F" else 1]
+                dur = tt[a.stage][0] if a.kind == "F" else tt[a.stage][1] // (2 if schedule == "zero_bubble" else 1)
                 end[a] = start + dur
                 times[(r, a)] = (start, start + dur)
                 free[r] = start + dur
@@ -170,7 +189,10 @@ def simulate(schedule: str = "1f1b", p: int = 4, m: int = 8, v: int = 2, tf_ns: 
 
 
 def theory(schedule: str, p: int, m: int, v: int = 1) -> float:
-    """The schedule's bubble as a fraction of the step (equal stages, no latency)."""
+    """The schedule's bubble as a fraction of the step (equal stages, no latency; zero_bubble:
+    ZB-H1 with F, B and W of one time, (p-1)/(3m+p-1))."""
+    if schedule == "zero_bubble":
+        return (p - 1) / (3 * m + p - 1)
     vv = v if schedule == "interleaved" else 1
     return (p - 1) / (vv * m + p - 1)
 
@@ -226,7 +248,7 @@ class _Writer:
         self.ev.append({"ph": "s", "id": c, "pid": self.pid, "tid": tid, "ts": _us(launch), "cat": "ac2g", "name": "ac2g"})
         self.ev.append({"ph": "f", "id": c, "pid": 0, "tid": stream, "ts": _us(s), "cat": "ac2g", "name": "ac2g", "bp": "e"})
 
-    def p2p(self, what: str, peer: int, s: int, e: int, seq: int, launch_at: int) -> None:
+    def p2p(self, what: str, peer: int, s: int, e: int, seq: int, launch_at: int, stream: int = 20) -> None:
         launch = self.host(launch_at)
         arrow = "->" if what == "send" else "<-"
         self.span("user_annotation", f"nccl:{what} {self.rank}{arrow}{peer}", self.main, launch - 1_000, launch + 5_000)
@@ -238,18 +260,58 @@ class _Writer:
             "In msg nelems": 1 << 20, "Out msg nelems": 1 << 20, "Seq": seq})
         self.span("cuda_runtime", "cudaLaunchKernel", self.main, launch, launch + 2_000, correlation=c, **{"External id": c})
         self.ev.append({"ph": "X", "cat": "kernel", "name": "ncclDevKernel_SendRecv(ncclDevKernelArgsStorage<4096ul>)", "pid": 0,
-                        "tid": 20, "ts": _us(s), "dur": _us(max(e - s, 1_000)),
-                        "args": {"External id": c, "device": 0, "stream": 20, "correlation": c, "context": 1}})
+                        "tid": stream, "ts": _us(s), "dur": _us(max(e - s, 1_000)),
+                        "args": {"External id": c, "device": 0, "stream": stream, "correlation": c, "context": 1}})
         self.ev.append({"ph": "s", "id": c, "pid": self.pid, "tid": self.main, "ts": _us(launch), "cat": "ac2g", "name": "ac2g"})
-        self.ev.append({"ph": "f", "id": c, "pid": 0, "tid": 20, "ts": _us(s), "cat": "ac2g", "name": "ac2g", "bp": "e"})
+        self.ev.append({"ph": "f", "id": c, "pid": 0, "tid": stream, "ts": _us(s), "cat": "ac2g", "name": "ac2g", "bp": "e"})
         self.cursor = max(self.cursor, launch + 5_000)
 
+    def allreduce(self, s: int, e: int, seq: int) -> None:
+        """A step-closing all-reduce over every rank (a loss or grad-norm all-reduce) on stream 21,
+        after the compute (an event wait on stream 7)."""
+        self.stream_wait(21, 7)
+        launch = self.host(s)
+        c = self.corr
+        self.corr += 1
+        self.span("cpu_op", "record_param_comms", self.main, launch - 500, launch + 4_000, **{
+            "External id": c, "Collective name": "allreduce", "Process Group Name": "0", "Process Group Description": "default_pg",
+            "Group size": self.p, "Process Group Ranks": str(list(range(self.p))), "dtype": "Float", "In msg nelems": 1,
+            "Out msg nelems": 1, "Seq": seq})
+        self.span("cuda_runtime", "cudaLaunchKernel", self.main, launch, launch + 2_000, correlation=c, **{"External id": c})
+        self.ev.append({"ph": "X", "cat": "kernel", "name": "ncclDevKernel_AllReduce_Sum_f32_RING_LL(ncclDevKernelArgsStorage<4096ul>)",
+                        "pid": 0, "tid": 21, "ts": _us(s), "dur": _us(e - s),
+                        "args": {"External id": c, "device": 0, "stream": 21, "correlation": c, "context": 1}})
+        self.ev.append({"ph": "s", "id": c, "pid": self.pid, "tid": self.main, "ts": _us(launch), "cat": "ac2g", "name": "ac2g"})
+        self.ev.append({"ph": "f", "id": c, "pid": 0, "tid": 21, "ts": _us(s), "cat": "ac2g", "name": "ac2g", "bp": "e"})
+        self.cursor = max(self.cursor, launch + 5_000)
 
-def write(sim: Sim, out_dir: str | Path) -> list[Path]:
-    """One Kineto JSON per rank (``rank-<r>.json``); returns their paths in rank order."""
+    def stream_wait(self, stream: int, on: int) -> None:
+        """The event wait NCCL leaves between the compute and the P2P streams: ``cudaEventRecord`` on
+        stream ``on`` (after the last kernel launched there) and ``cudaStreamWaitEvent`` on
+        ``stream``, with Kineto's ``Stream Wait Event`` row naming both: the next kernel launched on
+        ``stream`` starts after that one ends (after a recv: the compute waits for it; before a
+        send: the send waits for the compute)."""
+        rec, wait = self.corr, self.corr + 1
+        self.corr += 2
+        t = self.host(self.cursor)
+        self.span("cuda_runtime", "cudaEventRecord", self.main, t, t + 500, correlation=rec)
+        self.span("cuda_runtime", "cudaStreamWaitEvent", self.main, t + 600, t + 1_000, correlation=wait)
+        self.ev.append({"ph": "X", "cat": "cuda_sync", "name": "Stream Wait Event", "pid": 0, "tid": stream, "ts": _us(t + 600), "dur": 0,
+                        "args": {"cuda_sync_kind": "Stream Wait Event", "wait_on_stream": on, "wait_on_cuda_event_record_corr_id": rec,
+                                 "stream": stream, "correlation": wait, "device": 0}})
+        self.cursor = max(self.cursor, t + 1_000)
+
+
+def write(sim: Sim, out_dir: str | Path, stream_waits: bool = False) -> list[Path]:
+    """One Kineto JSON per rank (``rank-<r>.json``); returns their paths in rank order.
+    ``stream_waits``: the recvs run on a stream of their own (22), each between the event waits
+    (``_Writer.stream_wait``) that make it wait for the compute before it and the compute after it
+    wait for it, each send after the one that makes it wait for the compute, and each step ends in a ``cudaDeviceSynchronize`` that
+    returns after the rank's last activity: a rank's critical path then runs on its GPU (not
+    through the host's launches, which run just ahead of it) and crosses its recvs."""
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    T = sim.makespan + STEP_GAP_NS
+    T = sim.makespan + (STEP_GAP_NS if not stream_waits else ALLREDUCE_NS + 50_000)
     base = 1_000_000_000
     paths = []
     for r in range(sim.p):
@@ -271,8 +333,12 @@ def write(sim: Sim, out_dir: str | Path) -> list[Path]:
                 ann_start = w.cursor + 500
                 if (r, a) in sim.recvs:
                     rs, re_, peer = sim.recvs[(r, a)]
-                    w.p2p("recv", peer, rs + t0, re_ + t0, seq["recv"], rs + t0)
+                    if stream_waits:  # the recv (on its own stream) after the compute before it, the compute after it
+                        w.stream_wait(22, 7)
+                    w.p2p("recv", peer, rs + t0, re_ + t0, seq["recv"], rs + t0, stream=22 if stream_waits else 20)
                     seq["recv"] += 1
+                    if stream_waits:
+                        w.stream_wait(7, 22)
                 n_k = 2
                 piece = (e - s) // n_k
                 for j in range(n_k):
@@ -288,6 +354,8 @@ def write(sim: Sim, out_dir: str | Path) -> list[Path]:
                                  ks, ke, op="aten::mm", op_args={"Input Dims": [[4096, 4096], [4096, 4096]], "Input type": ["c10::BFloat16", "c10::BFloat16"]})
                 if (r, a) in sim.sends:
                     ss, se, peer = sim.sends[(r, a)]
+                    if stream_waits:  # the send waits for the compute before it (NCCL's stream waits on the compute stream)
+                        w.stream_wait(20, 7)
                     w.p2p("send", peer, ss + t0, se + t0, seq["send"], ss + t0)
                     seq["send"] += 1
                 ann_end = w.cursor + 500
@@ -295,7 +363,16 @@ def write(sim: Sim, out_dir: str | Path) -> list[Path]:
                 if sim.annotations == "torch":
                     w.span("user_annotation", f"{'Forward' if a.kind == 'F' else 'Backward'} {a.mb}", w.main, ann_start, ann_end)
                 elif sim.annotations == "pp":
-                    w.span("user_annotation", f"PP:{a.stage}{a.kind}{a.mb}", w.main, ann_start, ann_end)
+                    kind = {"B": "I"}.get(a.kind, a.kind) if sim.schedule == "zero_bubble" else a.kind  # torch's runtime: I and W
+                    w.span("user_annotation", f"PP:{a.stage}{kind}{a.mb}", w.main, ann_start, ann_end)
+            if stream_waits:  # the step ends in an all-reduce (done when the last rank joins) and a device synchronize
+                last = max([e for (rr, _), (_, e) in sim.times.items() if rr == r] + [e for (rr, _), (_, e, _) in sim.sends.items() if rr == r])
+                w.allreduce(t0 + last, t0 + sim.makespan + ALLREDUCE_NS, k)
+                t = w.host(w.cursor)
+                w.span("cuda_runtime", "cudaDeviceSynchronize", w.main, t, max(t + 1_000, t0 + sim.makespan + ALLREDUCE_NS + 2_000),
+                       correlation=w.corr)
+                w.corr += 1
+                w.cursor = max(t + 1_000, t0 + sim.makespan + ALLREDUCE_NS + 2_000)
             w.span("user_annotation", f"ProfilerStep#{k + 1}", w.main, step_start, max(w.cursor + 1_000, t0 + T - LEAD_NS - 10_000))
             w.cursor = max(w.cursor, t0 + T - LEAD_NS - 10_000)
         doc = {

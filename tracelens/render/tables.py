@@ -765,6 +765,15 @@ def pipeline_summary_lines(report: dict[str, Any]) -> list[str]:
         out.append(f"  gap to the theory {fmt_ns(g['gap_ns'])}: slow stage {fmt_ns(g['slow_stage_ns'])} (stage {g['slowest_stage']}"
                    + (f", +{100 * g['slowest_stage_excess']:.0f}% compute" if g.get("slowest_stage_excess") is not None else "")
                    + f"), P2P {fmt_ns(g['p2p_ns'])}, host {fmt_ns(g['host_ns'])}")
+    if pipe.get("critical_stage") is not None:  # with --critical-path: the stage that set the steps
+        by: dict[str, int] = {}
+        for st in pipe.get("critical_steps") or []:
+            for g_, ns in st["path_ns_by_stage"].items():
+                by[g_] = by.get(g_, 0) + ns
+        total = sum(by.values())
+        out.append(f"  critical path: stage {pipe['critical_stage']} set the steps ("
+                   + ", ".join(f"stage {g_} {100 * ns / total:.0f}%" for g_, ns in sorted(by.items(), key=lambda kv: int(kv[0])))
+                   + " of the job's path over the kept steps)" if total else f"  critical path: stage {pipe['critical_stage']} set the steps")
     for r in report.get("ranks") or []:
         pr = r.get("pipeline") or {}
         if "warmup_ns" in pr:

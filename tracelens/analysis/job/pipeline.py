@@ -14,8 +14,12 @@ schedule, how sure that is and why, and the bubble next to the schedule's theory
   ``interleaved``; a rank whose forward and backward blocks alternate after its warm-up:
   ``1f1b``; every rank all forwards then all backwards: ``gpipe`` (sure only when the last stage
   is among them: under 1F1B a stage s with m <= p-1-s runs that way too).
-* **Theory**: (p-1)/(m+p-1), interleaved (p-1)/(v*m+p-1); the measured fraction is the ranks'
-  bubble over their windows (the steps kept, with blocks).
+* **Theory**: (p-1)/(m+p-1), interleaved (p-1)/(v*m+p-1), zero-bubble ZB-H1's (p-1)/(3m+p-1) (F, B
+  and W of one time; m >= p); the measured fraction is the ranks' bubble over their windows (the
+  steps kept, with blocks).
+* **Critical stage** (``with_critical_path``, with ``--critical-path``): the job's stitched path
+  (``analysis.rank.critical.combine``: its P2P pairs are hops, a recv waits for its send) per kept
+  step on each stage, and the stage that holds most of it, per step and over them.
 """
 
 from __future__ import annotations
@@ -30,8 +34,10 @@ _GPIPE_ORDER = re.compile(r"^F\d+ B\d+$")
 
 
 def theory(schedule: str | None, p: int | None, m: int | None, v: int | None) -> float | None:
-    if not schedule or not p or not m or schedule == "zero_bubble":
+    if not schedule or not p or not m:
         return None
+    if schedule == "zero_bubble":  # ZB-H1 (Qi et al. 2023), F, B and W of one time, m >= p: (p-1)/(3m+p-1)
+        return (p - 1) / (3 * m + p - 1) if m >= p else None
     vv = v if (schedule == "interleaved" and v) else 1
     return (p - 1) / (vv * m + p - 1)
 
@@ -197,7 +203,11 @@ def reduce(ranks) -> tuple[dict[str, Any] | None, dict[int, dict[str, Any]]]:
                    "order": s["order"], "view": f.get("view"),
                    "steps": [{k: st[k] for k in ("step", "window_ns", "busy_ns", "bubble_ns", "warmup_ns", "cooldown_ns", "steady_ns",
                                                    "exposed_p2p_ns", "forward_blocks", "backward_blocks")} for st in f["steps"]]}
-    job_gap = gap(schedule, p, m, v, {fi: (stage.get(fi), f["steps"]) for fi, f in measured.items()}) if th is not None else None
+    if schedule == "zero_bubble":
+        evidence.append("theory: ZB-H1's (p-1)/(3m+p-1), the weight-grad (W) blocks filling 1F1B's cool-down with F, B and W "
+                        "of one time" + ("" if th is not None else "; none for m < p") + "; ZB-H2, ZB-V and DualPipe reach less")
+    job_gap = (gap(schedule, p, m, v, {fi: (stage.get(fi), f["steps"]) for fi, f in measured.items()})
+               if th is not None and schedule != "zero_bubble" else None)
     job = {"stages": p, "microbatches": m, "virtual_stages": v if p is not None else (v if v > 1 else None), "schedule": schedule,
            "confidence": confidence, "evidence": evidence, "bubble_fraction": tot_b / tot_w if tot_w else None,
            "theory_fraction": th, "bubble_ns": tot_b, "ranks_traced": n, "world_size": world, "gap": job_gap,
@@ -356,3 +366,29 @@ def replay(schedule: str, p: int, m: int, v: int, stage_ns: dict[int, tuple[floa
     step = max(free)
     busy = [sum(stage_ns[g][0 if k == "F" else 1] for k, g, _ in orders[r]) for r in range(p)]
     return {"step_ns": step, "bubble_fraction": 1 - sum(busy) / (p * step) if step else None, "rank_busy_ns": busy}
+
+
+def with_critical_path(pipe: dict[str, Any] | None, stage_of: dict[int, int | None], cp: dict[str, Any] | None) -> dict[str, Any] | None:
+    """``pipe`` (job.pipeline) with ``critical_stage`` (the stage holding most of the job's critical
+    path over its kept steps; ties: the lowest) and ``critical_steps`` (per kept step: ``step``,
+    ``stage`` the one holding most of its path, ``path_ns_by_stage`` stage -> ns, and
+    ``off_pipeline_ns`` the path's ns on ranks without a stage), where the job's path is stitched
+    across ranks (``cp``: job.critical_path, its steps' ``ns_by_rank``); ``pipe`` unchanged
+    otherwise.  ``stage_of``: global rank -> its stage."""
+    if not pipe or not cp or not cp.get("steps") or not any("ns_by_rank" in st for st in cp["steps"]):
+        return pipe
+    steps, total = [], Counter()
+    for st in cp["steps"]:  # one entry per step of the summary
+        if not st.get("kept"):
+            continue
+        by, off = Counter(), 0
+        for rk, ns in st.get("ns_by_rank", {}).items():
+            sg = stage_of.get(int(rk)) if rk.lstrip("-").isdigit() else None
+            if sg is None:
+                off += ns
+            else:
+                by[sg] += ns
+        total.update(by)
+        top = min(by, key=lambda g: (-by[g], g)) if by else None
+        steps.append({"step": st["step"], "stage": top, "path_ns_by_stage": {str(g): by[g] for g in sorted(by)}, "off_pipeline_ns": off})
+    return {**pipe, "critical_stage": min(total, key=lambda g: (-total[g], g)) if total else None, "critical_steps": steps}

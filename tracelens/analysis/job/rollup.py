@@ -32,7 +32,9 @@ def finish_job(a: Analysis) -> Analysis:
     check = strag.check_dict(a.straggler_check or strag.straggler_check(table, len(ranks)))
     pipe, pipe_ranks = pipeline.reduce(ranks)
     parts, files = [r.critical_path for r in ranks], [(r.file, r.rank) for r in ranks]
-    cp = critical.combine(parts, table, files)
+    cp = critical.combine(parts, table, files, [(r.pipeline or {}).get("p2p_pairs") for r in ranks])
+    pipe = pipeline.with_critical_path(pipe, {r.rank: pipe_ranks[r.file]["stage"] for r in ranks
+                                              if r.rank is not None and r.file in pipe_ranks}, cp)
     late = {st.rank: rank_late_what_if(parts, table, files, cp, st.rank, job_mfu(ranks)) for st in a.stragglers}
     return replace(a, job=JobResult(
         mfu=job_mfu(ranks),

@@ -641,7 +641,7 @@ def _collective_marks(paths: list[StepPath], rows: pl.DataFrame, windows: list[t
 
 
 def combine(parts: list[dict[str, Any] | None], table: pl.DataFrame | None = None,
-            ranks: list[tuple[int, int | None]] | None = None) -> dict[str, Any] | None:
+            ranks: list[tuple[int, int | None]] | None = None, pairs: list[dict[str, list] | None] | None = None) -> dict[str, Any] | None:
     """The job's ``critical_path``: the ranks' kept-step totals summed, and with several ranks
     whose paths pass through matched collectives (``table``: the job's collective table;
     ``ranks``: (file, rank) of each part), the job's path of each step stitched across ranks
@@ -662,7 +662,17 @@ def combine(parts: list[dict[str, Any] | None], table: pl.DataFrame | None = Non
     and its categories sum to it exactly.  The job's ``length_ns`` and ``by_category_ns`` are over
     the steps every rank keeps (``kept`` on each step), as a rank's are; ``wait_rank_ns`` too:
     waiting rank -> rank it waited for -> ns, at the collectives whose last member is on a kept
-    step's chain."""
+    step's chain.
+
+    **P2P** (``pairs``: per part, its rank's P2P records keyed for pairing,
+    ``analysis.rank.pipeline._pair_keys``): a send or recv is no collective (one member, never
+    complete); the k-th recv of step N on b from a is the k-th send of step N on a to b, a
+    two-member rendezvous: a recv on b's path that b started before a started the send (aligned)
+    and that ended after is a hop as a collective is, its arrival the send's aligned start and its
+    landing a's start of the send (a's prefix there); so is a send on a's path that a started
+    before b started the recv (a rendezvous send, gloo's, waits for the recv to be posted).  Each step's ``ns_by_rank``: rank -> the ns of the step's path
+    on it (the chain's segments, from one hop's arrival to the previous one's; they sum to its
+    length)."""
     got = [p for p in parts if p]
     if not got:
         return None
@@ -674,13 +684,14 @@ def combine(parts: list[dict[str, Any] | None], table: pl.DataFrame | None = Non
                            "by_category_ns": dict(sorted(total.items(), key=lambda kv: (-kv[1], kv[0])))}
     if table is None or ranks is None or len(got) < 2 or table.height == 0:
         return out
-    stitched = _stitch(parts, table, ranks)
+    stitched = _stitch(parts, table, ranks, pairs)
     if stitched is not None:  # the job's own path (every step's); the ranks' sums kept beside it
         out = {"ranks_length_ns": out["length_ns"], "ranks_by_category_ns": out["by_category_ns"], **stitched}
     return out
 
 
-def _stitch(parts: list[dict[str, Any] | None], table: pl.DataFrame, ranks: list[tuple[int, int | None]]) -> dict[str, Any] | None:
+def _stitch(parts: list[dict[str, Any] | None], table: pl.DataFrame, ranks: list[tuple[int, int | None]],
+            pairs: list[dict[str, list] | None] | None = None) -> dict[str, Any] | None:
     """``combine``'s cross-rank path (see there); None when the ranks carry no collectives.
 
     In frames, no loop per collective: a *hop* is an on-path collective row of rank f whose last
@@ -703,7 +714,7 @@ def _stitch(parts: list[dict[str, Any] | None], table: pl.DataFrame, ranks: list
     why = tk.group_by(key).agg(pl.col("complete").fill_null(False).all().alias("_complete"),
                                pl.col("consistent").fill_null(True).all().alias("_consistent"))
     # the collectives that cannot be hops, and how many of their rows lie on a rank's path
-    why = why.filter(~pl.col("_complete") | ~pl.col("_consistent"))
+    why = why.filter((~pl.col("_complete") | ~pl.col("_consistent")) & ~pl.col("collective").is_in(list(_P2P)))  # P2P: pairs
     on_rows = rows.filter(pl.col("on_path")).join(why, on=key)
     unstitched = {"members_absent": int((~why.get_column("_complete")).sum()),
                   "match_refused": int((why.get_column("_complete") & ~why.get_column("_consistent")).sum()),
@@ -713,8 +724,13 @@ def _stitch(parts: list[dict[str, Any] | None], table: pl.DataFrame, ranks: list
     hops = (rows.filter(pl.col("on_path")).join(last, on=key).join(theirs, on=[*key, "R"])
             .filter((pl.col("R") != pl.col("file")) & (pl.col("A") - pl.col("off") > pl.col("start_ns"))
                     & (pl.col("A") < pl.col("end_ns") + pl.col("off")))
-            .with_columns((pl.col("A") - pl.col("off") - pl.col("start_ns")).alias("wait"))
-            .sort("file", "step_index", "end_ns", "A").with_row_index("h").with_columns(pl.col("h").cast(pl.Int64)))
+            .with_columns((pl.col("A") - pl.col("off") - pl.col("start_ns")).alias("wait")))
+    p2p = _p2p_hops(rows, win, cats, pairs or [], ranks, set(have))
+    if p2p is not None:
+        cols = ["file", "step_index", "start_ns", "end_ns", "off", "A", "R", "k_r", "s_r", "wait",
+                *[f"p_{x}" for x in cats], *[f"r_{x}" for x in cats]]
+        hops = pl.concat([hops.select(cols), p2p.select(cols)], how="vertical_relaxed")
+    hops = hops.sort("file", "step_index", "end_ns", "A").with_row_index("h").with_columns(pl.col("h").cast(pl.Int64))
     start = _step_starts(win)
     mk, mh = _walk(hops, start, land=("R", "k_r", "s_r"))
     members = pl.DataFrame({"k": mk, "h": mh}).join(hops, on="h")
@@ -730,8 +746,14 @@ def _stitch(parts: list[dict[str, Any] | None], table: pl.DataFrame, ranks: list
     tail = (members.sort("A").group_by("k", maintain_order=True).agg(pl.col("R").first().alias("file"), pl.col("k_r").first().alias("_kr"))
             .join(win.select("file", pl.col("k").alias("_kr"), (pl.col("w0") + pl.col("off")).alias("_s")), on=["file", "_kr"]))
     first_s = start.join(win.select("file", "k", (pl.col("w0") + pl.col("off")).alias("_s0")), on=["file", "k"])
-    steps_f = (first_s.join(tail.select("k", "_s"), on="k", how="left")
-               .select("k", (pl.col("end") - pl.col("_s").fill_null(pl.col("_s0"))).alias("length_ns")))
+    base = first_s.join(tail.select("k", "_s"), on="k", how="left").select("k", "end", pl.col("_s").fill_null(pl.col("_s0")).alias("_b"))
+    steps_f = base.select("k", (pl.col("end") - pl.col("_b")).alias("length_ns"))
+    # the step's path per rank: the chain's segments (each rank's from the arrival that left it to
+    # the one that reached it; the first rank's from the step's start)
+    segs = (pl.concat([members.select("k", "A", pl.col("R").alias("file")), start.select("k", pl.col("end").alias("A"), "file")])
+            .join(base.select("k", "_b"), on="k").sort("k", "A")
+            .with_columns((pl.col("A") - pl.col("A").shift(1).over("k").fill_null(pl.col("_b"))).alias("ns"))
+            .join(rank_of, on="file").group_by("k", "rank").agg(pl.col("ns").sum()).sort("k", "rank"))
     chain = (pl.concat([members.select("k", "A", pl.col("R").alias("file")),
                         start.select("k", pl.col("end").alias("A"), "file")]).join(rank_of, on="file")
              .sort("k", "A").group_by("k", maintain_order=True).agg(pl.col("rank")))
@@ -754,12 +776,16 @@ def _stitch(parts: list[dict[str, Any] | None], table: pl.DataFrame, ranks: list
     for k, c, ns in by_cat.iter_rows():
         cat_of.setdefault(k, {})[c] = int(ns)
     ranks_of = dict(chain.iter_rows())
+    ns_rank: dict[int, dict[str, int]] = {}
+    for k, rk, ns in segs.iter_rows():
+        ns_rank.setdefault(k, {})[rk] = int(ns)
     wait_rank: dict[str, dict[str, int]] = {}
     for w, late, ns in waits.iter_rows():
         wait_rank.setdefault(w, {})[late] = int(ns)
     ref = have[min(have)][1]["steps"]
     steps = [{"step": ref[k]["step"], "length_ns": int(lengths[k]), "by_category_ns": cat_of.get(k, {}),
-              "ranks": [None if r == "None" else int(r) for r in ranks_of.get(k, [])], "kept": k in kept} for k in range(n_steps)]
+              "ranks": [None if r == "None" else int(r) for r in ranks_of.get(k, [])], "ns_by_rank": ns_rank.get(k, {}),
+              "kept": k in kept} for k in range(n_steps)]
     total: dict[str, int] = {}
     for st in steps:
         if st["kept"]:
@@ -769,6 +795,74 @@ def _stitch(parts: list[dict[str, Any] | None], table: pl.DataFrame, ranks: list
     return {"length_ns": sum(st["length_ns"] for st in steps if st["kept"]),
             "by_category_ns": dict(sorted(total.items(), key=lambda kv: (-kv[1], kv[0]))),
             "steps": steps, "ranks_on_path": on_path, "wait_rank_ns": wait_rank, "unstitched": unstitched}
+
+
+_P2P = ("send", "recv", "sendrecv")
+
+
+def _p2p_hops(rows: pl.DataFrame, win: pl.DataFrame, cats: list[str], pairs: list[dict[str, list] | None],
+              ranks: list[tuple[int, int | None]], loaded: set[int]) -> pl.DataFrame | None:
+    """``_stitch``'s P2P hops (see ``combine``): the on-path send and recv rows of ``rows`` whose
+    other end (the pairing of ``_pair_keys``: k-th send of step N from a to b, k-th recv of step N
+    on b from a) is a row of another loaded rank posted (aligned, ``A``) after this one was and by
+    its end (a recv waited for its send; a rendezvous send, gloo's, for its recv); landing where
+    the other rank posted it (``s_r`` one ns before, so that the walk's aligned time strictly
+    decreases), its prefix there (``r_<cat>``; before its row's start: ``less``).  A row is posted
+    at its start, a host row (gloo's) at the start of the op that holds its record.  None without any."""
+    file_of = {rk: f for f, rk in ranks if rk is not None and f in loaded}
+    frames = [pl.DataFrame(d).with_columns(pl.lit(f, pl.Int64).alias("file")) for (f, _), d in zip(ranks, pairs)
+              if f in loaded and d and d.get("what") and "seq" in d]
+    if not frames or len(file_of) < 2:
+        return None
+    recs = (pl.concat(frames, how="vertical_relaxed").filter(pl.col("seq").is_not_null())
+            .with_columns(pl.col("group").cast(pl.String).fill_null(""), pl.col("seq").cast(pl.Int64),
+                          pl.col("peer").replace_strict(list(file_of), list(file_of.values()), default=None, return_dtype=pl.Int64)
+                          .alias("_pf")).filter(pl.col("_pf").is_not_null()))
+    sends = recs.filter(pl.col("what") == "send").select(pl.col("file").alias("R"), pl.col("_pf").alias("file"), "step", "k",
+                                                         pl.col("group").alias("_gs"), pl.col("seq").alias("_ss"))
+    recvs = recs.filter(pl.col("what") == "recv").select("file", pl.col("_pf").alias("R"), "step", "k", "group", "seq")
+    pair = recvs.join(sends, on=["file", "R", "step", "k"]).filter(pl.col("file") != pl.col("R")).unique(["file", "group", "seq"])
+    if pair.height == 0:
+        return None
+    # both ends of a pair: a recv waits for its send, and a send that waits for its recv to be
+    # posted (gloo's, a rendezvous) for the recv: either end, on its rank's path, is a hop to the other
+    ends = pl.concat([
+        pair.select("file", "group", "seq", pl.lit("recv").alias("collective"), "R", "_gs", "_ss", pl.lit("send").alias("_cs")),
+        pair.select(pl.col("R").alias("file"), pl.col("_gs").alias("group"), pl.col("_ss").alias("seq"), pl.lit("send").alias("collective"),
+                    pl.col("file").alias("R"), pl.col("group").alias("_gs"), pl.col("seq").alias("_ss"), pl.lit("recv").alias("_cs"))])
+    # when each end was posted: a host row (its record's end is the row's: gloo's) from the op that
+    # holds its record (``_pair_keys``' s; gloo's record may start long after the transfer, an
+    # isend's when its work is waited on), within its window; a GPU row at its kernels' start
+    posted = (rows.filter(pl.col("collective").is_in(["send", "recv"]))
+              .join(recs.select("file", "group", "seq", pl.col("what").alias("collective"), pl.col("s").alias("_s"), pl.col("e").alias("_e"))
+                    .unique(["file", "group", "seq", "collective"]), on=["file", "group", "seq", "collective"], how="left")
+              .join(win.select("file", pl.col("k").alias("step_index"), "w0"), on=["file", "step_index"], how="left")
+              .with_columns(pl.when(pl.col("_e") == pl.col("end_ns")).then(pl.max_horizontal(pl.min_horizontal("_s", "start_ns"), "w0"))
+                            .otherwise(pl.col("start_ns")).alias("_post")))
+    order = [c for c in ("cpu", "exposed_comm", "idle") if c in cats] + [c for c in cats if c not in ("cpu", "exposed_comm", "idle")]
+
+    def less(prefix: str, delta: pl.Expr) -> list[pl.Expr]:
+        """The path's prefix ``delta`` ns before the row's start: ``delta`` taken off its
+        categories in ``order`` (host time first: the op that holds the record), none below 0."""
+        out, before = [], pl.lit(0, pl.Int64)
+        for c in order:
+            col = pl.col(f"{prefix}{c}")
+            out.append((col - pl.min_horizontal(col, (delta - before).clip(0))).alias(f"{prefix}{c}"))
+            before = before + col
+        return out
+
+    theirs = posted.select(
+        pl.col("file").alias("R"), pl.col("group").alias("_gs"), pl.col("seq").alias("_ss"), pl.col("collective").alias("_cs"),
+        pl.col("step_index").alias("k_r"), (pl.col("_post") + pl.col("off")).alias("A"), (pl.col("_post") - 1).alias("s_r"),
+        pl.col("start_ns").alias("_rs"), *[pl.col(f"p_{x}").alias(f"r_{x}") for x in cats])
+    theirs = theirs.with_columns(less("r_", pl.col("_rs") - pl.col("s_r") - 1))
+    got = (posted.filter(pl.col("on_path")).join(ends, on=["file", "group", "seq", "collective"])
+           .join(theirs, on=["R", "_gs", "_ss", "_cs"])
+           .filter((pl.col("A") - pl.col("off") > pl.col("_post")) & (pl.col("A") <= pl.col("end_ns") + pl.col("off")))
+           .with_columns((pl.col("A") - pl.col("off") - pl.col("start_ns")).alias("_d")))
+    # the arrival before the row's start (the op that holds it waited already): its prefix there
+    got = got.with_columns(less("p_", (-pl.col("_d")).clip(0))).with_columns(pl.col("_d").clip(0).alias("wait"))
+    return got if got.height else None
 
 
 def rank_late(parts: list[dict[str, Any] | None], table: pl.DataFrame | None, ranks: list[tuple[int, int | None]] | None,
@@ -912,12 +1006,15 @@ def _walk(hops: pl.DataFrame, start: pl.DataFrame, land: tuple[str, str, str]) -
     mh = first_hop(start.select("file", pl.col("k").alias("step_index"), "T"))
     keep = mh < nh
     mk, mh = mk.filter(keep), mh.filter(keep)
-    members_k, members_h = [mk], [mh]
-    while mh.len():  # pointer doubling: after round j, every chain's first 2^j hops
-        mh = jump.gather(mh)
-        keep = mh < nh
-        mk, mh = mk.filter(keep), mh.filter(keep)
-        members_k.append(mk)
-        members_h.append(mh)
+    # pointer doubling: before round j the chains' first 2^j hops are known and ``jump`` takes a
+    # hop 2^j hops on, so each known hop's jump is the next 2^j of its chain (the known hops'
+    # jumps, not only the last one's: that would keep the 1st, 2nd, 4th, 8th ... hop alone)
+    while True:
+        nk, nxt_h = mk, jump.gather(mh)
+        keep = nxt_h < nh
+        nk, nxt_h = nk.filter(keep), nxt_h.filter(keep)
+        if not nxt_h.len():
+            break
+        mk, mh = pl.concat([mk, nk]), pl.concat([mh, nxt_h])
         jump = jump.gather(jump)
-    return pl.concat(members_k), pl.concat(members_h)
+    return mk, mh

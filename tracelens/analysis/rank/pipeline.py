@@ -71,13 +71,14 @@ def _inside(q: pl.DataFrame, at: str, runs: pl.DataFrame, alias: str, by: list[s
 
 
 def _p2p_records(df: pl.DataFrame, gpu_rows: pl.DataFrame, names: Names, group_ranks: dict[str, list[int]]) -> pl.DataFrame:
-    """(t, kind, peer, group, s, e, hs) of the rank's P2P records on the host timeline, ``peer`` its
-    global rank where the trace says it, ``hs`` the start of the op that holds the record (else s)."""
+    """(t, kind, peer, group, seq, s, e, hs) of the rank's P2P records on the host timeline, ``peer``
+    its global rank where the trace says it, ``hs`` the start of the op that holds the record (else
+    s), ``seq`` its sequence number (its collective row's: null when the trace has none)."""
     coll = pl.col("collective").cast(pl.String)
     host = (
         df.lazy().filter(pl.col("kind").is_in(["p2p", "collective"]) & coll.is_in(P2P_NAMES) & pl.col("tid").is_not_null())
         .select("tid", "ts_ns", pl.col("ts_ns").alias("s"), END.alias("e"), coll.alias("what"),
-                pl.col("group").cast(pl.String).fill_null("").alias("group"),
+                pl.col("group").cast(pl.String).fill_null("").alias("group"), "seq",
                 # record_param_comms of a send/recv names the peer (its group rank) in "Rank"
                 pl.when(pl.col("name").cast(pl.String) == "record_param_comms")
                 .then(pl.col("args").str.extract(r'"Rank":\s*"?(-?\d+)', 1).cast(pl.Int64)).alias("_rank_arg"))
@@ -86,7 +87,8 @@ def _p2p_records(df: pl.DataFrame, gpu_rows: pl.DataFrame, names: Names, group_r
     if host.height == 0:  # no host records (an nsys export): the P2P kernels, at their launches
         host = gpu_rows.filter((pl.col("kclass") == "comm") & coll.is_in(P2P_NAMES)).select(
             pl.col("launch_tid").fill_null(0).alias("tid"), pl.col("launch_ns").alias("ts_ns"), pl.col("ts_ns").alias("s"),
-            END.alias("e"), coll.alias("what"), pl.col("group").cast(pl.String).fill_null("").alias("group"))
+            END.alias("e"), coll.alias("what"), pl.col("group").cast(pl.String).fill_null("").alias("group"),
+            pl.col("seq") if "seq" in gpu_rows.columns else pl.lit(None, pl.Int64).alias("seq"))
         return host.with_columns(pl.lit(None, pl.Int64).alias("peer"), pl.col("s").alias("hs")).sort("ts_ns")
     nccl = names.matching(_PEER_NCCL)
     c10d = names.matching(_PEER_C10D)
@@ -121,9 +123,11 @@ MAX_PAIRS = 256  # P2P records per (step, direction, peer) kept for the clock bo
 def _pair_keys(records: pl.DataFrame, spans: pl.DataFrame, steps) -> dict[str, list]:
     """The P2P records with a known peer, keyed for pairing across ranks (the k-th send of step
     N to rank b is the k-th recv of step N on b from this rank): columns what, peer, step, k, s (the
-    start of the op that holds the record), e
-    as plain lists (at most ``MAX_PAIRS`` per key).  They only bound the ranks' clock offsets (a
-    recv cannot end before its send starts: ``analysis.job.clocks.p2p_bounds``)."""
+    start of the op that holds the record), e, group and seq (the record's collective row, the key
+    of its ``critical_path`` collectives), as plain lists (at most ``MAX_PAIRS`` per key).  They
+    bound the ranks' clock offsets (a recv cannot end before its send starts:
+    ``analysis.job.clocks.p2p_bounds``) and make a recv a cross-rank hop of the job's critical path
+    (a recv waits for its send: ``analysis.rank.critical.combine``)."""
     named = [s.step for s in steps]
     if records.height == 0 or any(n is None for n in named):
         return {}
@@ -133,7 +137,7 @@ def _pair_keys(records: pl.DataFrame, spans: pl.DataFrame, steps) -> dict[str, l
            .with_columns(pl.col("_step").replace_strict(list(range(len(named))), named, return_dtype=pl.Int64).alias("step"))
            .with_columns(pl.int_range(pl.len()).over("step", "what", "peer").alias("k"))
            .filter(pl.col("k") < MAX_PAIRS)
-           .select("what", "peer", "step", "k", pl.col("hs").alias("s"), "e"))
+           .select("what", "peer", "step", "k", pl.col("hs").alias("s"), "e", "group", "seq"))
     return got.to_dict(as_series=False) if got.height else {}
 
 
