@@ -31,11 +31,15 @@ _CORE = (r"^(?P<pre>.*)(?:^|[\s:>\]])(?P<host>[\w.\-]+):(?P<pid>\d+):(?P<tid>\d+
          r"(?:\S+ ){0,3}?NCCL (?P<level>INFO|WARN|TRACE|CALL|ERROR|ABORT) ?(?P<msg>.*)$")
 _CORE_FIRST = (r"^(?P<pre>.*?)(?P<host>[\w.\-]+):(?P<pid>\d+):(?P<tid>\d+) \[(?P<dev>\d+)\] "
                r"(?:\S+ ){0,3}?NCCL (?P<level>INFO|WARN|TRACE|CALL|ERROR|ABORT) ?(?P<msg>.*)$")
-_LEFT = r"^(?P<pre>.*?)(?P<host>[\w.\-]+):(?P<pid>\d+):(?P<tid>\d+) \[(?P<dev>\d+)\](?: \S+){0,3}$"
+# unanchored (its leftmost match is the lazy prefix's): the regex engine finds the match's span with
+# its DFA and runs the capturing engine on that span only; the prefix is what comes before it
+_LEFT = r"(?P<tail>(?P<host>[\w.\-]+):(?P<pid>\d+):\d+ \[(?P<dev>\d+)\](?: \S+){0,3}$)"
 _TS = r"\[?(\d{4}-\d\d-\d\d[ T]\d\d:\d\d:\d\d(?:[.,]\d+)?)\]?\s*$"
-_COLL = (r"^(?P<op>[A-Za-z]+): opCount (?P<opc>[0-9a-fA-F]+) sendbuff (?P<sb>\S+) recvbuff (?P<rb>\S+) "
-         r"count (?P<count>\d+) datatype (?P<dt>\d+) op (?P<rop>\d+) root (?P<root>-?\d+) comm (?P<comm>\S+)"
-         r"(?: \[nranks=(?P<nr>\d+)\])?(?: stream (?P<stream>\S+))?(?: task \d+)?(?: globalrank (?P<grank>\d+))?")
+# a COLL line in two steps: its fixed head (a one-pass regex: fast captures), then the optional tail
+# of what follows the comm (run on that short rest only); the groups the rows do not use do not capture
+_COLL = (r"^(?P<op>[A-Za-z]+): opCount (?P<opc>[0-9a-fA-F]+) sendbuff \S+ recvbuff \S+ "
+         r"count (?P<count>\d+) datatype (?P<dt>\d+) op (?P<rop>\d+) root (?P<root>-?\d+) comm (?P<comm>\S+)(?P<rest>(?: .*)?)")
+_COLL_TAIL = r"^(?: \[nranks=(?P<nr>\d+)\])?(?: stream \S+)?(?: task \d+)?(?: globalrank (?P<grank>\d+))?"
 _COMM = (r"comm (?P<comm>0x[0-9a-fA-F]+|\(nil\)) rank (?P<rank>\d+) n[Rr]anks (?P<nranks>\d+)"
          r"(?: cudaDev (?P<cd>\d+))?(?: nvmlDev (?P<nv>\d+))?(?: busId (?P<bus>[0-9a-fA-F]+))?"
          r"(?: commId (?P<cid>0x[0-9a-fA-F]+))?(?: nNodes (?P<nn>\d+))?(?: localRanks (?P<lr>\d+))?")
@@ -94,21 +98,28 @@ def _lines(chunk: bytes, offset: int) -> pl.DataFrame:
 
 def _parse_batch(lines: pl.DataFrame) -> dict[str, pl.DataFrame]:
     line = pl.col("line")
-    # the first NCCL core of a line (a lazy prefix: cheap); a line holding two (another line run
-    # into a cut one) is read by its last, with the greedy prefix, on those lines only
-    many = (line.str.count_matches(" NCCL INFO ", literal=True) + line.str.count_matches(" NCCL WARN ", literal=True)) > 1
-    lines = lines.with_columns(many.alias("interleaved"))
-    # the common line: split at its first " NCCL ", the process/thread/device read from the short
+    # the first NCCL core of a line; a line holding two (another line run into a cut one) is read by
+    # its last, with the greedy prefix, on those lines only.  The common line: split at its first " NCCL ", the process/thread/device read from the short
     # part before it (a regex over ~40 bytes, not the whole line), the level and message after it
     halves = line.str.splitn(" NCCL ", 2)
-    one = (lines.lazy().filter(~pl.col("interleaved"))
-           .with_columns(halves.struct.field("field_0").str.extract_groups(_LEFT).alias("g"),
-                         halves.struct.field("field_1").alias("right"))
+    split = lines.with_columns(halves.struct.field("field_0").alias("left"), halves.struct.field("field_1").alias("right"))
+    # two " NCCL INFO |WARN " need a second " NCCL " after the first (they cannot overlap it): counted
+    # on the lines that have one only
+    many = (line.str.count_matches(" NCCL INFO ", literal=True) + line.str.count_matches(" NCCL WARN ", literal=True)) > 1
+    many_ln = split.filter(pl.col("right").str.contains(" NCCL ", literal=True)).filter(many)["ln"]
+    # (an empty line, null, is left out as before: not counted in the lines)
+    split = split.with_columns(pl.when(line.is_not_null()).then(pl.col("ln").is_in(many_ln.implode()) if many_ln.len() else False)
+                               .alias("interleaved"))
+    lines = split.select("ln", "line", "interleaved")
+    one = (split.lazy().filter(~pl.col("interleaved"))
+           .with_columns(pl.col("left").str.extract_groups(_LEFT).alias("g"))
            .unnest("g")
+           .with_columns(pl.col("left").str.head(pl.col("left").str.len_chars() - pl.col("tail").str.len_chars()).alias("pre"))
+           .drop("left", "tail")
            .with_columns(pl.col("right").str.extract(r"^(INFO|WARN|TRACE|CALL|ERROR|ABORT)\b").alias("level"))
            .with_columns(pl.when(pl.col("level").is_not_null() & pl.col("host").is_not_null())
                          .then(pl.col("right").str.slice(pl.col("level").str.len_bytes() + 1)).alias("msg"))
-           .drop("right", "tid")
+           .drop("right")
            .with_columns(pl.when(pl.col("msg").is_null()).then(None).otherwise(pl.col(c)).alias(c) for c in ("host", "pid", "dev", "pre"))
            .collect())
     two = (lines.filter(pl.col("interleaved")).with_columns(line.str.extract_groups(_CORE).alias("g")).unnest("g")
@@ -131,13 +142,14 @@ def _parse_batch(lines: pl.DataFrame) -> dict[str, pl.DataFrame]:
         pl.col("interleaved").fill_null(False).sum().alias("interleaved_lines"),
     ).with_columns(core.filter(~is_core).select(
         (line.str.contains(_VERSION).not_() & line.str.contains(_TORCH_WORDS).not_()
-         & line.str.strip_chars().str.len_bytes().gt(0) & ~line.str.starts_with("#")).sum()).to_series().alias("unknown_lines"))
+         & line.str.contains(r"\S") & ~line.str.starts_with("#")).sum()).to_series().alias("unknown_lines"))
     nccl = core.filter(is_core).with_columns(pl.col("pid").cast(pl.Int64, strict=False),
                                              pl.col("dev").cast(pl.Int32, strict=False))
     key = ["host", "pid", "dev", "launcher_rank"]
     coll = (nccl.lazy().filter(msg.str.contains(" opCount ", literal=True))
             .select("ln", *key, "ts", msg.str.extract_groups(_COLL).alias("c")).unnest("c")
             .filter(pl.col("op").is_not_null())
+            .with_columns(pl.col("rest").str.extract_groups(_COLL_TAIL).alias("t")).unnest("t")
             .select("ln", pl.col("host").cast(pl.Categorical), "pid", "dev", "launcher_rank",
                     pl.col("ts").str.replace("T", " ", literal=True).str.replace(",", ".", literal=True)
                     .str.to_datetime("%Y-%m-%d %H:%M:%S%.f", time_unit="ns", strict=False).dt.epoch("ns").alias("ts"),
@@ -150,9 +162,10 @@ def _parse_batch(lines: pl.DataFrame) -> dict[str, pl.DataFrame]:
     comm = (nccl.lazy().filter(msg.str.contains(" rank ", literal=True) & msg.str.contains("comm 0x", literal=True))
             .select("ln", *key, msg.str.extract_groups(_COMM).alias("c")).unnest("c")
             .filter(pl.col("comm").is_not_null()).collect())
-    via = (nccl.lazy().filter(msg.str.contains(" via ", literal=True))
-           .select(*key, msg.str.extract_groups(_VIA).alias("c")).unnest("c").filter(pl.col("via").is_not_null())
-           .with_columns(pl.col("via").str.extract(r"^((?:NET|COLLNET)/[^/]+|[A-Za-z0-9]+)").alias("transport"))
+    # a line of _VIA's shape has no " via " before its own (its tokens are numbers, "->", "[send]"): the
+    # transport read after the first, no captures of the shape
+    via = (nccl.lazy().filter(msg.str.contains(" via ", literal=True)).filter(msg.str.contains(_VIA))
+           .select(*key, msg.str.extract(r" via ((?:NET|COLLNET)/[^/\s]+|[A-Za-z0-9]+)").alias("transport"))
            .group_by("host", "pid", "dev", "transport").agg(pl.len().alias("connections")).collect())
     ring = (nccl.lazy().filter(msg.str.starts_with("Channel ") & ~msg.str.contains("->", literal=True))
             .select(*key, msg.str.extract_groups(_RING).alias("c")).unnest("c").filter(pl.col("ch").is_not_null())
@@ -169,7 +182,7 @@ def _parse_batch(lines: pl.DataFrame) -> dict[str, pl.DataFrame]:
         msg.str.contains("Connected all trees", literal=True).sum().alias("trees_connected"),
         pl.when(pl.col("level") == "WARN").then(msg).drop_nulls().unique(maintain_order=True).head(5).implode().alias("warn"),
     ).collect())
-    version = lines.lazy().select(line.str.extract(_VERSION).alias("v")).filter(pl.col("v").is_not_null()).unique().collect()
+    version = lines.lazy().filter(line.str.contains("NCCL version", literal=True)).select(line.str.extract(_VERSION).alias("v")).filter(pl.col("v").is_not_null()).unique().collect()
     # PyTorch's watchdog message spans lines: each of its lines gets the rank of the last "[Rank N]" before it
     watchdog = (lines.lazy().filter(line.str.contains(r"\[Rank \d+\]|WorkNCCL\(SeqNum=|last enqueued work:|ran for \d+ milliseconds|Timeout\(ms\)="))
                 .select("ln", line.str.extract_groups(_WATCHDOG).alias("w"), line.str.extract_groups(_PGSTATUS).alias("p"),
