@@ -140,9 +140,11 @@ def _parse_batch(lines: pl.DataFrame) -> dict[str, pl.DataFrame]:
         is_core.sum().alias("nccl_lines"),
         (is_core & (pl.col("level") == "WARN")).sum().alias("warn_lines"),
         pl.col("interleaved").fill_null(False).sum().alias("interleaved_lines"),
-    ).with_columns(core.filter(~is_core).select(
-        (line.str.contains(_VERSION).not_() & line.str.contains(_TORCH_WORDS).not_()
-         & line.str.contains(r"\S") & ~line.str.starts_with("#")).sum()).to_series().alias("unknown_lines"))
+    )
+    # the lines that are not NCCL's: the cheap tests first, each costly regex on what is left of them
+    rest = core.lazy().filter(~is_core).select("line").filter(line.str.contains(r"\S") & ~line.str.starts_with("#")).collect()
+    rest = rest.filter(~line.str.contains(_VERSION))
+    counts = counts.with_columns(rest.select((~line.str.contains(_TORCH_WORDS)).sum()).to_series().alias("unknown_lines"))
     nccl = core.filter(is_core).with_columns(pl.col("pid").cast(pl.Int64, strict=False),
                                              pl.col("dev").cast(pl.Int32, strict=False))
     key = ["host", "pid", "dev", "launcher_rank"]
@@ -175,12 +177,13 @@ def _parse_batch(lines: pl.DataFrame) -> dict[str, pl.DataFrame]:
             .group_by("op", "algo", "proto").agg(pl.len().alias("calls"), pl.col("bytes").cast(pl.Int64).min().alias("min_bytes"),
                                                  pl.col("bytes").cast(pl.Int64).max().alias("max_bytes")).collect())
     words = (nccl.lazy().select(
-        msg.str.extract(r"Using network (\S+)").drop_nulls().unique().implode().alias("network"),
-        msg.str.extract(r"^(\d+) coll channels").cast(pl.Int32, strict=False).max().alias("coll_channels"),
+        # each extract on the lines holding its literal only
+        msg.filter(msg.str.contains("Using network ", literal=True)).str.extract(r"Using network (\S+)").drop_nulls().unique().implode().alias("network"),
+        msg.filter(msg.str.contains(" coll channels", literal=True)).str.extract(r"^(\d+) coll channels").cast(pl.Int32, strict=False).max().alias("coll_channels"),
         msg.str.starts_with("Trees ").sum().alias("trees"),
         msg.str.contains("Connected all rings", literal=True).sum().alias("rings_connected"),
         msg.str.contains("Connected all trees", literal=True).sum().alias("trees_connected"),
-        pl.when(pl.col("level") == "WARN").then(msg).drop_nulls().unique(maintain_order=True).head(5).implode().alias("warn"),
+        msg.filter(pl.col("level") == "WARN").unique(maintain_order=True).head(5).implode().alias("warn"),
     ).collect())
     version = lines.lazy().filter(line.str.contains("NCCL version", literal=True)).select(line.str.extract(_VERSION).alias("v")).filter(pl.col("v").is_not_null()).unique().collect()
     # PyTorch's watchdog message spans lines: each of its lines gets the rank of the last "[Rank N]" before it
