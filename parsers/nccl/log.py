@@ -145,10 +145,23 @@ def _parse_batch(lines: pl.DataFrame) -> dict[str, pl.DataFrame]:
     rest = core.lazy().filter(~is_core).select("line").filter(line.str.contains(r"\S") & ~line.str.starts_with("#")).collect()
     rest = rest.filter(~line.str.contains(_VERSION))
     counts = counts.with_columns(rest.select((~line.str.contains(_TORCH_WORDS)).sum()).to_series().alias("unknown_lines"))
-    nccl = core.filter(is_core).with_columns(pl.col("pid").cast(pl.Int64, strict=False),
-                                             pl.col("dev").cast(pl.Int32, strict=False))
+    # the NCCL lines, each classified once by cheap literal tests: every costly regex runs on its kind only
+    nccl = (core.lazy().filter(is_core)
+            .select("ln", "host", pl.col("pid").cast(pl.Int64, strict=False), pl.col("dev").cast(pl.Int32, strict=False),
+                    "launcher_rank", "ts", "level", "msg",
+                    msg.str.contains(" opCount ", literal=True).alias("k_coll"),
+                    msg.str.contains("comm 0x", literal=True).alias("k_comm"),
+                    msg.str.contains(" via ", literal=True).alias("k_via"),
+                    msg.str.starts_with("Channel ").alias("k_channel"),
+                    msg.str.starts_with("Trees ").alias("k_trees"),
+                    msg.str.contains(" Bytes -> Algo ", literal=True).alias("k_tune"),
+                    msg.str.contains("Using network", literal=True).alias("k_net"),
+                    msg.str.contains("coll channels", literal=True).alias("k_cc"),
+                    msg.str.contains("Connected all", literal=True).alias("k_conn"))
+            .collect())
+    k = pl.col
     key = ["host", "pid", "dev", "launcher_rank"]
-    coll = (nccl.lazy().filter(msg.str.contains(" opCount ", literal=True))
+    coll = (nccl.lazy().filter(k("k_coll"))
             .select("ln", *key, "ts", msg.str.extract_groups(_COLL).alias("c")).unnest("c")
             .filter(pl.col("op").is_not_null())
             .with_columns(pl.col("rest").str.extract_groups(_COLL_TAIL).alias("t")).unnest("t")
@@ -161,28 +174,28 @@ def _parse_batch(lines: pl.DataFrame) -> dict[str, pl.DataFrame]:
                     pl.col("comm").cast(pl.Categorical), pl.col("nr").cast(pl.Int32, strict=False),
                     pl.col("grank").cast(pl.Int32, strict=False))
             .collect())
-    comm = (nccl.lazy().filter(msg.str.contains(" rank ", literal=True) & msg.str.contains("comm 0x", literal=True))
+    comm = (nccl.lazy().filter(k("k_comm")).filter(msg.str.contains(" rank ", literal=True))
             .select("ln", *key, msg.str.extract_groups(_COMM).alias("c")).unnest("c")
             .filter(pl.col("comm").is_not_null()).collect())
     # a line of _VIA's shape has no " via " before its own (its tokens are numbers, "->", "[send]"): the
     # transport read after the first, no captures of the shape
-    via = (nccl.lazy().filter(msg.str.contains(" via ", literal=True)).filter(msg.str.contains(_VIA))
+    via = (nccl.lazy().filter(k("k_via")).filter(msg.str.contains(_VIA))
            .select(*key, msg.str.extract(r" via ((?:NET|COLLNET)/[^/\s]+|[A-Za-z0-9]+)").alias("transport"))
            .group_by("host", "pid", "dev", "transport").agg(pl.len().alias("connections")).collect())
-    ring = (nccl.lazy().filter(msg.str.starts_with("Channel ") & ~msg.str.contains("->", literal=True))
+    ring = (nccl.lazy().filter(k("k_channel")).filter(~msg.str.contains("->", literal=True))
             .select(*key, msg.str.extract_groups(_RING).alias("c")).unnest("c").filter(pl.col("ch").is_not_null())
             .select("host", "pid", "dev", pl.col("ch").cast(pl.Int32)).unique().collect())
-    tune = (nccl.lazy().filter(msg.str.contains(" Bytes -> Algo ", literal=True))
+    tune = (nccl.lazy().filter(k("k_tune"))
             .select(msg.str.extract_groups(_TUNE).alias("c")).unnest("c").filter(pl.col("algo").is_not_null())
             .group_by("op", "algo", "proto").agg(pl.len().alias("calls"), pl.col("bytes").cast(pl.Int64).min().alias("min_bytes"),
                                                  pl.col("bytes").cast(pl.Int64).max().alias("max_bytes")).collect())
     words = (nccl.lazy().select(
         # each extract on the lines holding its literal only
-        msg.filter(msg.str.contains("Using network ", literal=True)).str.extract(r"Using network (\S+)").drop_nulls().unique().implode().alias("network"),
-        msg.filter(msg.str.contains(" coll channels", literal=True)).str.extract(r"^(\d+) coll channels").cast(pl.Int32, strict=False).max().alias("coll_channels"),
-        msg.str.starts_with("Trees ").sum().alias("trees"),
-        msg.str.contains("Connected all rings", literal=True).sum().alias("rings_connected"),
-        msg.str.contains("Connected all trees", literal=True).sum().alias("trees_connected"),
+        msg.filter(k("k_net")).str.extract(r"Using network (\S+)").drop_nulls().unique().implode().alias("network"),
+        msg.filter(k("k_cc")).str.extract(r"^(\d+) coll channels").cast(pl.Int32, strict=False).max().alias("coll_channels"),
+        k("k_trees").sum().alias("trees"),
+        msg.filter(k("k_conn")).str.contains("Connected all rings", literal=True).sum().alias("rings_connected"),
+        msg.filter(k("k_conn")).str.contains("Connected all trees", literal=True).sum().alias("trees_connected"),
         msg.filter(pl.col("level") == "WARN").unique(maintain_order=True).head(5).implode().alias("warn"),
     ).collect())
     version = lines.lazy().filter(line.str.contains("NCCL version", literal=True)).select(line.str.extract(_VERSION).alias("v")).filter(pl.col("v").is_not_null()).unique().collect()
@@ -196,8 +209,8 @@ def _parse_batch(lines: pl.DataFrame) -> dict[str, pl.DataFrame]:
                 .with_columns(pl.col("seq", "enq", "done").cast(pl.Int64, strict=False))
                 .filter(pl.any_horizontal(pl.col("seq", "enq", "done", "ran_ms", "timeout_ms").is_not_null()))
                 .collect())
-    read_msgs = (msg.str.contains(r" opCount |comm 0x| via |^Channel |^Trees | Bytes -> Algo |Using network|coll channels|"
-                                  r"Connected all|NCCL version") | (pl.col("level") == "WARN"))
+    read_msgs = (pl.any_horizontal("k_coll", "k_comm", "k_via", "k_channel", "k_trees", "k_tune", "k_net", "k_cc", "k_conn")
+                 | msg.str.contains("NCCL version", literal=True) | (pl.col("level") == "WARN"))
     counts = counts.with_columns(nccl.select((~read_msgs).sum()).to_series().alias("other_nccl_lines"))
     return {"counts": counts, "coll": coll, "comm": comm, "via": via, "ring": ring, "tune": tune, "words": words,
             "version": version, "watchdog": watchdog}
