@@ -232,7 +232,8 @@ def read(path: str | Path, file: int = 0) -> NcclParse:
     if not parts:  # an empty file: the same tables, empty
         for k, v in _parse_batch(pl.DataFrame(schema={"ln": pl.Int64, "line": pl.String})).items():
             parts[k] = [v]
-    got = {k: pl.concat(v, how="vertical_relaxed") for k, v in parts.items()}
+    # the collective lines stay one frame per batch: turned into rows a batch at a time, each freed once done
+    got: dict = {k: (v if k == "coll" else pl.concat(v, how="vertical_relaxed")) for k, v in parts.items()}
     return _assemble(str(path), file, got, cut)
 
 
@@ -240,7 +241,7 @@ def _first(c: str) -> pl.Expr:
     return pl.col(c).drop_nulls().first()
 
 
-def _assemble(path: str, file: int, got: dict[str, pl.DataFrame], cut: str | None) -> NcclParse:
+def _assemble(path: str, file: int, got: dict, cut: str | None) -> NcclParse:
     warnings: list[str] = []
     c = got["counts"].sum().row(0, named=True)
     comms = (got["comm"].lazy()
@@ -258,7 +259,9 @@ def _assemble(path: str, file: int, got: dict[str, pl.DataFrame], cut: str | Non
     # a process's (and device's) global rank: its rank in its largest communicator
     world = (comms.lazy().sort("nranks", descending=True, nulls_last=True)
              .group_by("host", "pid", "cuda_dev").agg(pl.col("rank").first().alias("proc_rank")).collect())
-    coll = got.pop("coll")
+    coll_parts: list[pl.DataFrame] = got.pop("coll")
+    if isinstance(coll_parts, pl.DataFrame):
+        coll_parts = [coll_parts]
     rop = pl.col("rop").cast(pl.Int64)
     nranks = pl.coalesce(pl.col("nr"), pl.col("nranks"))
     collective = pl.col("op").replace_strict(NCCL_OPS, default=pl.col("op").str.to_lowercase())
@@ -269,10 +272,11 @@ def _assemble(path: str, file: int, got: dict[str, pl.DataFrame], cut: str | Non
     guessed = pl.col("comm_id").is_null()
     # without a commId, a communicator is guessed by its size and the order in which the process's
     # device first used communicators of that size (ranks create them in the same order)
-    order = (coll.lazy().with_columns(pl.col("host", "comm").cast(pl.String))
+    order = (pl.concat([p.lazy().select("host", "pid", "dev", "comm", "ln", "nr") for p in coll_parts], how="vertical_relaxed")
+             .with_columns(pl.col("host", "comm").cast(pl.String))
              .group_by("host", "pid", "dev", "comm").agg(pl.col("ln").min().alias("first_ln"), pl.col("nr").max().alias("nr"))
              .with_columns(pl.col("first_ln").rank("dense").over("host", "pid", "dev", "nr").alias("nth"))
-             .select("host", "pid", "dev", "comm", "nth"))
+             .select("host", "pid", "dev", "comm", "nth").collect().lazy())
 
     def build(part: pl.DataFrame) -> pl.DataFrame:
         return (part.lazy()
@@ -318,10 +322,15 @@ def _assemble(path: str, file: int, got: dict[str, pl.DataFrame], cut: str | Non
                 .select([pl.col(k).cast(t) for k, t in NCCL_ROW_SCHEMA.items()])
                 .collect())
 
-    # built a slice of lines at a time: the memory it takes beyond the rows stays that of one slice
-    # (in line order: a sort would copy them once more)
-    rows = pl.concat([build(coll.slice(i, ASSEMBLE_ROWS)) for i in range(0, max(coll.height, 1), ASSEMBLE_ROWS)], rechunk=False)
-    del coll
+    # built a batch's lines (at most ASSEMBLE_ROWS) at a time, each batch's lines freed once built: the
+    # memory beyond the rows stays that of one batch (in line order: a sort would copy them once more)
+    built = []
+    while coll_parts:
+        part = coll_parts.pop(0)
+        built.extend(build(part.slice(i, ASSEMBLE_ROWS)) for i in range(0, max(part.height, 1), ASSEMBLE_ROWS))
+        del part
+    rows = pl.concat(built, rechunk=False)
+    del built
     if rows.height and rows["group"].str.starts_with("nranks=").any():
         n = int(rows["group"].str.starts_with("nranks=").sum())
         warnings.append(f"{n} collective line(s) name a communicator whose commId the log does not give (no INIT lines: "
