@@ -262,13 +262,10 @@ def _assemble(path: str, file: int, got: dict, cut: str | None) -> NcclParse:
     coll_parts: list[pl.DataFrame] = got.pop("coll")
     if isinstance(coll_parts, pl.DataFrame):
         coll_parts = [coll_parts]
-    rop = pl.col("rop").cast(pl.Int64)
     nranks = pl.coalesce(pl.col("nr"), pl.col("nranks"))
-    collective = pl.col("op").replace_strict(NCCL_OPS, default=pl.col("op").str.to_lowercase())
     dt = pl.col("dt").cast(pl.Int64)
     elsize = dt.replace_strict({0: 1, 1: 1, 2: 4, 3: 4, 4: 8, 5: 8, 6: 2, 7: 4, 8: 8, 9: 2, 10: 1, 11: 1}, default=None,
                                return_dtype=pl.Int64)
-    mult = pl.when(collective.is_in(["allgather", "reducescatter"])).then(nranks.cast(pl.Int64)).otherwise(1)
     guessed = pl.col("comm_id").is_null()
     # without a commId, a communicator is guessed by its size and the order in which the process's
     # device first used communicators of that size (ranks create them in the same order)
@@ -278,19 +275,38 @@ def _assemble(path: str, file: int, got: dict, cut: str | None) -> NcclParse:
              .with_columns(pl.col("first_ln").rank("dense").over("host", "pid", "dev", "nr").alias("nth"))
              .select("host", "pid", "dev", "comm", "nth").collect().lazy())
 
+    def codes(part: pl.DataFrame, col: str, name) -> dict:
+        # the names of the codes this part holds (a handful): a format per row only where it is needed
+        return {c: name(c) for c in part[col].drop_nulls().unique().to_list()}
+
     def build(part: pl.DataFrame) -> pl.DataFrame:
-        return (part.lazy()
-                .with_columns(pl.col("host", "comm", "op").cast(pl.String))
-                .join(comms.lazy().select("host", "pid", "comm", "comm_id", "rank", "nranks"), on=["host", "pid", "comm"], how="left",
-                      maintain_order="left")
-                .join(world.lazy().rename({"cuda_dev": "dev"}), on=["host", "pid", "dev"], how="left", maintain_order="left")
-                .join(order, on=["host", "pid", "dev", "comm"], how="left", maintain_order="left")
-                .with_columns(collective.alias("collective"), nranks.alias("group_size"))
+        ops = codes(part, "op", lambda o: NCCL_OPS.get(o, o.lower()))  # op is ASCII letters ([A-Za-z]+)
+        dtypes = codes(part, "dt", lambda c: NCCL_DTYPES[c] if 0 <= c < len(NCCL_DTYPES) else f"datatype{c}")
+        redops = codes(part, "rop", lambda c: NCCL_REDOPS[c] if 0 <= c < len(NCCL_REDOPS) else f"premulsum{c}")
+        collective = pl.col("op").replace_strict(ops, default=None, return_dtype=pl.String)
+        mult = pl.when(collective.is_in(["allgather", "reducescatter"])).then(nranks.cast(pl.Int64)).otherwise(1)
+        # the communicator, the process's rank and the guess's order looked up once per (process, device,
+        # communicator) of the part, then one join per row (null keys matching their own lookup row)
+        key4 = ["host", "pid", "dev", "comm"]
+        look = (part.lazy().select(key4).with_columns(pl.col("host", "comm").cast(pl.String)).unique()
+                .join(comms.lazy().select("host", "pid", "comm", "comm_id", "rank", "nranks"), on=["host", "pid", "comm"], how="left")
+                .join(world.lazy().rename({"cuda_dev": "dev"}), on=["host", "pid", "dev"], how="left")
+                .join(order, on=key4, how="left"))
+        j = (part.lazy()
+             .with_columns(pl.col("host", "comm", "op").cast(pl.String))
+                .join(look, on=key4, how="left", nulls_equal=True, maintain_order="left")
+                .with_columns(collective.alias("collective"), nranks.alias("group_size"),
+                              pl.coalesce(pl.col("rank"), "grank", "launcher_rank").cast(pl.String).alias("member"))
+                .collect())
+        # the formats only on a part that needs them
+        group = (pl.when(guessed).then(pl.format("nranks={}#{}", pl.col("group_size").cast(pl.String).fill_null("?"), "nth"))
+                 .otherwise(pl.col("comm_id")) if j["comm_id"].null_count() else pl.col("comm_id"))
+        member = pl.col("member").fill_null(pl.format("{}:{}[{}]", "host", "pid", "dev")) if j["member"].null_count() else pl.col("member")
+        return (j.lazy()
                 .select(
                     pl.lit(file, pl.Int32).alias("file"),
                     pl.coalesce("grank", "launcher_rank", "proc_rank", "rank").cast(pl.Int32).alias("rank"),
-                    pl.when(guessed).then(pl.format("nranks={}#{}", pl.col("group_size").cast(pl.String).fill_null("?"), "nth"))
-                      .otherwise(pl.col("comm_id")).alias("group"),
+                    group.alias("group"),
                     pl.lit(None, pl.String).alias("group_desc"),
                     "seq",
                     "collective",
@@ -303,16 +319,13 @@ def _assemble(path: str, file: int, got: dict, cut: str | None) -> NcclParse:
                     pl.lit(1, pl.Int32).alias("n_parts"),
                     pl.lit(NAME).alias("source"),
                     # the rank in the communicator, else the global rank a launcher or NCCL printed, else the process
-                    pl.coalesce(pl.col("rank"), "grank", "launcher_rank").cast(pl.String)
-                      .fill_null(pl.format("{}:{}[{}]", "host", "pid", "dev")).alias("member"),
+                    member.alias("member"),
                     pl.col("op").alias("op_name"),
                     "count",
                     pl.lit(None, pl.Int64).alias("out_count"),
-                    dt.replace_strict(dict(enumerate(NCCL_DTYPES)), default=pl.format("datatype{}", dt), return_dtype=pl.String)
-                      .alias("dtype"),
+                    pl.col("dt").replace_strict(dtypes, default=None, return_dtype=pl.String).alias("dtype"),
                     "root",
-                    rop.replace_strict(dict(enumerate(NCCL_REDOPS)), default=pl.format("premulsum{}", rop), return_dtype=pl.String)
-                      .alias("redop"),
+                    pl.col("rop").replace_strict(redops, default=None, return_dtype=pl.String).alias("redop"),
                     pl.lit("scheduled").alias("state"),
                     pl.lit(None, pl.Int64).alias("p2p_seq"),
                     "comm", "host", "pid",
