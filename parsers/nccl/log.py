@@ -163,8 +163,13 @@ def _parse_batch(lines: pl.DataFrame) -> dict[str, pl.DataFrame]:
     key = ["host", "pid", "dev", "launcher_rank"]
     coll = (nccl.lazy().filter(k("k_coll"))
             .select("ln", *key, "ts", msg.str.extract_groups(_COLL).alias("c")).unnest("c")
-            .filter(pl.col("op").is_not_null())
-            .with_columns(pl.col("rest").str.extract_groups(_COLL_TAIL).alias("t")).unnest("t")
+            .filter(pl.col("op").is_not_null()).collect())
+    # the tail's regex (not one-pass: slow) only in a batch with a globalrank; else its nranks alone
+    if coll.select(pl.col("rest").str.contains("globalrank", literal=True).any()).item():
+        tail = pl.col("rest").str.extract_groups(_COLL_TAIL)
+    else:
+        tail = pl.struct(pl.col("rest").str.extract(r"^ \[nranks=(\d+)\]").alias("nr"), pl.lit(None, pl.String).alias("grank"))
+    coll = (coll.lazy().with_columns(tail.alias("t")).unnest("t")
             .select("ln", pl.col("host").cast(pl.Categorical), "pid", "dev", "launcher_rank",
                     pl.col("ts").str.replace("T", " ", literal=True).str.replace(",", ".", literal=True)
                     .str.to_datetime("%Y-%m-%d %H:%M:%S%.f", time_unit="ns", strict=False).dt.epoch("ns").alias("ts"),
