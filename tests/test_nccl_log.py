@@ -144,3 +144,21 @@ def test_without_init_lines_communicators_are_guessed_by_size_and_order(tmp_path
     assert rows.filter(pl.col("group") == "nranks=2#2")["count"].unique().to_list() == [11]
     assert set(rows["dtype"]) == {"bfloat16"} and set(rows["bytes"]) == {20, 22} and set(rows["member"]) == {"0", "1"}
     assert any("a guess" in w for w in got.warnings)
+
+
+def test_tail_fields_codes_and_an_unreadable_device_per_batch(tmp_path, monkeypatch):
+    """The COLL tail's globalrank (its regex runs only in a batch that has one), unknown dtype / redop
+    codes by name, and a device number too big for Int32 (null) still joined to its communicator."""
+    core = "node01:4000:4017 [{d}] NCCL INFO "
+    init = core.format(d=0) + f"comm 0x55 rank 1 nranks 2 cudaDev 0 busId 1000 commId {CID} - Init COMPLETE"
+    plain = core.format(d=0) + "AllReduce: opCount 1 sendbuff 0x1 recvbuff 0x2 count 8 datatype 13 op 7 root 0 comm 0x55 [nranks=2] stream 0x3"
+    grank = (core.format(d=0) + "AllReduce: opCount 2 sendbuff 0x1 recvbuff 0x2 count 8 datatype 7 op 0 root 0 comm 0x55 "
+             "[nranks=2] stream 0x3 task 4 globalrank 6")
+    big = core.format(d=99999999999) + "AllReduce: opCount 3 sendbuff 0x1 recvbuff 0x2 count 8 datatype 7 op 0 root 0 comm 0x55 [nranks=2] stream 0x3"
+    monkeypatch.setattr(log, "BATCH_BYTES", len(init) + len(plain) + 3)  # init + plain in one batch, the others after
+    rows = log.read(_write(tmp_path / "t.log", [init, plain, grank, big])).rows
+    assert rows["seq"].to_list() == [1, 2, 3]
+    # plain: no globalrank, the communicator's rank; grank: NCCL's globalrank 6 wins; big: dev null, the comm still found
+    assert rows["rank"].to_list() == [1, 6, 1] and rows["group"].to_list() == [CID] * 3 and rows["member"].to_list() == ["1"] * 3
+    assert rows["dtype"].to_list() == ["datatype13", "float32", "float32"] and rows["redop"].to_list() == ["premulsum7", "sum", "sum"]
+    assert rows["group_size"].to_list() == [2, 2, 2] and rows["bytes"].to_list() == [None, 32, 32]  # 8 float32 = 32 B

@@ -31,11 +31,15 @@ _CORE = (r"^(?P<pre>.*)(?:^|[\s:>\]])(?P<host>[\w.\-]+):(?P<pid>\d+):(?P<tid>\d+
          r"(?:\S+ ){0,3}?NCCL (?P<level>INFO|WARN|TRACE|CALL|ERROR|ABORT) ?(?P<msg>.*)$")
 _CORE_FIRST = (r"^(?P<pre>.*?)(?P<host>[\w.\-]+):(?P<pid>\d+):(?P<tid>\d+) \[(?P<dev>\d+)\] "
                r"(?:\S+ ){0,3}?NCCL (?P<level>INFO|WARN|TRACE|CALL|ERROR|ABORT) ?(?P<msg>.*)$")
-_LEFT = r"^(?P<pre>.*?)(?P<host>[\w.\-]+):(?P<pid>\d+):(?P<tid>\d+) \[(?P<dev>\d+)\](?: \S+){0,3}$"
+# unanchored (its leftmost match is the lazy prefix's): the regex engine finds the match's span with
+# its DFA and runs the capturing engine on that span only; the prefix is what comes before it
+_LEFT = r"(?P<tail>(?P<host>[\w.\-]+):(?P<pid>\d+):\d+ \[(?P<dev>\d+)\](?: \S+){0,3}$)"
 _TS = r"\[?(\d{4}-\d\d-\d\d[ T]\d\d:\d\d:\d\d(?:[.,]\d+)?)\]?\s*$"
-_COLL = (r"^(?P<op>[A-Za-z]+): opCount (?P<opc>[0-9a-fA-F]+) sendbuff (?P<sb>\S+) recvbuff (?P<rb>\S+) "
-         r"count (?P<count>\d+) datatype (?P<dt>\d+) op (?P<rop>\d+) root (?P<root>-?\d+) comm (?P<comm>\S+)"
-         r"(?: \[nranks=(?P<nr>\d+)\])?(?: stream (?P<stream>\S+))?(?: task \d+)?(?: globalrank (?P<grank>\d+))?")
+# a COLL line in two steps: its fixed head (a one-pass regex: fast captures), then the optional tail
+# of what follows the comm (run on that short rest only); the groups the rows do not use do not capture
+_COLL = (r"^(?P<op>[A-Za-z]+): opCount (?P<opc>[0-9a-fA-F]+) sendbuff \S+ recvbuff \S+ "
+         r"count (?P<count>\d+) datatype (?P<dt>\d+) op (?P<rop>\d+) root (?P<root>-?\d+) comm (?P<comm>\S+)(?P<rest>(?: .*)?)")
+_COLL_TAIL = r"^(?: \[nranks=(?P<nr>\d+)\])?(?: stream \S+)?(?: task \d+)?(?: globalrank (?P<grank>\d+))?"
 _COMM = (r"comm (?P<comm>0x[0-9a-fA-F]+|\(nil\)) rank (?P<rank>\d+) n[Rr]anks (?P<nranks>\d+)"
          r"(?: cudaDev (?P<cd>\d+))?(?: nvmlDev (?P<nv>\d+))?(?: busId (?P<bus>[0-9a-fA-F]+))?"
          r"(?: commId (?P<cid>0x[0-9a-fA-F]+))?(?: nNodes (?P<nn>\d+))?(?: localRanks (?P<lr>\d+))?")
@@ -94,21 +98,28 @@ def _lines(chunk: bytes, offset: int) -> pl.DataFrame:
 
 def _parse_batch(lines: pl.DataFrame) -> dict[str, pl.DataFrame]:
     line = pl.col("line")
-    # the first NCCL core of a line (a lazy prefix: cheap); a line holding two (another line run
-    # into a cut one) is read by its last, with the greedy prefix, on those lines only
-    many = (line.str.count_matches(" NCCL INFO ", literal=True) + line.str.count_matches(" NCCL WARN ", literal=True)) > 1
-    lines = lines.with_columns(many.alias("interleaved"))
-    # the common line: split at its first " NCCL ", the process/thread/device read from the short
+    # the first NCCL core of a line; a line holding two (another line run into a cut one) is read by
+    # its last, with the greedy prefix, on those lines only.  The common line: split at its first " NCCL ", the process/thread/device read from the short
     # part before it (a regex over ~40 bytes, not the whole line), the level and message after it
     halves = line.str.splitn(" NCCL ", 2)
-    one = (lines.lazy().filter(~pl.col("interleaved"))
-           .with_columns(halves.struct.field("field_0").str.extract_groups(_LEFT).alias("g"),
-                         halves.struct.field("field_1").alias("right"))
+    split = lines.with_columns(halves.struct.field("field_0").alias("left"), halves.struct.field("field_1").alias("right"))
+    # two " NCCL INFO |WARN " need a second " NCCL " after the first (they cannot overlap it): counted
+    # on the lines that have one only
+    many = (line.str.count_matches(" NCCL INFO ", literal=True) + line.str.count_matches(" NCCL WARN ", literal=True)) > 1
+    many_ln = split.filter(pl.col("right").str.contains(" NCCL ", literal=True)).filter(many)["ln"]
+    # (an empty line, null, is left out as before: not counted in the lines)
+    split = split.with_columns(pl.when(line.is_not_null()).then(pl.col("ln").is_in(many_ln.implode()) if many_ln.len() else False)
+                               .alias("interleaved"))
+    lines = split.select("ln", "line", "interleaved")
+    one = (split.lazy().filter(~pl.col("interleaved"))
+           .with_columns(pl.col("left").str.extract_groups(_LEFT).alias("g"))
            .unnest("g")
+           .with_columns(pl.col("left").str.head(pl.col("left").str.len_chars() - pl.col("tail").str.len_chars()).alias("pre"))
+           .drop("left", "tail")
            .with_columns(pl.col("right").str.extract(r"^(INFO|WARN|TRACE|CALL|ERROR|ABORT)\b").alias("level"))
            .with_columns(pl.when(pl.col("level").is_not_null() & pl.col("host").is_not_null())
                          .then(pl.col("right").str.slice(pl.col("level").str.len_bytes() + 1)).alias("msg"))
-           .drop("right", "tid")
+           .drop("right")
            .with_columns(pl.when(pl.col("msg").is_null()).then(None).otherwise(pl.col(c)).alias(c) for c in ("host", "pid", "dev", "pre"))
            .collect())
     two = (lines.filter(pl.col("interleaved")).with_columns(line.str.extract_groups(_CORE).alias("g")).unnest("g")
@@ -129,15 +140,36 @@ def _parse_batch(lines: pl.DataFrame) -> dict[str, pl.DataFrame]:
         is_core.sum().alias("nccl_lines"),
         (is_core & (pl.col("level") == "WARN")).sum().alias("warn_lines"),
         pl.col("interleaved").fill_null(False).sum().alias("interleaved_lines"),
-    ).with_columns(core.filter(~is_core).select(
-        (line.str.contains(_VERSION).not_() & line.str.contains(_TORCH_WORDS).not_()
-         & line.str.strip_chars().str.len_bytes().gt(0) & ~line.str.starts_with("#")).sum()).to_series().alias("unknown_lines"))
-    nccl = core.filter(is_core).with_columns(pl.col("pid").cast(pl.Int64, strict=False),
-                                             pl.col("dev").cast(pl.Int32, strict=False))
+    )
+    # the lines that are not NCCL's: the cheap tests first, each costly regex on what is left of them
+    rest = core.lazy().filter(~is_core).select("line").filter(line.str.contains(r"\S") & ~line.str.starts_with("#")).collect()
+    rest = rest.filter(~line.str.contains(_VERSION))
+    counts = counts.with_columns(rest.select((~line.str.contains(_TORCH_WORDS)).sum()).to_series().alias("unknown_lines"))
+    # the NCCL lines, each classified once by cheap literal tests: every costly regex runs on its kind only
+    nccl = (core.lazy().filter(is_core)
+            .select("ln", "host", pl.col("pid").cast(pl.Int64, strict=False), pl.col("dev").cast(pl.Int32, strict=False),
+                    "launcher_rank", "ts", "level", "msg",
+                    msg.str.contains(" opCount ", literal=True).alias("k_coll"),
+                    msg.str.contains("comm 0x", literal=True).alias("k_comm"),
+                    msg.str.contains(" via ", literal=True).alias("k_via"),
+                    msg.str.starts_with("Channel ").alias("k_channel"),
+                    msg.str.starts_with("Trees ").alias("k_trees"),
+                    msg.str.contains(" Bytes -> Algo ", literal=True).alias("k_tune"),
+                    msg.str.contains("Using network", literal=True).alias("k_net"),
+                    msg.str.contains("coll channels", literal=True).alias("k_cc"),
+                    msg.str.contains("Connected all", literal=True).alias("k_conn"))
+            .collect())
+    k = pl.col
     key = ["host", "pid", "dev", "launcher_rank"]
-    coll = (nccl.lazy().filter(msg.str.contains(" opCount ", literal=True))
+    coll = (nccl.lazy().filter(k("k_coll"))
             .select("ln", *key, "ts", msg.str.extract_groups(_COLL).alias("c")).unnest("c")
-            .filter(pl.col("op").is_not_null())
+            .filter(pl.col("op").is_not_null()).collect())
+    # the tail's regex (not one-pass: slow) only in a batch with a globalrank; else its nranks alone
+    if coll.select(pl.col("rest").str.contains("globalrank", literal=True).any()).item():
+        tail = pl.col("rest").str.extract_groups(_COLL_TAIL)
+    else:
+        tail = pl.struct(pl.col("rest").str.extract(r"^ \[nranks=(\d+)\]").alias("nr"), pl.lit(None, pl.String).alias("grank"))
+    coll = (coll.lazy().with_columns(tail.alias("t")).unnest("t")
             .select("ln", pl.col("host").cast(pl.Categorical), "pid", "dev", "launcher_rank",
                     pl.col("ts").str.replace("T", " ", literal=True).str.replace(",", ".", literal=True)
                     .str.to_datetime("%Y-%m-%d %H:%M:%S%.f", time_unit="ns", strict=False).dt.epoch("ns").alias("ts"),
@@ -147,29 +179,31 @@ def _parse_batch(lines: pl.DataFrame) -> dict[str, pl.DataFrame]:
                     pl.col("comm").cast(pl.Categorical), pl.col("nr").cast(pl.Int32, strict=False),
                     pl.col("grank").cast(pl.Int32, strict=False))
             .collect())
-    comm = (nccl.lazy().filter(msg.str.contains(" rank ", literal=True) & msg.str.contains("comm 0x", literal=True))
+    comm = (nccl.lazy().filter(k("k_comm")).filter(msg.str.contains(" rank ", literal=True))
             .select("ln", *key, msg.str.extract_groups(_COMM).alias("c")).unnest("c")
             .filter(pl.col("comm").is_not_null()).collect())
-    via = (nccl.lazy().filter(msg.str.contains(" via ", literal=True))
-           .select(*key, msg.str.extract_groups(_VIA).alias("c")).unnest("c").filter(pl.col("via").is_not_null())
-           .with_columns(pl.col("via").str.extract(r"^((?:NET|COLLNET)/[^/]+|[A-Za-z0-9]+)").alias("transport"))
+    # a line of _VIA's shape has no " via " before its own (its tokens are numbers, "->", "[send]"): the
+    # transport read after the first, no captures of the shape
+    via = (nccl.lazy().filter(k("k_via")).filter(msg.str.contains(_VIA))
+           .select(*key, msg.str.extract(r" via ((?:NET|COLLNET)/[^/\s]+|[A-Za-z0-9]+)").alias("transport"))
            .group_by("host", "pid", "dev", "transport").agg(pl.len().alias("connections")).collect())
-    ring = (nccl.lazy().filter(msg.str.starts_with("Channel ") & ~msg.str.contains("->", literal=True))
+    ring = (nccl.lazy().filter(k("k_channel")).filter(~msg.str.contains("->", literal=True))
             .select(*key, msg.str.extract_groups(_RING).alias("c")).unnest("c").filter(pl.col("ch").is_not_null())
             .select("host", "pid", "dev", pl.col("ch").cast(pl.Int32)).unique().collect())
-    tune = (nccl.lazy().filter(msg.str.contains(" Bytes -> Algo ", literal=True))
+    tune = (nccl.lazy().filter(k("k_tune"))
             .select(msg.str.extract_groups(_TUNE).alias("c")).unnest("c").filter(pl.col("algo").is_not_null())
             .group_by("op", "algo", "proto").agg(pl.len().alias("calls"), pl.col("bytes").cast(pl.Int64).min().alias("min_bytes"),
                                                  pl.col("bytes").cast(pl.Int64).max().alias("max_bytes")).collect())
     words = (nccl.lazy().select(
-        msg.str.extract(r"Using network (\S+)").drop_nulls().unique().implode().alias("network"),
-        msg.str.extract(r"^(\d+) coll channels").cast(pl.Int32, strict=False).max().alias("coll_channels"),
-        msg.str.starts_with("Trees ").sum().alias("trees"),
-        msg.str.contains("Connected all rings", literal=True).sum().alias("rings_connected"),
-        msg.str.contains("Connected all trees", literal=True).sum().alias("trees_connected"),
-        pl.when(pl.col("level") == "WARN").then(msg).drop_nulls().unique(maintain_order=True).head(5).implode().alias("warn"),
+        # each extract on the lines holding its literal only
+        msg.filter(k("k_net")).str.extract(r"Using network (\S+)").drop_nulls().unique().implode().alias("network"),
+        msg.filter(k("k_cc")).str.extract(r"^(\d+) coll channels").cast(pl.Int32, strict=False).max().alias("coll_channels"),
+        k("k_trees").sum().alias("trees"),
+        msg.filter(k("k_conn")).str.contains("Connected all rings", literal=True).sum().alias("rings_connected"),
+        msg.filter(k("k_conn")).str.contains("Connected all trees", literal=True).sum().alias("trees_connected"),
+        msg.filter(pl.col("level") == "WARN").unique(maintain_order=True).head(5).implode().alias("warn"),
     ).collect())
-    version = lines.lazy().select(line.str.extract(_VERSION).alias("v")).filter(pl.col("v").is_not_null()).unique().collect()
+    version = lines.lazy().filter(line.str.contains("NCCL version", literal=True)).select(line.str.extract(_VERSION).alias("v")).filter(pl.col("v").is_not_null()).unique().collect()
     # PyTorch's watchdog message spans lines: each of its lines gets the rank of the last "[Rank N]" before it
     watchdog = (lines.lazy().filter(line.str.contains(r"\[Rank \d+\]|WorkNCCL\(SeqNum=|last enqueued work:|ran for \d+ milliseconds|Timeout\(ms\)="))
                 .select("ln", line.str.extract_groups(_WATCHDOG).alias("w"), line.str.extract_groups(_PGSTATUS).alias("p"),
@@ -180,8 +214,8 @@ def _parse_batch(lines: pl.DataFrame) -> dict[str, pl.DataFrame]:
                 .with_columns(pl.col("seq", "enq", "done").cast(pl.Int64, strict=False))
                 .filter(pl.any_horizontal(pl.col("seq", "enq", "done", "ran_ms", "timeout_ms").is_not_null()))
                 .collect())
-    read_msgs = (msg.str.contains(r" opCount |comm 0x| via |^Channel |^Trees | Bytes -> Algo |Using network|coll channels|"
-                                  r"Connected all|NCCL version") | (pl.col("level") == "WARN"))
+    read_msgs = (pl.any_horizontal("k_coll", "k_comm", "k_via", "k_channel", "k_trees", "k_tune", "k_net", "k_cc", "k_conn")
+                 | msg.str.contains("NCCL version", literal=True) | (pl.col("level") == "WARN"))
     counts = counts.with_columns(nccl.select((~read_msgs).sum()).to_series().alias("other_nccl_lines"))
     return {"counts": counts, "coll": coll, "comm": comm, "via": via, "ring": ring, "tune": tune, "words": words,
             "version": version, "watchdog": watchdog}
@@ -203,7 +237,8 @@ def read(path: str | Path, file: int = 0) -> NcclParse:
     if not parts:  # an empty file: the same tables, empty
         for k, v in _parse_batch(pl.DataFrame(schema={"ln": pl.Int64, "line": pl.String})).items():
             parts[k] = [v]
-    got = {k: pl.concat(v, how="vertical_relaxed") for k, v in parts.items()}
+    # the collective lines stay one frame per batch: turned into rows a batch at a time, each freed once done
+    got: dict = {k: (v if k == "coll" else pl.concat(v, how="vertical_relaxed")) for k, v in parts.items()}
     return _assemble(str(path), file, got, cut)
 
 
@@ -211,7 +246,7 @@ def _first(c: str) -> pl.Expr:
     return pl.col(c).drop_nulls().first()
 
 
-def _assemble(path: str, file: int, got: dict[str, pl.DataFrame], cut: str | None) -> NcclParse:
+def _assemble(path: str, file: int, got: dict, cut: str | None) -> NcclParse:
     warnings: list[str] = []
     c = got["counts"].sum().row(0, named=True)
     comms = (got["comm"].lazy()
@@ -229,35 +264,54 @@ def _assemble(path: str, file: int, got: dict[str, pl.DataFrame], cut: str | Non
     # a process's (and device's) global rank: its rank in its largest communicator
     world = (comms.lazy().sort("nranks", descending=True, nulls_last=True)
              .group_by("host", "pid", "cuda_dev").agg(pl.col("rank").first().alias("proc_rank")).collect())
-    coll = got.pop("coll")
-    rop = pl.col("rop").cast(pl.Int64)
+    coll_parts: list[pl.DataFrame] = got.pop("coll")
+    if isinstance(coll_parts, pl.DataFrame):
+        coll_parts = [coll_parts]
     nranks = pl.coalesce(pl.col("nr"), pl.col("nranks"))
-    collective = pl.col("op").replace_strict(NCCL_OPS, default=pl.col("op").str.to_lowercase())
     dt = pl.col("dt").cast(pl.Int64)
     elsize = dt.replace_strict({0: 1, 1: 1, 2: 4, 3: 4, 4: 8, 5: 8, 6: 2, 7: 4, 8: 8, 9: 2, 10: 1, 11: 1}, default=None,
                                return_dtype=pl.Int64)
-    mult = pl.when(collective.is_in(["allgather", "reducescatter"])).then(nranks.cast(pl.Int64)).otherwise(1)
     guessed = pl.col("comm_id").is_null()
     # without a commId, a communicator is guessed by its size and the order in which the process's
     # device first used communicators of that size (ranks create them in the same order)
-    order = (coll.lazy().with_columns(pl.col("host", "comm").cast(pl.String))
+    order = (pl.concat([p.lazy().select("host", "pid", "dev", "comm", "ln", "nr") for p in coll_parts], how="vertical_relaxed")
+             .with_columns(pl.col("host", "comm").cast(pl.String))
              .group_by("host", "pid", "dev", "comm").agg(pl.col("ln").min().alias("first_ln"), pl.col("nr").max().alias("nr"))
              .with_columns(pl.col("first_ln").rank("dense").over("host", "pid", "dev", "nr").alias("nth"))
-             .select("host", "pid", "dev", "comm", "nth"))
+             .select("host", "pid", "dev", "comm", "nth").collect().lazy())
+
+    def codes(part: pl.DataFrame, col: str, name) -> dict:
+        # the names of the codes this part holds (a handful): a format per row only where it is needed
+        return {c: name(c) for c in part[col].drop_nulls().unique().to_list()}
 
     def build(part: pl.DataFrame) -> pl.DataFrame:
-        return (part.lazy()
-                .with_columns(pl.col("host", "comm", "op").cast(pl.String))
-                .join(comms.lazy().select("host", "pid", "comm", "comm_id", "rank", "nranks"), on=["host", "pid", "comm"], how="left",
-                      maintain_order="left")
-                .join(world.lazy().rename({"cuda_dev": "dev"}), on=["host", "pid", "dev"], how="left", maintain_order="left")
-                .join(order, on=["host", "pid", "dev", "comm"], how="left", maintain_order="left")
-                .with_columns(collective.alias("collective"), nranks.alias("group_size"))
+        ops = codes(part, "op", lambda o: NCCL_OPS.get(o, o.lower()))  # op is ASCII letters ([A-Za-z]+)
+        dtypes = codes(part, "dt", lambda c: NCCL_DTYPES[c] if 0 <= c < len(NCCL_DTYPES) else f"datatype{c}")
+        redops = codes(part, "rop", lambda c: NCCL_REDOPS[c] if 0 <= c < len(NCCL_REDOPS) else f"premulsum{c}")
+        collective = pl.col("op").replace_strict(ops, default=None, return_dtype=pl.String)
+        mult = pl.when(collective.is_in(["allgather", "reducescatter"])).then(nranks.cast(pl.Int64)).otherwise(1)
+        # the communicator, the process's rank and the guess's order looked up once per (process, device,
+        # communicator) of the part, then one join per row (null keys matching their own lookup row)
+        key4 = ["host", "pid", "dev", "comm"]
+        look = (part.lazy().select(key4).with_columns(pl.col("host", "comm").cast(pl.String)).unique()
+                .join(comms.lazy().select("host", "pid", "comm", "comm_id", "rank", "nranks"), on=["host", "pid", "comm"], how="left")
+                .join(world.lazy().rename({"cuda_dev": "dev"}), on=["host", "pid", "dev"], how="left")
+                .join(order, on=key4, how="left"))
+        j = (part.lazy()
+             .with_columns(pl.col("host", "comm", "op").cast(pl.String))
+                .join(look, on=key4, how="left", nulls_equal=True, maintain_order="left")
+                .with_columns(collective.alias("collective"), nranks.alias("group_size"),
+                              pl.coalesce(pl.col("rank"), "grank", "launcher_rank").cast(pl.String).alias("member"))
+                .collect())
+        # the formats only on a part that needs them
+        group = (pl.when(guessed).then(pl.format("nranks={}#{}", pl.col("group_size").cast(pl.String).fill_null("?"), "nth"))
+                 .otherwise(pl.col("comm_id")) if j["comm_id"].null_count() else pl.col("comm_id"))
+        member = pl.col("member").fill_null(pl.format("{}:{}[{}]", "host", "pid", "dev")) if j["member"].null_count() else pl.col("member")
+        return (j.lazy()
                 .select(
                     pl.lit(file, pl.Int32).alias("file"),
                     pl.coalesce("grank", "launcher_rank", "proc_rank", "rank").cast(pl.Int32).alias("rank"),
-                    pl.when(guessed).then(pl.format("nranks={}#{}", pl.col("group_size").cast(pl.String).fill_null("?"), "nth"))
-                      .otherwise(pl.col("comm_id")).alias("group"),
+                    group.alias("group"),
                     pl.lit(None, pl.String).alias("group_desc"),
                     "seq",
                     "collective",
@@ -270,16 +324,13 @@ def _assemble(path: str, file: int, got: dict[str, pl.DataFrame], cut: str | Non
                     pl.lit(1, pl.Int32).alias("n_parts"),
                     pl.lit(NAME).alias("source"),
                     # the rank in the communicator, else the global rank a launcher or NCCL printed, else the process
-                    pl.coalesce(pl.col("rank"), "grank", "launcher_rank").cast(pl.String)
-                      .fill_null(pl.format("{}:{}[{}]", "host", "pid", "dev")).alias("member"),
+                    member.alias("member"),
                     pl.col("op").alias("op_name"),
                     "count",
                     pl.lit(None, pl.Int64).alias("out_count"),
-                    dt.replace_strict(dict(enumerate(NCCL_DTYPES)), default=pl.format("datatype{}", dt), return_dtype=pl.String)
-                      .alias("dtype"),
+                    pl.col("dt").replace_strict(dtypes, default=None, return_dtype=pl.String).alias("dtype"),
                     "root",
-                    rop.replace_strict(dict(enumerate(NCCL_REDOPS)), default=pl.format("premulsum{}", rop), return_dtype=pl.String)
-                      .alias("redop"),
+                    pl.col("rop").replace_strict(redops, default=None, return_dtype=pl.String).alias("redop"),
                     pl.lit("scheduled").alias("state"),
                     pl.lit(None, pl.Int64).alias("p2p_seq"),
                     "comm", "host", "pid",
@@ -289,10 +340,15 @@ def _assemble(path: str, file: int, got: dict[str, pl.DataFrame], cut: str | Non
                 .select([pl.col(k).cast(t) for k, t in NCCL_ROW_SCHEMA.items()])
                 .collect())
 
-    # built a slice of lines at a time: the memory it takes beyond the rows stays that of one slice
-    # (in line order: a sort would copy them once more)
-    rows = pl.concat([build(coll.slice(i, ASSEMBLE_ROWS)) for i in range(0, max(coll.height, 1), ASSEMBLE_ROWS)], rechunk=False)
-    del coll
+    # built a batch's lines (at most ASSEMBLE_ROWS) at a time, each batch's lines freed once built: the
+    # memory beyond the rows stays that of one batch (in line order: a sort would copy them once more)
+    built = []
+    while coll_parts:
+        part = coll_parts.pop(0)
+        built.extend(build(part.slice(i, ASSEMBLE_ROWS)) for i in range(0, max(part.height, 1), ASSEMBLE_ROWS))
+        del part
+    rows = pl.concat(built, rechunk=False)
+    del built
     if rows.height and rows["group"].str.starts_with("nranks=").any():
         n = int(rows["group"].str.starts_with("nranks=").sum())
         warnings.append(f"{n} collective line(s) name a communicator whose commId the log does not give (no INIT lines: "
