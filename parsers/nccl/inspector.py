@@ -38,17 +38,14 @@ def either(k: str, value: str = r"-?[0-9.eE+-]+") -> pl.Expr:
 
 
 def read(path: str | Path, file: int = 0) -> NcclParse:
-    from .log import _batches, _lines
+    from .log import numbered_lines
 
     path = Path(path)
     parts: list[pl.DataFrame] = []
     counts = {"lines": 0, "records": 0, "other_records": 0, "bad_lines": 0}
-    offset = 0
     cut = None
-    for chunk, problem in _batches(path):
+    for lines, problem in numbered_lines(path):
         cut = problem or cut
-        lines = _lines(chunk, offset).with_columns(pl.col("line").fill_null(""))
-        offset += lines.height
         line = pl.col("line")
         whole = line.str.contains(r"^\s*\{.*\}\s*,?\s*$")
         kind = (pl.when(~whole).then(pl.lit("bad")).when(line.str.contains('"coll_perf"')).then(pl.lit("coll"))

@@ -398,3 +398,13 @@ def _assemble(path: str, file: int, got: dict, cut: str | None) -> NcclParse:
     if c["nccl_lines"] == 0 and not rows.height:
         warnings.append("no NCCL lines in this log")
     return NcclParse(path, NAME, rows, comms, facts, warnings)
+
+
+def numbered_lines(path):
+    """Each batch of ``path``'s lines as a frame (``_lines``: numbered across batches, nulls as
+    ""), with the problem ``_batches`` met reading it (a cut file), or None."""
+    offset = 0
+    for chunk, problem in _batches(path):
+        lines = _lines(chunk, offset).with_columns(pl.col("line").fill_null(""))
+        offset += lines.height
+        yield lines, problem

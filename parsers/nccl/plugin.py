@@ -38,17 +38,14 @@ def _f(k: str, value: str = r"-?[0-9.eE+-]+") -> pl.Expr:
 
 
 def read(path: str | Path, file: int = 0) -> NcclParse:
-    from .log import _batches, _lines
+    from .log import numbered_lines
 
     path = Path(path)
     parts: list[pl.DataFrame] = []
     counts = {"lines": 0, "events": 0, "bad_lines": 0}
-    offset = 0
     cut = None
-    for chunk, problem in _batches(path):
+    for lines, problem in numbered_lines(path):
         cut = problem or cut
-        lines = _lines(chunk, offset).with_columns(pl.col("line").fill_null(""))
-        offset += lines.height
         line = pl.col("line")
         whole = line.str.contains(r'^\s*\{\s*"name".*\}\s*,?\s*$')
         structural = line.str.contains(r"^\s*(?:\[|\]|\{\s*\}\s*\]?|,)?\s*$")
