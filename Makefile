@@ -23,10 +23,13 @@ test-venv: $(VENV)/.test-installed
 demo: $(VENV)/.installed
 	$(VENV)/bin/tracelens demo
 
-# the layers of DESIGN.md 8 first (.importlinter: each imports only the layers below it), then the suite
+# the layers of DESIGN.md 8 first (.importlinter: each imports only the layers below it), then the suite:
+# the tests on timed multi-process recordings alone (tests/conftest.py: RECORDING_FIXTURES), then
+# every other test on both cores
 test: $(VENV)/.test-installed
 	$(VENV)/bin/lint-imports
-	$(PY) -m pytest -q --durations=25
+	$(PY) -m pytest -q -m recording --durations=10
+	$(PY) -m pytest -q -m "not recording" -n 2 --dist worksteal --durations=25
 
 bench: $(VENV)/.test-installed
 	$(PY) benchmarks/parse.py

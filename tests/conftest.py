@@ -60,6 +60,20 @@ def holds_trace_events(path: Path) -> bool:
     return isinstance(events, list) and any(isinstance(e, dict) and "ph" in e for e in events)
 
 
+# Fixtures that record a real multi-process run (gloo ranks, a hang's timeout) on this machine, and
+# the modules that record timed runs inline: their tests compare recorded times (a late rank, a
+# predicted step time, a bubble), so `make test` runs them alone, before the rest of the suite runs
+# on both cores (pytest-xdist); no other test's load reaches their clocks.
+RECORDING_FIXTURES = {"ddp_traces", "pipeline_traces", "dumps", "slowed_job", "ddp_job"}
+RECORDING_MODULES = {"test_replay", "test_torch_recorded"}
+
+
+def pytest_collection_modifyitems(config, items):
+    for item in items:
+        if RECORDING_FIXTURES & set(getattr(item, "fixturenames", ())) or item.module.__name__.rsplit(".", 1)[-1] in RECORDING_MODULES:
+            item.add_marker(pytest.mark.recording)
+
+
 @pytest.fixture(autouse=True)
 def _isolated_cache(tmp_path_factory, monkeypatch):
     """Every test gets its own parse cache, so no test sees another's entries."""
