@@ -34,8 +34,8 @@ rank is paired with one NCCL record, at most.
   ``nccl_pairing`` / ``fr_pairing`` how ("by process group and sequence number", "by position in the
   communicator's sequence at offset k") or why not; ``nccl_mismatched_calls`` / ``fr_mismatched_calls``
   the paired ones whose collective or byte size differs between the two sides (each a counted
-  warning, never a silent join; sizes compare the NCCL side's input and output bytes, and its bytes x
-  group size, with the job's).  With the plugin's per-call values, ``nccl_algo`` / ``nccl_proto`` /
+  warning, never a silent join; sizes compare the NCCL side's input and output bytes, and an
+  all-gather's or reduce-scatter's bytes x group size, with the job's).  With the plugin's per-call values, ``nccl_algo`` / ``nccl_proto`` /
   ``nccl_channels`` are the mode over the paired calls only.  Flight Recorder: ``fr_states`` (state ->
   paired calls) and ``fr_dur_ns_median``, the median over paired calls of enqueue to the watchdog's
   seeing it complete (the recorder's own two times; null where it never saw one complete, e.g. gloo).
@@ -164,8 +164,8 @@ def _job_calls(table: pl.DataFrame, group: str | None) -> pl.DataFrame:
 
 def _with_sizes(rows: pl.DataFrame) -> pl.DataFrame:
     """NCCL records with what a paired call is compared on: ``n_bytes`` / ``n_out_bytes`` (a Flight
-    Recorder entry's input / output elements x its element size; a log's or plugin's bytes, and
-    those x its group size, as NCCL counts an all-gather's or reduce-scatter's per rank), and the
+    Recorder entry's input / output elements x its element size; a log's or plugin's bytes, and for
+    an all-gather or reduce-scatter those x its group size, as NCCL counts those per rank), and the
     per-call columns, null where the source has none."""
     from tracelens.model.collectives import dtype_bytes
 
@@ -182,7 +182,9 @@ def _with_sizes(rows: pl.DataFrame) -> pl.DataFrame:
     return rows.with_columns(
         pl.col("seq").alias("n_seq"), pl.col("collective").alias("n_collective"),
         pl.when(fr).then(pl.col("count") * elem).otherwise(pl.col("bytes")).alias("n_bytes"),
-        pl.when(fr).then(pl.col("out_count") * elem).otherwise(pl.col("bytes") * pl.col("group_size")).alias("n_out_bytes"),
+        pl.when(fr).then(pl.col("out_count") * elem)
+          .when(pl.col("collective").is_in(["allgather", "reducescatter"])).then(pl.col("bytes") * pl.col("group_size"))
+          .alias("n_out_bytes"),
         pl.col("state").alias("n_state"), col("algo", pl.String).alias("n_algo"), col("proto", pl.String).alias("n_proto"),
         col("channels", pl.Int32).alias("n_channels"),
         pl.when(fr & (pl.col("end_ns") >= pl.col("start_ns"))).then(pl.col("end_ns") - pl.col("start_ns")).alias("n_dur_ns"))
