@@ -210,7 +210,7 @@ def test_pair_tiny_frames():
     assert "rank 0 seq 9: the job's allreduce 100 B, NCCL's record 9 broadcast 100 B" in warnings[0]
 
 
-def test_flight_recorder_pairs_with_the_same_runs_kineto(tmp_path, ddp_traces, ddp_fr):
+def test_flight_recorder_pairs_with_the_same_runs_kineto(capsys, tmp_path, ddp_traces, ddp_fr):
     """The recorded DDP run's Flight Recorder (ddp_fr) joined to its own profiler traces; every pair
     checked against plain Python over the raw Kineto JSON and the raw dumps: the trace's gloo calls
     (no ``Seq`` on the CPU: the job's numbers are derived) are one run of the recorder's entries of
@@ -256,3 +256,31 @@ def test_flight_recorder_pairs_with_the_same_runs_kineto(tmp_path, ddp_traces, d
             checked += 1
     assert checked == 2 * len(d["communication"]["slowest"]) > 0
     assert not [w for w in d["warnings"] if "Flight Recorder" in w or "differ in collective" in w]
+    assert cli.main(["report", "--no-cache", str(ddp_traces[0].parent), "--nccl", str(ddp_fr)]) == 0
+    n, states = want_calls["allreduce"], got["allreduce"]["fr_states"]
+    assert (f"{n} rank-call(s) paired with Flight Recorder entries by position in the process group's recorded sequence "
+            f"at offset {at[0]} (" + ", ".join(f"{v} {k}" for k, v in states.items()) + ")") in capsys.readouterr().out
+
+
+def test_flight_recorder_of_another_order_is_not_paired(tmp_path, ddp_traces, ddp_fr):
+    # the same run's rank-1 dump with its entries' collectives in reverse order (all-gather, broadcast x 2,
+    # all-reduce, broadcast x 2, all-reduce x 3, barrier becomes barrier, all-reduce x 3, broadcast x 2,
+    # all-reduce, broadcast x 2, all-gather): the trace's broadcast x 2, all-reduce x 3 occur nowhere
+    # there in that order: refused, said once
+    fr = tmp_path / "fr"
+    fr.mkdir()
+    (fr / "rank_0").write_bytes((ddp_fr / "rank_0").read_bytes())
+    dump = json.loads((ddp_fr / "rank_1").read_text())
+    names = [e["profiling_name"] for e in dump["entries"]]
+    for e, n in zip(dump["entries"], names[::-1]):
+        e["profiling_name"] = n
+    (fr / "rank_1").write_text(json.dumps(dump))
+    from tracelens.api import analyze, open_job
+    from tracelens.model.options import Options
+
+    d = analyze(open_job(ddp_traces, options=Options(nccl=(str(fr),)))).to_dict()
+    jsonschema.validate(d, SCHEMA)
+    for x in d["communication"]["by_group"]:
+        assert x["fr_paired_calls"] == 0 and x["fr_pairing"].startswith("rank 1's 5 collective(s) do not occur in that order")
+    assert sum("Flight Recorder: rank 1's" in w and "not paired" in w for w in d["warnings"]) == 1
+    assert all("fr_seq" not in r for s in d["communication"]["slowest"] for r in s["ranks"])

@@ -60,7 +60,8 @@ TOLERANCE = 1.1  # measured busbw above achievable x this is flagged
 def merge(d: dict[str, Any], paths: list[str] | tuple[str, ...], table: pl.DataFrame | None = None) -> dict[str, Any]:
     """``d`` (a job's report dict) with the NCCL records under ``paths`` joined (a new dict).
     ``table``: the job's collective table (``collectives.TABLE_SCHEMA``), for the sequence check of
-    a matched communicator (without it the join is by rank, size and collective only, said)."""
+    a matched communicator and the call-by-call pairing (without it the join is by rank, size and
+    collective only, said, and nothing is paired)."""
     from tracelens.analysis.job.hang import diagnose
     from tracelens.analysis.nccl import nccl_section
     from tracelens.model.nccl import NCCL_ROW_SCHEMA
@@ -123,9 +124,9 @@ def merge(d: dict[str, Any], paths: list[str] | tuple[str, ...], table: pl.DataF
             if key not in paired:
                 theirs = _with_sizes(rows.filter(pl.col("group") == algo["nccl_communicator"]))
                 paired[key] = _pair(_job_calls(table, g["group"]), theirs, job_ranks, "seq", exact=False)
+                if paired[key][1] is not None:  # once per communicator: its pairs hold all the group's collectives
+                    found_pairs.append(paired[key][1].with_columns(pl.lit("nccl").alias("_src")))
             algo.update(_summary(paired[key], g, "nccl", warnings))
-            if paired[key][1] is not None:
-                found_pairs.append(paired[key][1].with_columns(pl.lit("nccl").alias("_src")))
         if algo:
             g.update(algo)
         if fr_rows.height and table is not None and table.height and g["group"]:
@@ -136,12 +137,12 @@ def merge(d: dict[str, Any], paths: list[str] | tuple[str, ...], table: pl.DataF
                 exact = job.height > 0 and not job["derived"].any()
                 paired[key] = (_pair(job, theirs, job_ranks, "order", exact=exact, what="the process group's recorded sequence")
                                if theirs.height else None)
-            if paired[key] is not None:
-                if not paired[key][0]:
-                    warnings.append(f"group {g['group']} {g['collective']}: Flight Recorder: {paired[key][2]}; not paired")
-                g.update(_summary(paired[key], g, "fr", warnings))
-                if paired[key][1] is not None:
+                if paired[key] is not None and paired[key][1] is not None:
                     found_pairs.append(paired[key][1].with_columns(pl.lit("fr").alias("_src")))
+                if paired[key] is not None and not paired[key][0]:  # once per process group
+                    warnings.append(f"group {g['group']}: Flight Recorder: {paired[key][2]}; not paired")
+            if paired[key] is not None:
+                g.update(_summary(paired[key], g, "fr", warnings))
         items.append(g)
     d["communication"]["by_group"] = items
     if found_pairs:
@@ -205,13 +206,16 @@ def _pair(job: pl.DataFrame, theirs: pl.DataFrame, ranks: set, order: str, exact
                .unique(["rank", "_p2p", "seq"], keep="first"))
         pairs = (mine.join(rec, on=["rank", "_p2p", "seq"], how="inner")
                  .with_columns(pl.col("seq").alias("n_seq")).drop("_p2p"))
+        if not pairs.height:
+            return True, None, "not paired: no record with the job's (rank, sequence number)"
         return True, pairs, "by process group and sequence number"
     codes: dict[str, str] = {}
 
-    def word(names: list) -> str:  # one character per collective, in order (a string op, no per-row Python)
-        for n in set(names):
+    def word(names: pl.Series) -> str:  # one character per collective, in order (polars' replace and join, no per-row Python)
+        names = names.fill_null("?")
+        for n in names.unique().to_list():  # the distinct collectives: a few
             codes.setdefault(n, chr(0x4E00 + len(codes)))
-        return "".join(codes[n] for n in names)
+        return names.replace_strict(codes, return_dtype=pl.String).str.join("").item()
 
     parts, offsets = [], {}
     for r in sorted(ranks):  # the job's ranks: a bounded loop
@@ -220,7 +224,7 @@ def _pair(job: pl.DataFrame, theirs: pl.DataFrame, ranks: set, order: str, exact
         b = (b.sort(order).unique([order, "collective"], keep="first", maintain_order=True) if order == "seq" else b.sort(order))
         if not a.height or not b.height:
             continue
-        wa, wb = word(a["collective"].fill_null("?").to_list()), word(b["collective"].fill_null("?").to_list())
+        wa, wb = word(a["collective"]), word(b["collective"])
         at = wb.find(wa)
         if at < 0:
             return False, None, f"rank {r}'s {len(wa)} collective(s) do not occur in that order among its {len(wb)} records"
@@ -392,7 +396,7 @@ def _aligned(table: pl.DataFrame | None, rows: pl.DataFrame, group: str | None, 
         at = wb.find(wa)
         if at < 0:
             return False, f"rank {r}'s {len(wa)} collective(s) do not occur in that order among its {len(wb)} NCCL records"
-        found.append((r, at, wb.count(wa)))
+        found.append((r, at, 2 if wb.find(wa, at + 1) >= 0 else 1))  # overlapping occurrences count (str.count does not)
     if not found:
         return True, "no rank with records on both sides: joined by rank, group size and collective"
     unique = all(n == 1 for _, _, n in found)
