@@ -284,3 +284,44 @@ def test_flight_recorder_of_another_order_is_not_paired(tmp_path, ddp_traces, dd
         assert x["fr_paired_calls"] == 0 and x["fr_pairing"].startswith("rank 1's 5 collective(s) do not occur in that order")
     assert sum("Flight Recorder: rank 1's" in w and "not paired" in w for w in d["warnings"]) == 1
     assert all("fr_seq" not in r for s in d["communication"]["slowest"] for r in s["ranks"])
+
+
+def _plugin(rank: int) -> str:
+    # the profiler plugin's COLL events of one rank, one 2-rank communicator (CommHash 77): SeqNum 0, 1 two
+    # all-reduces before the traced steps (TREE, 4 channels), then the job's five calls (SeqNum 2..6):
+    # broadcast 5 and 1 int32, all-reduce 9610 floats RING 2 ch, RING 2 ch, TREE 4 ch
+    calls = [("AllReduce", 9610, "ncclFloat32", "TREE", 4), ("AllReduce", 9610, "ncclFloat32", "TREE", 4),
+             ("Broadcast", 5, "ncclInt32", "RING", 1), ("Broadcast", 1, "ncclInt32", "RING", 1),
+             ("AllReduce", 9610, "ncclFloat32", "RING", 2), ("AllReduce", 9610, "ncclFloat32", "RING", 2),
+             ("AllReduce", 9610, "ncclFloat32", "TREE", 4)]
+    out = []
+    for k, (op, n, dt, algo, ch) in enumerate(calls):
+        args = (f'{{"SeqNum": {k}, "CommHash": 77, "Rank": {rank}, "Count": {n}, "Datatype": {dt}, "Algorithm": "{algo}", '
+                f'"Protocol": "LL", "nChannels": {ch}}}')
+        out += [f'{{"name": "{op}", "cat": "COLL", "ph": "b", "id": {k}, "pid": {9 + rank}, "tid": 1, "ts": {10 * k + 1}, "args": {args}}},',
+                f'{{"name": "{op}", "cat": "COLL", "ph": "e", "id": {k}, "pid": {9 + rank}, "tid": 1, "ts": {10 * k + 5}}},']
+    return "[\n" + "\n".join(out) + "\n]\n"
+
+
+def test_plugin_values_from_the_paired_calls_only(tmp_path, ddp_traces):
+    from tracelens.api import analyze, open_job
+    from tracelens.model.options import Options
+
+    nccl = tmp_path / "plugin"
+    nccl.mkdir()
+    for r in (0, 1):
+        (nccl / f"prof_{9 + r}_{r}.json").write_text(_plugin(r))
+    d = analyze(open_job(ddp_traces, options=Options(nccl=(str(nccl),)))).to_dict()
+    jsonschema.validate(d, SCHEMA)
+    g = {x["collective"]: x for x in d["communication"]["by_group"]}
+    # offset 2; the paired all-reduces are RING 2, RING 2, TREE 4 a rank: mode RING, 2 channels (over all
+    # five of a rank's all-reduces TREE, 4 would win, 3 to 2)
+    assert g["allreduce"]["nccl_pairing"] == "by position in the communicator's sequence at offset 2"
+    assert (g["allreduce"]["nccl_paired_calls"], g["allreduce"]["nccl_mismatched_calls"]) == (6, 0)
+    assert (g["allreduce"]["nccl_algo"], g["allreduce"]["nccl_proto"], g["allreduce"]["nccl_channels"]) == ("RING", "LL", 2)
+    assert (g["broadcast"]["nccl_paired_calls"], g["broadcast"]["nccl_channels"]) == (4, 1)
+    # per slowest rank item: all-reduce i is SeqNum 4 + i (i = 2: TREE, 4 channels), broadcast i SeqNum 2 + i
+    for s in d["communication"]["slowest"]:
+        k = s["seq"] + (4 if s["collective"] == "allreduce" else 2)
+        want = ("TREE", 4) if k == 6 else (("RING", 2) if s["collective"] == "allreduce" else ("RING", 1))
+        assert [(r["nccl_seq"], r["nccl_algo"], r["nccl_channels"]) for r in s["ranks"]] == [(k, *want)] * 2

@@ -112,14 +112,15 @@ def merge(d: dict[str, Any], paths: list[str] | tuple[str, ...], table: pl.DataF
                     warnings.append(f"group {g['group']} {g['collective']}: measured busbw {m:.4g} GB/s is above the achievable "
                                     f"{value:.4g} GB/s x {TOLERANCE} ({note}): a clock, a size or a reference from another "
                                     "machine is wrong; not a fact")
-        algo = _algo(rows, parses, g, size, job_ranks, warnings) if rows.height else None
+        pairing = table is not None and table.height > 0
+        algo = _algo(rows, parses, g, size, job_ranks, warnings, per_call=not pairing) if rows.height else None
         if algo:
             ok, note = _aligned(table, rows, g["group"], algo["nccl_communicator"], job_ranks)
             algo["nccl_sequence"] = note
             if not ok:
                 warnings.append(f"group {g['group']} {g['collective']}: NCCL communicator {algo['nccl_communicator']}: {note}; not joined")
                 algo = None
-        if algo and table is not None and table.height:
+        if algo and pairing:
             key = ("nccl", g["group"], algo["nccl_communicator"])
             if key not in paired:
                 theirs = _with_sizes(rows.filter(pl.col("group") == algo["nccl_communicator"]))
@@ -337,9 +338,12 @@ def achievable(ref: pl.DataFrame, collective: str, nranks: int | None, size: flo
     return None
 
 
-def _algo(rows: pl.DataFrame, parses: list, g: dict, size: int | None, job_ranks: set, warnings: list[str]) -> dict | None:
+def _algo(rows: pl.DataFrame, parses: list, g: dict, size: int | None, job_ranks: set, warnings: list[str],
+          per_call: bool = True) -> dict | None:
     """Algorithm, protocol and channels of the group's collective from the one NCCL communicator
-    that matches it (on the job's ranks, of its size, running that collective)."""
+    that matches it (on the job's ranks, of its size, running that collective): a log's tuning and
+    channel lines; with ``per_call`` the mode of its records' own values too (the plugin's; without,
+    the paired calls' mode is taken later, ``_summary``)."""
     mine = rows.filter(pl.col("collective") == g["collective"], pl.col("rank").is_in(list(job_ranks)))
     if size is not None:
         mine = mine.filter(pl.col("group_size").is_null() | (pl.col("group_size") == size))
@@ -352,7 +356,7 @@ def _algo(rows: pl.DataFrame, parses: list, g: dict, size: int | None, job_ranks
         return None
     out: dict[str, Any] = {"nccl_communicator": comms[0]}
     for col, key in (("algo", "nccl_algo"), ("proto", "nccl_proto"), ("channels", "nccl_channels")):
-        if col in mine.columns and mine[col].drop_nulls().len():
+        if per_call and col in mine.columns and mine[col].drop_nulls().len():
             out[key] = mine[col].drop_nulls().mode().sort()[0]
     files = set(mine["file"].unique().to_list())
     for p in parses:
