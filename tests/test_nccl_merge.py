@@ -260,6 +260,10 @@ def test_flight_recorder_pairs_with_the_same_runs_kineto(capsys, tmp_path, ddp_t
     n, states = want_calls["allreduce"], got["allreduce"]["fr_states"]
     assert (f"{n} rank-call(s) paired with Flight Recorder entries by position in the process group's recorded sequence "
             f"at offset {at[0]} (" + ", ".join(f"{v} {k}" for k, v in states.items()) + ")") in capsys.readouterr().out
+    from tracelens.render.html import render_html
+
+    assert (f"0 allreduce: {n} rank-call(s) paired with Flight Recorder entries by position in the process group&#x27;s "
+            f"recorded sequence at offset {at[0]}") in render_html(d).decode()
 
 
 def test_flight_recorder_of_another_order_is_not_paired(tmp_path, ddp_traces, ddp_fr):
