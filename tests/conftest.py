@@ -84,10 +84,20 @@ def _isolated_cache(tmp_path_factory, monkeypatch):
 
 @pytest.fixture(scope="session")
 def ddp_traces(tmp_path_factory) -> list[Path]:
-    """Two real rank traces recorded here with torch's profiler (gloo DDP on the CPU)."""
+    """Two real rank traces recorded here with torch's profiler (gloo DDP on the CPU); the Flight
+    Recorder of the same run beside them (``ddp_fr``: under half a second more)."""
     from tests.torch_recorder import record_ddp
 
-    return record_ddp(tmp_path_factory.mktemp("ddp"), world=2, steps=3)
+    root = tmp_path_factory.mktemp("ddp")
+    return record_ddp(root / "traces", world=2, steps=3, fr_dir=root / "fr")
+
+
+@pytest.fixture(scope="session")
+def ddp_fr(ddp_traces) -> Path:
+    """The folder of the ``ddp_traces`` run's Flight Recorder dumps (rank_0, rank_1: JSON)."""
+    out = ddp_traces[0].parent.parent / "fr"
+    assert sorted(p.name for p in out.iterdir()) == ["rank_0", "rank_1"]
+    return out
 
 
 @pytest.fixture(scope="session")

@@ -6,6 +6,9 @@ over gloo, reading batches from a DataLoader with one worker process, under
 ``slow_rank``/``sleep_s``: that rank sleeps ``sleep_s`` (inside a ``slow`` annotation) before its
 backward pass each step, so it arrives last at DDP's gradient all-reduce and the others wait for it.
 ``width``/``batch``: the MLP's hidden width and the batch size (a longer step: more work per step).
+``fr_dir``: PyTorch's Flight Recorder runs alongside (``TORCH_FR_BUFFER_SIZE``, as users enable it) and
+each rank dumps it as JSON (``_dump_fr_trace_json``) into ``fr_dir/rank_<r>`` after the last step: the
+same collectives in both records (the profiler's ``Seq`` is the recorder's ``collective_seq_id``).
 """
 
 from __future__ import annotations
@@ -23,7 +26,7 @@ def _free_port() -> int:
 
 
 def _worker(rank: int, world: int, port: int, out_dir: str, steps: int, slow_rank: int = -1, sleep_s: float = 0.0,
-            width: int = 128, batch: int = 32) -> None:
+            width: int = 128, batch: int = 32, fr_dir: str | None = None) -> None:
     import time
 
     import torch
@@ -58,16 +61,43 @@ def _worker(rank: int, world: int, port: int, out_dir: str, steps: int, slow_ran
             opt.step()
             prof.step()
     dist.barrier()
+    if fr_dir:
+        _dump_fr(dist, rank, fr_dir)
     dist.destroy_process_group()
 
 
+def _dump_fr(dist, rank: int, fr_dir: str) -> None:
+    """This rank's Flight Recorder as JSON, once the watchdog has marked every group's last
+    enqueued collective completed (it looks about once a second; gloo leaves the entries'
+    state "scheduled" and says it in ``pg_status``), 15 s at most."""
+    import time
+
+    import orjson
+    import torch
+
+    c10d = torch._C._distributed_c10d
+    deadline = time.monotonic() + 15.0
+    while True:
+        blob = c10d._dump_fr_trace_json(True, False)
+        status = orjson.loads(blob).get("pg_status") or {}
+        if time.monotonic() > deadline or all(str(st.get("last_completed_collective")) == str(st.get("last_enqueued_collective"))
+                                              for st in status.values() if isinstance(st, dict)):
+            break
+        time.sleep(0.2)
+    Path(fr_dir).mkdir(parents=True, exist_ok=True)
+    (Path(fr_dir) / f"rank_{rank}").write_bytes(blob.encode() if isinstance(blob, str) else blob)
+
+
 def record_ddp(out_dir: str | Path, world: int = 2, steps: int = 3, slow_rank: int = -1, sleep_s: float = 0.0,
-               width: int = 128, batch: int = 32) -> list[Path]:
+               width: int = 128, batch: int = 32, fr_dir: str | Path | None = None) -> list[Path]:
     import torch.multiprocessing as mp
 
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    mp.spawn(_worker, args=(world, _free_port(), str(out), steps, slow_rank, sleep_s, width, batch), nprocs=world, join=True)
+    if fr_dir:
+        os.environ["TORCH_FR_BUFFER_SIZE"] = "2000"  # the spawned ranks inherit it
+    mp.spawn(_worker, args=(world, _free_port(), str(out), steps, slow_rank, sleep_s, width, batch,
+                            str(fr_dir) if fr_dir else None), nprocs=world, join=True)
     return [out / f"rank-{r}.json" for r in range(world)]
 
 

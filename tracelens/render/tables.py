@@ -432,6 +432,32 @@ def comm_rows(report: dict[str, Any]) -> list[dict[str, Any]]:
     return list(report["communication"]["by_group"])
 
 
+def nccl_join(g: dict[str, Any]) -> list[str]:
+    """What ``--nccl`` joined to one ``communication.by_group`` item (tracelens.analysis.nccl_merge):
+    NCCL's algorithm / protocol / channels, the achievable busbw, and how many of its calls were
+    paired with NCCL's records and the recorder's entries, and how (empty without ``--nccl``)."""
+    out = []
+    if g.get("nccl_algo") or g.get("nccl_channels"):
+        out.append(f"NCCL {g.get('nccl_algo') or '?'}/{g.get('nccl_proto') or '?'}, {g.get('nccl_channels') or '?'} channel(s)")
+    if g.get("achievable_busbw_gbps") is not None:
+        eff = f", {100 * g['busbw_efficiency']:.0f}% of it" if g.get("busbw_efficiency") is not None else ""
+        out.append(f"achievable busbw {g['achievable_busbw_gbps']:.3g} GB/s{eff} ({g.get('achievable_note', '')})")
+    for kind, who in (("nccl", "NCCL records"), ("fr", "Flight Recorder entries")):
+        how = g.get(f"{kind}_pairing")
+        if how is None:
+            continue
+        n = g.get(f"{kind}_paired_calls") or 0
+        said = f"{n} rank-call(s) paired with {who} {how}" if n or not how.startswith("not paired") else f"{who}: {how}"
+        if g.get(f"{kind}_mismatched_calls"):
+            said += f", {g[f'{kind}_mismatched_calls']} differing in collective or size"
+        if kind == "fr" and g.get("fr_states"):
+            said += " (" + ", ".join(f"{v} {k}" for k, v in g["fr_states"].items()) + ")"
+        if kind == "fr" and g.get("fr_dur_ns_median") is not None:
+            said += f", enqueue to completion seen {fmt_ns(g['fr_dur_ns_median'])} median"
+        out.append(said)
+    return out
+
+
 def straggler_verdict(report: dict[str, Any]) -> tuple[str, str] | None:
     """("found" | "none" | "unknown", the sentence after "straggler ranks: ") for a job of several
     ranks, None for one rank.  "none" only when waits were measured; otherwise "unknown" and why."""

@@ -115,12 +115,7 @@ def render_text(d: dict[str, Any]) -> str:
                 f"  {grp[:14]:<14} {(g['collective'] or '?'):<14} {g['count']:>6} {fmt_ns(g['time_ns']):>10} "
                 f"{fmt_ns(g['exposed_ns']):>10} {wait:>10} {bw:>11}"
             )
-            nccl = []  # --nccl: what NCCL's own records say of it
-            if g.get("nccl_algo") or g.get("nccl_channels"):
-                nccl.append(f"NCCL {g.get('nccl_algo') or '?'}/{g.get('nccl_proto') or '?'}, {g.get('nccl_channels') or '?'} channel(s)")
-            if g.get("achievable_busbw_gbps") is not None:
-                eff = f", {100 * g['busbw_efficiency']:.0f}% of it" if g.get("busbw_efficiency") is not None else ""
-                nccl.append(f"achievable busbw {g['achievable_busbw_gbps']:.3g} GB/s{eff} ({g.get('achievable_note', '')})")
+            nccl = views.nccl_join(g)  # --nccl: what NCCL's own records say of it
             if nccl:
                 lines.append("      " + "; ".join(nccl))
         for note in views.comm_notes(d):

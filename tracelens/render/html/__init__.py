@@ -490,6 +490,8 @@ def _comm(d: dict[str, Any]) -> str:
     out.append(_table([("group", False), ("desc", False), ("collective", False), ("count", True), ("bytes", True), ("time", True),
                        ("exposed", True), ("wait", True), ("busbw GB/s", True)], trs, empty="no collectives in these traces"))
     out += [f'<p class="muted">{escape(note)}</p>' for note in views.comm_notes(d)]
+    out += [f'<p class="muted">{escape(g["group"] or "?")} {escape(g["collective"] or "?")}: {escape("; ".join(views.nccl_join(g)))}</p>'
+            for g in views.comm_rows(d) if views.nccl_join(g)]  # --nccl: what NCCL's own records say of each
     slow = views.slow_collective_rows(d)
     if slow:
         trs = ["<tr>" + _td(None, c["group"] or "–", cls="") + _td(c["seq"]) + _td(None, c["collective"], cls="")
