@@ -64,7 +64,7 @@ def holds_trace_events(path: Path) -> bool:
 # the modules that record timed runs inline: their tests compare recorded times (a late rank, a
 # predicted step time, a bubble), so `make test` runs them alone, before the rest of the suite runs
 # on both cores (pytest-xdist); no other test's load reaches their clocks.
-RECORDING_FIXTURES = {"ddp_traces", "pipeline_traces", "dumps", "slowed_job", "ddp_job"}
+RECORDING_FIXTURES = {"ddp_traces", "ddp_fr", "pipeline_traces", "dumps", "slowed_job", "ddp_job"}
 RECORDING_MODULES = {"test_replay", "test_torch_recorded"}
 
 
