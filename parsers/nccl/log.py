@@ -34,6 +34,8 @@ _CORE_FIRST = (r"^(?P<pre>.*?)(?P<host>[\w.\-]+):(?P<pid>\d+):(?P<tid>\d+) \[(?P
 # unanchored (its leftmost match is the lazy prefix's): the regex engine finds the match's span with
 # its DFA and runs the capturing engine on that span only; the prefix is what comes before it
 _LEFT = r"(?P<tail>(?P<host>[\w.\-]+):(?P<pid>\d+):\d+ \[(?P<dev>\d+)\](?: \S+){0,3}$)"
+# a level is followed by a non-word character or the end (``\b`` spelled so the DFA runs it)
+_LEVEL = r"^(INFO|WARN|TRACE|CALL|ERROR|ABORT)(?:$|\W)"
 _TS = r"\[?(\d{4}-\d\d-\d\d[ T]\d\d:\d\d:\d\d(?:[.,]\d+)?)\]?\s*$"
 # a COLL line in two steps: its fixed head (a one-pass regex: fast captures), then the optional tail
 # of what follows the comm (run on that short rest only); the groups the rows do not use do not capture
@@ -111,28 +113,17 @@ def _parse_batch(lines: pl.DataFrame) -> dict[str, pl.DataFrame]:
     split = split.with_columns(pl.when(line.is_not_null()).then(pl.col("ln").is_in(many_ln.implode()) if many_ln.len() else False)
                                .alias("interleaved"))
     lines = split.select("ln", "line", "interleaved")
+    # the common line: its core tested by _LEFT's DFA (no captures) and its level; the process, device
+    # and prefix captured below on the lines whose kind needs them only
     one = (split.lazy().filter(~pl.col("interleaved"))
-           .with_columns(pl.col("left").str.extract_groups(_LEFT).alias("g"))
-           .unnest("g")
-           .with_columns(pl.col("left").str.head(pl.col("left").str.len_chars() - pl.col("tail").str.len_chars()).alias("pre"))
-           .drop("left", "tail")
-           .with_columns(pl.col("right").str.extract(r"^(INFO|WARN|TRACE|CALL|ERROR|ABORT)\b").alias("level"))
-           .with_columns(pl.when(pl.col("level").is_not_null() & pl.col("host").is_not_null())
-                         .then(pl.col("right").str.slice(pl.col("level").str.len_bytes() + 1)).alias("msg"))
-           .drop("right")
-           .with_columns(pl.when(pl.col("msg").is_null()).then(None).otherwise(pl.col(c)).alias(c) for c in ("host", "pid", "dev", "pre"))
+           .with_columns(pl.col("right").str.extract(_LEVEL).alias("level"))
+           .select("ln", "line", "interleaved", "left", "level",
+                   pl.when(pl.col("level").is_not_null() & pl.col("left").str.contains(_LEFT))
+                   .then(pl.col("right").str.slice(pl.col("level").str.len_bytes() + 1)).alias("msg"))
            .collect())
     two = (lines.filter(pl.col("interleaved")).with_columns(line.str.extract_groups(_CORE).alias("g")).unnest("g")
-           .drop("tid").select(one.columns))
-    core = (
-        pl.concat([one, two]).lazy()
-        .with_columns(pl.col("pre").str.extract(_TS).alias("ts"),
-                      pl.col("pre").str.extract_groups(_LAUNCHER_RANK).alias("lr"))
-        .with_columns(pl.coalesce(pl.col("lr").struct.field(f).cast(pl.Int32, strict=False)
-                                  for f in ("ompi", "trun", "slurm", "bracket", "rk")).alias("launcher_rank"))
-        .drop("lr")
-        .collect()
-    )
+           .drop("tid"))
+    core = pl.concat([one, two], how="diagonal")
     is_core = pl.col("msg").is_not_null()
     msg = pl.col("msg")
     counts = core.select(
@@ -147,8 +138,7 @@ def _parse_batch(lines: pl.DataFrame) -> dict[str, pl.DataFrame]:
     counts = counts.with_columns(rest.select((~line.str.contains(_TORCH_WORDS)).sum()).to_series().alias("unknown_lines"))
     # the NCCL lines, each classified once by cheap literal tests: every costly regex runs on its kind only
     nccl = (core.lazy().filter(is_core)
-            .select("ln", "host", pl.col("pid").cast(pl.Int64, strict=False), pl.col("dev").cast(pl.Int32, strict=False),
-                    "launcher_rank", "ts", "level", "msg",
+            .select("ln", "left", "host", "pid", "dev", "pre", "level", "msg",
                     msg.str.contains(" opCount ", literal=True).alias("k_coll"),
                     msg.str.contains("comm 0x", literal=True).alias("k_comm"),
                     msg.str.contains(" via ", literal=True).alias("k_via"),
@@ -158,6 +148,20 @@ def _parse_batch(lines: pl.DataFrame) -> dict[str, pl.DataFrame]:
                     msg.str.contains("Using network", literal=True).alias("k_net"),
                     msg.str.contains("coll channels", literal=True).alias("k_cc"),
                     msg.str.contains("Connected all", literal=True).alias("k_conn"))
+            # the process, device and prefix of the kinds that use them (an interleaved line has them from _CORE)
+            .with_columns(pl.when(pl.any_horizontal("k_coll", "k_comm", "k_via", "k_channel")).then(pl.col("left"))
+                          .str.extract_groups(_LEFT).alias("g"))
+            .with_columns(pl.coalesce("host", pl.col("g").struct.field("host")).alias("host"),
+                          pl.coalesce("pid", pl.col("g").struct.field("pid")).cast(pl.Int64, strict=False).alias("pid"),
+                          pl.coalesce("dev", pl.col("g").struct.field("dev")).cast(pl.Int32, strict=False).alias("dev"),
+                          pl.coalesce("pre", pl.col("left").str.head(pl.col("left").str.len_chars()
+                                                                     - pl.col("g").struct.field("tail").str.len_chars())).alias("pre"))
+            # the time and the launcher's rank: read on the collective and communicator lines only
+            .with_columns(pl.when(pl.col("k_coll") | pl.col("k_comm")).then(pl.col("pre")).alias("pre"))
+            .with_columns(pl.col("pre").str.extract(_TS).alias("ts"), pl.col("pre").str.extract_groups(_LAUNCHER_RANK).alias("lr"))
+            .with_columns(pl.coalesce(pl.col("lr").struct.field(f).cast(pl.Int32, strict=False)
+                                      for f in ("ompi", "trun", "slurm", "bracket", "rk")).alias("launcher_rank"))
+            .drop("lr", "g", "left", "pre")
             .collect())
     k = pl.col
     key = ["host", "pid", "dev", "launcher_rank"]
