@@ -41,6 +41,7 @@ _TS = r"\[?(\d{4}-\d\d-\d\d[ T]\d\d:\d\d:\d\d(?:[.,]\d+)?)\]?\s*$"
 # of what follows the comm (run on that short rest only); the groups the rows do not use do not capture
 _COLL = (r"^(?P<op>[A-Za-z]+): opCount (?P<opc>[0-9a-fA-F]+) sendbuff \S+ recvbuff \S+ "
          r"count (?P<count>\d+) datatype (?P<dt>\d+) op (?P<rop>\d+) root (?P<root>-?\d+) comm (?P<comm>\S+)(?P<rest>(?: .*)?)")
+_COLL_NR = _COLL.replace("(?P<rest>(?: .*)?)", r"(?: \[nranks=(?P<nr>\d+)\])?")
 _COLL_TAIL = r"^(?: \[nranks=(?P<nr>\d+)\])?(?: stream \S+)?(?: task \d+)?(?: globalrank (?P<grank>\d+))?"
 _COMM = (r"comm (?P<comm>0x[0-9a-fA-F]+|\(nil\)) rank (?P<rank>\d+) n[Rr]anks (?P<nranks>\d+)"
          r"(?: cudaDev (?P<cd>\d+))?(?: nvmlDev (?P<nv>\d+))?(?: busId (?P<bus>[0-9a-fA-F]+))?"
@@ -165,15 +166,17 @@ def _parse_batch(lines: pl.DataFrame) -> dict[str, pl.DataFrame]:
             .collect())
     k = pl.col
     key = ["host", "pid", "dev", "launcher_rank"]
-    coll = (nccl.lazy().filter(k("k_coll"))
-            .select("ln", *key, "ts", msg.str.extract_groups(_COLL).alias("c")).unnest("c")
-            .filter(pl.col("op").is_not_null()).collect())
-    # the tail's regex (not one-pass: slow) only in a batch with a globalrank; else its nranks alone
-    if coll.select(pl.col("rest").str.contains("globalrank", literal=True).any()).item():
-        tail = pl.col("rest").str.extract_groups(_COLL_TAIL)
+    # the tail's regex (not one-pass: slow) on its rest only in a batch with a globalrank; else the
+    # nranks read by the head's regex (no rest copied: the same nranks as the tail's first group)
+    calls = nccl.lazy().filter(k("k_coll"))
+    if calls.select(msg.str.contains("globalrank", literal=True).any()).collect().item():
+        coll = (calls.select("ln", *key, "ts", msg.str.extract_groups(_COLL).alias("c")).unnest("c")
+                .filter(pl.col("op").is_not_null()).with_columns(pl.col("rest").str.extract_groups(_COLL_TAIL).alias("t"))
+                .unnest("t").drop("rest").collect())
     else:
-        tail = pl.struct(pl.col("rest").str.extract(r"^ \[nranks=(\d+)\]").alias("nr"), pl.lit(None, pl.String).alias("grank"))
-    coll = (coll.lazy().with_columns(tail.alias("t")).unnest("t")
+        coll = (calls.select("ln", *key, "ts", msg.str.extract_groups(_COLL_NR).alias("c")).unnest("c")
+                .filter(pl.col("op").is_not_null()).with_columns(pl.lit(None, pl.String).alias("grank")).collect())
+    coll = (coll.lazy()
             .select("ln", pl.col("host").cast(pl.Categorical), "pid", "dev", "launcher_rank",
                     pl.col("ts").str.replace("T", " ", literal=True).str.replace(",", ".", literal=True)
                     .str.to_datetime("%Y-%m-%d %H:%M:%S%.f", time_unit="ns", strict=False).dt.epoch("ns").alias("ts"),
