@@ -155,10 +155,10 @@ def _parse_batch(lines: pl.DataFrame) -> dict[str, pl.DataFrame]:
             .with_columns(pl.coalesce("host", pl.col("g").struct.field("host")).alias("host"),
                           pl.coalesce("pid", pl.col("g").struct.field("pid")).cast(pl.Int64, strict=False).alias("pid"),
                           pl.coalesce("dev", pl.col("g").struct.field("dev")).cast(pl.Int32, strict=False).alias("dev"),
-                          pl.coalesce("pre", pl.col("left").str.head(pl.col("left").str.len_chars()
-                                                                     - pl.col("g").struct.field("tail").str.len_chars())).alias("pre"))
-            # the time and the launcher's rank: read on the collective and communicator lines only
-            .with_columns(pl.when(pl.col("k_coll") | pl.col("k_comm")).then(pl.col("pre")).alias("pre"))
+                          # the prefix (what is before the core; _LEFT's match is a suffix of the left part), and from
+                          # it the time and the launcher's rank: on the collective and communicator lines only
+                          pl.when(pl.col("k_coll") | pl.col("k_comm"))
+                          .then(pl.coalesce("pre", pl.col("left").str.strip_suffix(pl.col("g").struct.field("tail")))).alias("pre"))
             .with_columns(pl.col("pre").str.extract(_TS).alias("ts"), pl.col("pre").str.extract_groups(_LAUNCHER_RANK).alias("lr"))
             .with_columns(pl.coalesce(pl.col("lr").struct.field(f).cast(pl.Int32, strict=False)
                                       for f in ("ompi", "trun", "slurm", "bracket", "rk")).alias("launcher_rank"))
@@ -295,30 +295,32 @@ def _assemble(path: str, file: int, got: dict, cut: str | None) -> NcclParse:
         ops = codes(part, "op", lambda o: NCCL_OPS.get(o, o.lower()))  # op is ASCII letters ([A-Za-z]+)
         dtypes = codes(part, "dt", lambda c: NCCL_DTYPES[c] if 0 <= c < len(NCCL_DTYPES) else f"datatype{c}")
         redops = codes(part, "rop", lambda c: NCCL_REDOPS[c] if 0 <= c < len(NCCL_REDOPS) else f"premulsum{c}")
-        collective = pl.col("op").replace_strict(ops, default=None, return_dtype=pl.String)
-        mult = pl.when(collective.is_in(["allgather", "reducescatter"])).then(nranks.cast(pl.Int64)).otherwise(1)
-        # the communicator, the process's rank and the guess's order looked up once per (process, device,
-        # communicator) of the part, then one join per row (null keys matching their own lookup row)
-        key4 = ["host", "pid", "dev", "comm"]
-        look = (part.lazy().select(key4).with_columns(pl.col("host", "comm").cast(pl.String)).unique()
-                .join(comms.lazy().select("host", "pid", "comm", "comm_id", "rank", "nranks"), on=["host", "pid", "comm"], how="left")
-                .join(world.lazy().rename({"cuda_dev": "dev"}), on=["host", "pid", "dev"], how="left")
-                .join(order, on=key4, how="left"))
-        j = (part.lazy()
-             .with_columns(pl.col("host", "comm", "op").cast(pl.String))
-                .join(look, on=key4, how="left", nulls_equal=True, maintain_order="left")
-                .with_columns(collective.alias("collective"), nranks.alias("group_size"),
+        mult = pl.when(pl.col("collective").is_in(["allgather", "reducescatter"])).then(pl.col("group_size").cast(pl.Int64)).otherwise(1)
+        # the communicator, the process's rank, the guess's order and the strings of a row (its group, member,
+        # collective, op, host, comm) made once per distinct key of the part, then one join per row (on the
+        # Categorical host, comm and op: their codes; null keys matching their own lookup row)
+        key = ["host", "pid", "dev", "comm", "nr", "op", "grank", "launcher_rank"]
+        look = (part.lazy().select(key).unique()
+                .with_columns(pl.col("host").cast(pl.String).alias("host_s"), pl.col("comm").cast(pl.String).alias("comm_s"),
+                              pl.col("op").cast(pl.String).alias("op_s"))
+                .join(comms.lazy().select(pl.col("host").alias("host_s"), "pid", pl.col("comm").alias("comm_s"), "comm_id", "rank",
+                                          "nranks"), on=["host_s", "pid", "comm_s"], how="left")
+                .join(world.lazy().rename({"cuda_dev": "dev", "host": "host_s"}), on=["host_s", "pid", "dev"], how="left")
+                .join(order.rename({"host": "host_s", "comm": "comm_s"}), on=["host_s", "pid", "dev", "comm_s"], how="left")
+                .with_columns(pl.col("op_s").replace_strict(ops, default=None, return_dtype=pl.String).alias("collective"),
+                              nranks.alias("group_size"),
+                              # the rank in the communicator, else the global rank a launcher or NCCL printed, else the process
                               pl.coalesce(pl.col("rank"), "grank", "launcher_rank").cast(pl.String).alias("member"))
-                .collect())
-        # the formats only on a part that needs them
-        group = (pl.when(guessed).then(pl.format("nranks={}#{}", pl.col("group_size").cast(pl.String).fill_null("?"), "nth"))
-                 .otherwise(pl.col("comm_id")) if j["comm_id"].null_count() else pl.col("comm_id"))
-        member = pl.col("member").fill_null(pl.format("{}:{}[{}]", "host", "pid", "dev")) if j["member"].null_count() else pl.col("member")
+                .with_columns(pl.when(guessed).then(pl.format("nranks={}#{}", pl.col("group_size").cast(pl.String).fill_null("?"), "nth"))
+                              .otherwise(pl.col("comm_id")).alias("group"),
+                              pl.col("member").fill_null(pl.format("{}:{}[{}]", "host_s", "pid", "dev")))
+                .select(*key, "rank", "proc_rank", "group", "group_size", "collective", "member", "op_s", "host_s", "comm_s"))
+        j = part.lazy().join(look, on=key, how="left", nulls_equal=True, maintain_order="left").collect()
         return (j.lazy()
                 .select(
                     pl.lit(file, pl.Int32).alias("file"),
                     pl.coalesce("grank", "launcher_rank", "proc_rank", "rank").cast(pl.Int32).alias("rank"),
-                    group.alias("group"),
+                    "group",
                     pl.lit(None, pl.String).alias("group_desc"),
                     "seq",
                     "collective",
@@ -330,9 +332,8 @@ def _assemble(path: str, file: int, got: dict, cut: str | None) -> NcclParse:
                     pl.lit(None, pl.Int64).alias("exposed_ns"),
                     pl.lit(1, pl.Int32).alias("n_parts"),
                     pl.lit(NAME).alias("source"),
-                    # the rank in the communicator, else the global rank a launcher or NCCL printed, else the process
-                    member.alias("member"),
-                    pl.col("op").alias("op_name"),
+                    "member",
+                    pl.col("op_s").alias("op_name"),
                     "count",
                     pl.lit(None, pl.Int64).alias("out_count"),
                     pl.col("dt").replace_strict(dtypes, default=None, return_dtype=pl.String).alias("dtype"),
@@ -340,7 +341,7 @@ def _assemble(path: str, file: int, got: dict, cut: str | None) -> NcclParse:
                     pl.col("rop").replace_strict(redops, default=None, return_dtype=pl.String).alias("redop"),
                     pl.lit("scheduled").alias("state"),
                     pl.lit(None, pl.Int64).alias("p2p_seq"),
-                    "comm", "host", "pid",
+                    pl.col("comm_s").alias("comm"), pl.col("host_s").alias("host"), "pid",
                     pl.col("ln").alias("order"),
                     pl.lit(None, pl.String).alias("frames"),
                 )
