@@ -295,32 +295,34 @@ def _assemble(path: str, file: int, got: dict, cut: str | None) -> NcclParse:
         ops = codes(part, "op", lambda o: NCCL_OPS.get(o, o.lower()))  # op is ASCII letters ([A-Za-z]+)
         dtypes = codes(part, "dt", lambda c: NCCL_DTYPES[c] if 0 <= c < len(NCCL_DTYPES) else f"datatype{c}")
         redops = codes(part, "rop", lambda c: NCCL_REDOPS[c] if 0 <= c < len(NCCL_REDOPS) else f"premulsum{c}")
-        mult = pl.when(pl.col("collective").is_in(["allgather", "reducescatter"])).then(pl.col("group_size").cast(pl.Int64)).otherwise(1)
-        # the communicator, the process's rank, the guess's order and the strings of a row (its group, member,
-        # collective, op, host, comm) made once per distinct key of the part, then one join per row (on the
-        # Categorical host, comm and op: their codes; null keys matching their own lookup row)
-        key = ["host", "pid", "dev", "comm", "nr", "op", "grank", "launcher_rank"]
-        look = (part.lazy().select(key).unique()
-                .with_columns(pl.col("host").cast(pl.String).alias("host_s"), pl.col("comm").cast(pl.String).alias("comm_s"),
-                              pl.col("op").cast(pl.String).alias("op_s"))
+        collective = pl.col("op").replace_strict(ops, default=None, return_dtype=pl.String)
+        mult = pl.when(pl.col("collective").is_in(["allgather", "reducescatter"])).then(nranks.cast(pl.Int64)).otherwise(1)
+        # the communicator, the process's rank and the guess's order looked up once per (process, device,
+        # communicator) of the part, then one join per row (null keys matching their own lookup row)
+        key4 = ["host", "pid", "dev", "comm"]
+        # (the join on the Categorical host and comm: their codes, no string per row)
+        look = (part.lazy().select(key4).unique()
+                .with_columns(pl.col("host").cast(pl.String).alias("host_s"), pl.col("comm").cast(pl.String).alias("comm_s"))
                 .join(comms.lazy().select(pl.col("host").alias("host_s"), "pid", pl.col("comm").alias("comm_s"), "comm_id", "rank",
                                           "nranks"), on=["host_s", "pid", "comm_s"], how="left")
                 .join(world.lazy().rename({"cuda_dev": "dev", "host": "host_s"}), on=["host_s", "pid", "dev"], how="left")
                 .join(order.rename({"host": "host_s", "comm": "comm_s"}), on=["host_s", "pid", "dev", "comm_s"], how="left")
-                .with_columns(pl.col("op_s").replace_strict(ops, default=None, return_dtype=pl.String).alias("collective"),
-                              nranks.alias("group_size"),
-                              # the rank in the communicator, else the global rank a launcher or NCCL printed, else the process
+                .drop("host_s", "comm_s"))
+        j = (part.lazy()
+                .join(look, on=key4, how="left", nulls_equal=True, maintain_order="left")
+                .with_columns(pl.col("op", "host", "comm").cast(pl.String))
+                .with_columns(collective.alias("collective"), nranks.alias("group_size"),
                               pl.coalesce(pl.col("rank"), "grank", "launcher_rank").cast(pl.String).alias("member"))
-                .with_columns(pl.when(guessed).then(pl.format("nranks={}#{}", pl.col("group_size").cast(pl.String).fill_null("?"), "nth"))
-                              .otherwise(pl.col("comm_id")).alias("group"),
-                              pl.col("member").fill_null(pl.format("{}:{}[{}]", "host_s", "pid", "dev")))
-                .select(*key, "rank", "proc_rank", "group", "group_size", "collective", "member", "op_s", "host_s", "comm_s"))
-        j = part.lazy().join(look, on=key, how="left", nulls_equal=True, maintain_order="left").collect()
+                .collect())
+        # the formats only on a part that needs them
+        group = (pl.when(guessed).then(pl.format("nranks={}#{}", pl.col("group_size").cast(pl.String).fill_null("?"), "nth"))
+                 .otherwise(pl.col("comm_id")) if j["comm_id"].null_count() else pl.col("comm_id"))
+        member = pl.col("member").fill_null(pl.format("{}:{}[{}]", "host", "pid", "dev")) if j["member"].null_count() else pl.col("member")
         return (j.lazy()
                 .select(
                     pl.lit(file, pl.Int32).alias("file"),
                     pl.coalesce("grank", "launcher_rank", "proc_rank", "rank").cast(pl.Int32).alias("rank"),
-                    "group",
+                    group.alias("group"),
                     pl.lit(None, pl.String).alias("group_desc"),
                     "seq",
                     "collective",
@@ -332,8 +334,9 @@ def _assemble(path: str, file: int, got: dict, cut: str | None) -> NcclParse:
                     pl.lit(None, pl.Int64).alias("exposed_ns"),
                     pl.lit(1, pl.Int32).alias("n_parts"),
                     pl.lit(NAME).alias("source"),
-                    "member",
-                    pl.col("op_s").alias("op_name"),
+                    # the rank in the communicator, else the global rank a launcher or NCCL printed, else the process
+                    member.alias("member"),
+                    pl.col("op").alias("op_name"),
                     "count",
                     pl.lit(None, pl.Int64).alias("out_count"),
                     pl.col("dt").replace_strict(dtypes, default=None, return_dtype=pl.String).alias("dtype"),
@@ -341,7 +344,7 @@ def _assemble(path: str, file: int, got: dict, cut: str | None) -> NcclParse:
                     pl.col("rop").replace_strict(redops, default=None, return_dtype=pl.String).alias("redop"),
                     pl.lit("scheduled").alias("state"),
                     pl.lit(None, pl.Int64).alias("p2p_seq"),
-                    pl.col("comm_s").alias("comm"), pl.col("host_s").alias("host"), "pid",
+                    "comm", "host", "pid",
                     pl.col("ln").alias("order"),
                     pl.lit(None, pl.String).alias("frames"),
                 )
