@@ -1,6 +1,8 @@
 """NCCL log parse rate and peak memory: a synthetic log of ``--mb`` MB built by repeating the real
 excerpts (tests/data/traces/nccl/logs) is read by parsers.nccl.log in a child process; prints MB/s
-the child's CPU time (all threads) and peak RSS.  ``python benchmarks/nccl_log.py --mb 250``."""
+the child's CPU time (all threads) and peak RSS.  ``python benchmarks/nccl_log.py --mb 250``; with ``--coll``
+each excerpt's COLL lines (``opCount``) are repeated 50 times after its other lines, the shape of a real
+long log (mostly per-call lines after one init block)."""
 
 from __future__ import annotations
 
@@ -15,8 +17,16 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def build(path: Path, mb: int) -> int:
-    base = b"".join(p.read_bytes() for p in sorted((ROOT / "tests/data/traces/nccl/logs").glob("*.log")))
+def _excerpt(text: bytes, coll: bool) -> bytes:
+    if not coll:
+        return text
+    lines = text.splitlines(keepends=True)
+    calls = [ln for ln in lines if b" opCount " in ln]
+    return b"".join(ln for ln in lines if b" opCount " not in ln) + b"".join(calls) * 50
+
+
+def build(path: Path, mb: int, coll: bool = False) -> int:
+    base = b"".join(_excerpt(p.read_bytes(), coll) for p in sorted((ROOT / "tests/data/traces/nccl/logs").glob("*.log")))
     reps = max(1, (mb << 20) // len(base))
     with open(path, "wb") as fh:
         for _ in range(reps):
@@ -27,10 +37,11 @@ def build(path: Path, mb: int) -> int:
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--mb", type=int, default=250)
+    ap.add_argument("--coll", action="store_true", help="COLL lines mostly (each excerpt's repeated 50x)")
     args = ap.parse_args()
     with tempfile.TemporaryDirectory() as d:
         f = Path(d) / "big.log"
-        size = build(f, args.mb)
+        size = build(f, args.mb, args.coll)
         code = ("import sys, time; sys.path.insert(0, %r); from parsers.nccl import log; t = time.perf_counter(); "
                 "r = log.read(%r); print(time.perf_counter() - t, r.rows.height, r.facts['lines'])") % (str(ROOT), str(f))
         t0 = time.perf_counter()

@@ -34,11 +34,14 @@ _CORE_FIRST = (r"^(?P<pre>.*?)(?P<host>[\w.\-]+):(?P<pid>\d+):(?P<tid>\d+) \[(?P
 # unanchored (its leftmost match is the lazy prefix's): the regex engine finds the match's span with
 # its DFA and runs the capturing engine on that span only; the prefix is what comes before it
 _LEFT = r"(?P<tail>(?P<host>[\w.\-]+):(?P<pid>\d+):\d+ \[(?P<dev>\d+)\](?: \S+){0,3}$)"
+# a level is followed by a non-word character or the end (``\b`` spelled so the DFA runs it)
+_LEVEL = r"^(INFO|WARN|TRACE|CALL|ERROR|ABORT)(?:$|\W)"
 _TS = r"\[?(\d{4}-\d\d-\d\d[ T]\d\d:\d\d:\d\d(?:[.,]\d+)?)\]?\s*$"
 # a COLL line in two steps: its fixed head (a one-pass regex: fast captures), then the optional tail
 # of what follows the comm (run on that short rest only); the groups the rows do not use do not capture
 _COLL = (r"^(?P<op>[A-Za-z]+): opCount (?P<opc>[0-9a-fA-F]+) sendbuff \S+ recvbuff \S+ "
          r"count (?P<count>\d+) datatype (?P<dt>\d+) op (?P<rop>\d+) root (?P<root>-?\d+) comm (?P<comm>\S+)(?P<rest>(?: .*)?)")
+_COLL_NR = _COLL.replace("(?P<rest>(?: .*)?)", r"(?: \[nranks=(?P<nr>\d+)\])?")
 _COLL_TAIL = r"^(?: \[nranks=(?P<nr>\d+)\])?(?: stream \S+)?(?: task \d+)?(?: globalrank (?P<grank>\d+))?"
 _COMM = (r"comm (?P<comm>0x[0-9a-fA-F]+|\(nil\)) rank (?P<rank>\d+) n[Rr]anks (?P<nranks>\d+)"
          r"(?: cudaDev (?P<cd>\d+))?(?: nvmlDev (?P<nv>\d+))?(?: busId (?P<bus>[0-9a-fA-F]+))?"
@@ -111,28 +114,17 @@ def _parse_batch(lines: pl.DataFrame) -> dict[str, pl.DataFrame]:
     split = split.with_columns(pl.when(line.is_not_null()).then(pl.col("ln").is_in(many_ln.implode()) if many_ln.len() else False)
                                .alias("interleaved"))
     lines = split.select("ln", "line", "interleaved")
+    # the common line: its core tested by _LEFT's DFA (no captures) and its level; the process, device
+    # and prefix captured below on the lines whose kind needs them only
     one = (split.lazy().filter(~pl.col("interleaved"))
-           .with_columns(pl.col("left").str.extract_groups(_LEFT).alias("g"))
-           .unnest("g")
-           .with_columns(pl.col("left").str.head(pl.col("left").str.len_chars() - pl.col("tail").str.len_chars()).alias("pre"))
-           .drop("left", "tail")
-           .with_columns(pl.col("right").str.extract(r"^(INFO|WARN|TRACE|CALL|ERROR|ABORT)\b").alias("level"))
-           .with_columns(pl.when(pl.col("level").is_not_null() & pl.col("host").is_not_null())
-                         .then(pl.col("right").str.slice(pl.col("level").str.len_bytes() + 1)).alias("msg"))
-           .drop("right")
-           .with_columns(pl.when(pl.col("msg").is_null()).then(None).otherwise(pl.col(c)).alias(c) for c in ("host", "pid", "dev", "pre"))
+           .with_columns(pl.col("right").str.extract(_LEVEL).alias("level"))
+           .select("ln", "line", "interleaved", "left", "level",
+                   pl.when(pl.col("level").is_not_null() & pl.col("left").str.contains(_LEFT))
+                   .then(pl.col("right").str.slice(pl.col("level").str.len_bytes() + 1)).alias("msg"))
            .collect())
     two = (lines.filter(pl.col("interleaved")).with_columns(line.str.extract_groups(_CORE).alias("g")).unnest("g")
-           .drop("tid").select(one.columns))
-    core = (
-        pl.concat([one, two]).lazy()
-        .with_columns(pl.col("pre").str.extract(_TS).alias("ts"),
-                      pl.col("pre").str.extract_groups(_LAUNCHER_RANK).alias("lr"))
-        .with_columns(pl.coalesce(pl.col("lr").struct.field(f).cast(pl.Int32, strict=False)
-                                  for f in ("ompi", "trun", "slurm", "bracket", "rk")).alias("launcher_rank"))
-        .drop("lr")
-        .collect()
-    )
+           .drop("tid"))
+    core = pl.concat([one, two], how="diagonal")
     is_core = pl.col("msg").is_not_null()
     msg = pl.col("msg")
     counts = core.select(
@@ -147,8 +139,7 @@ def _parse_batch(lines: pl.DataFrame) -> dict[str, pl.DataFrame]:
     counts = counts.with_columns(rest.select((~line.str.contains(_TORCH_WORDS)).sum()).to_series().alias("unknown_lines"))
     # the NCCL lines, each classified once by cheap literal tests: every costly regex runs on its kind only
     nccl = (core.lazy().filter(is_core)
-            .select("ln", "host", pl.col("pid").cast(pl.Int64, strict=False), pl.col("dev").cast(pl.Int32, strict=False),
-                    "launcher_rank", "ts", "level", "msg",
+            .select("ln", "left", "host", "pid", "dev", "pre", "level", "msg",
                     msg.str.contains(" opCount ", literal=True).alias("k_coll"),
                     msg.str.contains("comm 0x", literal=True).alias("k_comm"),
                     msg.str.contains(" via ", literal=True).alias("k_via"),
@@ -158,18 +149,34 @@ def _parse_batch(lines: pl.DataFrame) -> dict[str, pl.DataFrame]:
                     msg.str.contains("Using network", literal=True).alias("k_net"),
                     msg.str.contains("coll channels", literal=True).alias("k_cc"),
                     msg.str.contains("Connected all", literal=True).alias("k_conn"))
+            # the process, device and prefix of the kinds that use them (an interleaved line has them from _CORE)
+            .with_columns(pl.when(pl.any_horizontal("k_coll", "k_comm", "k_via", "k_channel")).then(pl.col("left"))
+                          .str.extract_groups(_LEFT).alias("g"))
+            .with_columns(pl.coalesce("host", pl.col("g").struct.field("host")).alias("host"),
+                          pl.coalesce("pid", pl.col("g").struct.field("pid")).cast(pl.Int64, strict=False).alias("pid"),
+                          pl.coalesce("dev", pl.col("g").struct.field("dev")).cast(pl.Int32, strict=False).alias("dev"),
+                          # the prefix (what is before the core; _LEFT's match is a suffix of the left part), and from
+                          # it the time and the launcher's rank: on the collective and communicator lines only
+                          pl.when(pl.col("k_coll") | pl.col("k_comm"))
+                          .then(pl.coalesce("pre", pl.col("left").str.strip_suffix(pl.col("g").struct.field("tail")))).alias("pre"))
+            .with_columns(pl.col("pre").str.extract(_TS).alias("ts"), pl.col("pre").str.extract_groups(_LAUNCHER_RANK).alias("lr"))
+            .with_columns(pl.coalesce(pl.col("lr").struct.field(f).cast(pl.Int32, strict=False)
+                                      for f in ("ompi", "trun", "slurm", "bracket", "rk")).alias("launcher_rank"))
+            .drop("lr", "g", "left", "pre")
             .collect())
     k = pl.col
     key = ["host", "pid", "dev", "launcher_rank"]
-    coll = (nccl.lazy().filter(k("k_coll"))
-            .select("ln", *key, "ts", msg.str.extract_groups(_COLL).alias("c")).unnest("c")
-            .filter(pl.col("op").is_not_null()).collect())
-    # the tail's regex (not one-pass: slow) only in a batch with a globalrank; else its nranks alone
-    if coll.select(pl.col("rest").str.contains("globalrank", literal=True).any()).item():
-        tail = pl.col("rest").str.extract_groups(_COLL_TAIL)
+    # the tail's regex (not one-pass: slow) on its rest only in a batch with a globalrank; else the
+    # nranks read by the head's regex (no rest copied: the same nranks as the tail's first group)
+    calls = nccl.lazy().filter(k("k_coll"))
+    if calls.select(msg.str.contains("globalrank", literal=True).any()).collect().item():
+        coll = (calls.select("ln", *key, "ts", msg.str.extract_groups(_COLL).alias("c")).unnest("c")
+                .filter(pl.col("op").is_not_null()).with_columns(pl.col("rest").str.extract_groups(_COLL_TAIL).alias("t"))
+                .unnest("t").drop("rest").collect())
     else:
-        tail = pl.struct(pl.col("rest").str.extract(r"^ \[nranks=(\d+)\]").alias("nr"), pl.lit(None, pl.String).alias("grank"))
-    coll = (coll.lazy().with_columns(tail.alias("t")).unnest("t")
+        coll = (calls.select("ln", *key, "ts", msg.str.extract_groups(_COLL_NR).alias("c")).unnest("c")
+                .filter(pl.col("op").is_not_null()).with_columns(pl.lit(None, pl.String).alias("grank")).collect())
+    coll = (coll.lazy()
             .select("ln", pl.col("host").cast(pl.Categorical), "pid", "dev", "launcher_rank",
                     pl.col("ts").str.replace("T", " ", literal=True).str.replace(",", ".", literal=True)
                     .str.to_datetime("%Y-%m-%d %H:%M:%S%.f", time_unit="ns", strict=False).dt.epoch("ns").alias("ts"),
@@ -289,17 +296,21 @@ def _assemble(path: str, file: int, got: dict, cut: str | None) -> NcclParse:
         dtypes = codes(part, "dt", lambda c: NCCL_DTYPES[c] if 0 <= c < len(NCCL_DTYPES) else f"datatype{c}")
         redops = codes(part, "rop", lambda c: NCCL_REDOPS[c] if 0 <= c < len(NCCL_REDOPS) else f"premulsum{c}")
         collective = pl.col("op").replace_strict(ops, default=None, return_dtype=pl.String)
-        mult = pl.when(collective.is_in(["allgather", "reducescatter"])).then(nranks.cast(pl.Int64)).otherwise(1)
+        mult = pl.when(pl.col("collective").is_in(["allgather", "reducescatter"])).then(nranks.cast(pl.Int64)).otherwise(1)
         # the communicator, the process's rank and the guess's order looked up once per (process, device,
         # communicator) of the part, then one join per row (null keys matching their own lookup row)
         key4 = ["host", "pid", "dev", "comm"]
-        look = (part.lazy().select(key4).with_columns(pl.col("host", "comm").cast(pl.String)).unique()
-                .join(comms.lazy().select("host", "pid", "comm", "comm_id", "rank", "nranks"), on=["host", "pid", "comm"], how="left")
-                .join(world.lazy().rename({"cuda_dev": "dev"}), on=["host", "pid", "dev"], how="left")
-                .join(order, on=key4, how="left"))
+        # (the join on the Categorical host and comm: their codes, no string per row)
+        look = (part.lazy().select(key4).unique()
+                .with_columns(pl.col("host").cast(pl.String).alias("host_s"), pl.col("comm").cast(pl.String).alias("comm_s"))
+                .join(comms.lazy().select(pl.col("host").alias("host_s"), "pid", pl.col("comm").alias("comm_s"), "comm_id", "rank",
+                                          "nranks"), on=["host_s", "pid", "comm_s"], how="left")
+                .join(world.lazy().rename({"cuda_dev": "dev", "host": "host_s"}), on=["host_s", "pid", "dev"], how="left")
+                .join(order.rename({"host": "host_s", "comm": "comm_s"}), on=["host_s", "pid", "dev", "comm_s"], how="left")
+                .drop("host_s", "comm_s"))
         j = (part.lazy()
-             .with_columns(pl.col("host", "comm", "op").cast(pl.String))
                 .join(look, on=key4, how="left", nulls_equal=True, maintain_order="left")
+                .with_columns(pl.col("op", "host", "comm").cast(pl.String))
                 .with_columns(collective.alias("collective"), nranks.alias("group_size"),
                               pl.coalesce(pl.col("rank"), "grank", "launcher_rank").cast(pl.String).alias("member"))
                 .collect())
