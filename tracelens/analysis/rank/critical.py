@@ -933,13 +933,24 @@ def rank_late(parts: list[dict[str, Any] | None], table: pl.DataFrame | None, ra
     return {"steps": [int(pred[k]) for k in range(n_steps)], "saved_ns": [int(sav[k]) for k in range(n_steps)], "kept": sorted(kept)}
 
 
+def steps_differ(parts: list[dict[str, Any] | None]) -> str | None:
+    """Why the ranks' steps cannot be matched by index (None: they can): the job's path joins each
+    rank's k-th step window, so every rank with a path must have as many windows (a rank without
+    ProfilerStep spans is one window, the whole trace: its "step 1" is no other rank's step 1)."""
+    counts = sorted({len(p["windows"]) for p in parts if p and p.get("windows")})
+    if len(counts) < 2:
+        return None
+    return (f"the ranks' step counts differ ({', '.join(map(str, counts))} steps): the job's critical path is not stitched "
+            "across ranks (a rank without ProfilerStep spans is one step); each rank's own path is kept")
+
+
 def _prepare(parts: list[dict[str, Any] | None], table: pl.DataFrame, ranks: list[tuple[int, int | None]]) -> dict[str, Any] | None:
     """The frames ``_stitch`` and ``rank_late`` walk: the ranks' collective rows with their path
     prefixes (``rows``: p_<cat> columns, ``off`` the file's clock offset), their windows (``win``),
     steps' categories, file -> rank, the job's collective table (``tk``; ``sure``: the rows whose
     match is believed) and per collective key its last member's aligned arrival ``A`` and file ``R``."""
     have = {f: (rk, p) for (f, rk), p in zip(ranks, parts) if p and p.get("windows") and p.get("collectives")}
-    if len(have) < 2:
+    if len(have) < 2 or steps_differ([p for _, p in have.values()]):
         return None
     t = table.filter(pl.col("aligned_start_ns").is_not_null())
     off = t.group_by("file").agg((pl.col("aligned_start_ns") - pl.col("start_ns")).first().alias("off"))

@@ -1,0 +1,159 @@
+"""The critical path, the what-if replay and the job's what-if on generated GPU data-parallel jobs
+(tests/gpusim.py: each step a DataLoader span, three kernels on stream 7, an all-reduce on stream 20
+after an event wait, a cudaStreamSynchronize; the step times known from the simulation).
+
+The default rank (gpusim.RankSpec): DataLoader 20 µs, gemm 200 µs, softmax 50 µs, gemm 200 µs, the
+all-reduce's work 60 µs after its last member arrives.  A *late* rank's first gemm takes 400 µs, so
+it arrives 200 µs after the others at every all-reduce and every rank's step is 743 µs:
+20 (data) + 1 + 4 (first launch's latency) + 650 (kernels; 450 on a default rank) + 200 (a default
+rank's wait) + 60 (the all-reduce) + 3 (sync lag) + 5 (tail) = 743 µs on the late rank's side, the
+same on the others (they wait 200 µs inside their NCCL kernel)."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests import gpusim as G
+from tracelens.analysis import Options, analyze
+from tracelens.analysis.rank import critical, replay
+from tracelens.store.job import load
+
+ON = Options(critical_path=True)
+LATE = [(G.GEMM, 400_000), (G.SOFTMAX, 50_000), (G.GEMM, 200_000)]
+
+
+def _run(tmp_path, specs, steps=4, name="job", **kw):
+    sim = G.simulate(specs, steps)
+    paths = G.write(sim, tmp_path / name, **kw)
+    a = analyze(load(paths, use_cache=False, jobs=1), ON)
+    return sim, a, a.to_dict()
+
+
+def _what_if(d, rule):
+    (sg,) = [s for s in d["suggestions"] if s["id"] == rule]
+    return sg
+
+
+@pytest.mark.parametrize("n", [2, 4])
+def test_late_rank_sets_the_job_path_and_the_others_wait(tmp_path, n):
+    specs = [G.RankSpec() for _ in range(n)]
+    specs[1] = G.RankSpec(kernels=LATE)
+    sim, a, d = _run(tmp_path, specs)
+    assert all(s == [743_000] * 4 for s in sim.step_ns)
+    for r in d["ranks"]:  # every step's path is its window, its categories sum to it
+        steps = r["critical_path"]["steps"]
+        for k, st in enumerate(steps[:4]):
+            assert st["length_ns"] == sim.step_ns[r["rank"]][k] == r["steps"][k]["dur_ns"]
+            assert sum(st["by_category_ns"].values()) == st["length_ns"]
+        # a default rank alone: its 200 µs wait is inside its NCCL kernel (exposed_comm 260 µs), not compute
+        want = 600_000 if r["rank"] == 1 else 400_000
+        assert steps[1]["by_category_ns"]["compute_gemm"] == want
+    job = d["job"]["critical_path"]
+    for st in job["steps"][:4]:
+        # the job's path crosses to the late rank at the all-reduce: its 600 µs of gemm, only the
+        # 60 µs of the all-reduce after the last arrival is exposed communication
+        assert st["length_ns"] == 743_000 and sum(st["by_category_ns"].values()) == 743_000
+        assert 1 in st["ranks"] and st["ns_by_rank"]["1"] > st["length_ns"] / 2
+        assert st["by_category_ns"]["compute_gemm"] == 600_000 and st["by_category_ns"]["exposed_comm"] == 60_000
+    kept = sum(1 for st in job["steps"][:4] if st["kept"])
+    # each default rank waited 200 µs for rank 1 at every kept step's all-reduce
+    assert job["wait_rank_ns"] == {str(r): {"1": 200_000 * kept} for r in range(n) if r != 1}
+
+
+def test_exposed_comm_what_if_does_not_count_a_wait_as_communication(tmp_path):
+    # Before: the suggestion's comm=0 averaged the ranks' own replays, where a default rank's NCCL
+    # kernel (260 µs: 200 waiting for rank 1, 60 of work) vanished: 4 ranks predicted 462 µs a
+    # step (1.34x).  The job's step with comm=0 is the late rank's without its 60 µs: 683 µs, as a
+    # run without the all-reduce's work measures (run B).
+    specs = [G.RankSpec(), G.RankSpec(kernels=LATE), G.RankSpec(), G.RankSpec()]
+    _, _, d = _run(tmp_path, specs, name="a")
+    _, _, db = _run(tmp_path, [G.RankSpec(comm_ns=0), G.RankSpec(kernels=LATE, comm_ns=0), G.RankSpec(comm_ns=0),
+                               G.RankSpec(comm_ns=0)], name="b")
+    sg = _what_if(d, "exposed_communication")
+    jb = db["job"]["critical_path"]
+    kept_b = [st["length_ns"] for st in jb["steps"] if st["kept"]]
+    measured_b = sum(kept_b) / len(kept_b)
+    wi = sg["what_if"]
+    assert abs(wi["predicted_step_ns"] - measured_b) <= 0.05 * measured_b, (wi, measured_b)
+    assert wi["predicted_speedup"] <= sg["est_speedup"]  # within its upper bound 1 / (1 - bar)
+    ja = d["job"]["critical_path"]
+    kept_a = [st["length_ns"] for st in ja["steps"] if st["kept"]]
+    assert wi["predicted_speedup"] == round(sum(kept_a) / (wi["predicted_step_ns"] * len(kept_a)), 3) or \
+        abs(wi["predicted_speedup"] - sum(kept_a) / len(kept_a) / wi["predicted_step_ns"]) < 1e-3
+
+
+def _rank_replays(monkeypatch, paths, change):
+    """Each rank's replay of ``change`` per step, as the analysis built its graph."""
+    got = {}
+    real = critical.step_paths
+
+    def spy(df, device, windows, main_tid, names, g, **kw):
+        got[len(got)] = replay.Replay(df, g, windows, main_tid).run(replay.parse(change))[0]
+        return real(df, device, windows, main_tid, names, g=g, **kw)
+
+    monkeypatch.setattr(critical, "step_paths", spy)
+    a = analyze(load(paths, use_cache=False, jobs=1), ON)
+    return a, got
+
+
+@pytest.mark.parametrize(("a_spec", "b_spec", "change"), [
+    # a softmax kernel 2x slower (100 µs) in run A, fixed in B: A's step 793 µs, B's 743
+    (dict(kernels=[(G.GEMM, 200_000), (G.SOFTMAX, 100_000), (G.GEMM, 200_000)]), {}, "kclass[softmax_reduce]/2"),
+    # data loading 300 µs in A, none in B: the host launches the step's first kernel that much later
+    (dict(dl_ns=300_000), dict(dl_ns=0), "data_loading=0"),
+], ids=["slow_kernel_class", "data_loading"])
+def test_fixed_bottleneck_pairs_two_ranks(tmp_path, monkeypatch, a_spec, b_spec, change):
+    # two balanced ranks (no wait), run A with the bottleneck, run B fixed: each rank's replay of A
+    # with the change predicts B's measured step within 5% (and never above A's)
+    sim_a = G.simulate([G.RankSpec(**a_spec), G.RankSpec(**a_spec)], 4)
+    sim_b = G.simulate([G.RankSpec(**b_spec), G.RankSpec(**b_spec)], 4)
+    pa = G.write(sim_a, tmp_path / "a")
+    _, got = _rank_replays(monkeypatch, pa, change)
+    for r in range(2):
+        for k in range(4):
+            pred, want, meas = got[r][k], sim_b.step_ns[r][k], sim_a.step_ns[r][k]
+            assert abs(pred - want) <= 0.05 * want and pred <= meas, (r, k, pred, want, meas)
+
+
+def test_ranks_with_different_step_counts_are_not_stitched(tmp_path):
+    # rank 1 recorded no ProfilerStep spans: its whole trace is one "step"; before, the job's path
+    # joined it to rank 0's step 1 (a 3.37 ms "step 1" on rank 1) and comm=0 was predicted from
+    # the ranks' replays (1.21x); now: not stitched, what-ifs withheld, both said in warnings
+    _, _, d = _run(tmp_path, [G.RankSpec(), G.RankSpec(kernels=LATE, no_steps=True)])
+    job = d["job"]["critical_path"]
+    assert "steps" not in job
+    assert any("step counts differ" in w for w in d["warnings"])
+    assert _what_if(d, "exposed_communication").get("what_if") is None
+    assert any("what-if predictions withheld" in w for w in d["warnings"])
+
+
+def test_unmatched_collectives_withhold_the_what_if(tmp_path):
+    # rank 1's all-reduces carry other sequence numbers (they match nothing), but rank 0 still
+    # waited 200 µs for it inside each NCCL kernel: no rank's wait can be told from its work
+    _, _, d = _run(tmp_path, [G.RankSpec(), G.RankSpec(kernels=LATE, solo=True)])
+    job = d["job"]["critical_path"]
+    assert job["unstitched"]["rows_on_path"] > 0 and job["wait_rank_ns"] == {}
+    assert _what_if(d, "exposed_communication").get("what_if") is None
+    assert any("what-if predictions withheld" in w for w in d["warnings"])
+
+
+@pytest.mark.parametrize("kw", [dict(graph=True), dict(skew_ns=5_000_000_000), dict(skew_ns=-150_000)],
+                         ids=["cuda_graph", "skew_5s", "skew_-150us"])
+def test_graphs_and_clock_skew(tmp_path, kw):
+    # CUDA-graph launches (every kernel of a step from one cudaGraphLaunch) and a rank's clock off
+    # by 5 s or by -150 µs (less than the 200 µs wait): the same job path as the plain run
+    specs = [G.RankSpec(**{k: v for k, v in kw.items() if k == "graph"}), G.RankSpec(kernels=LATE, **kw)]
+    sim, _, d = _run(tmp_path, specs)
+    for st in d["job"]["critical_path"]["steps"][:4]:
+        assert st["length_ns"] == 743_000 and st["by_category_ns"]["compute_gemm"] == 600_000
+        assert sum(st["by_category_ns"].values()) == st["length_ns"]
+
+
+def test_two_gpus_in_one_file(tmp_path):
+    # one process driving devices 0 and 1 in one file: device 1's activities are left out with a
+    # warning; device 0's path is the one the 2-file job gives that rank
+    _, _, d = _run(tmp_path, [G.RankSpec(), G.RankSpec(kernels=LATE, device=1)], one_file=True)
+    (r,) = d["ranks"]
+    assert any("devices other than 0 are left out" in w for w in d["warnings"])
+    for st in r["critical_path"]["steps"][:4]:
+        assert st["length_ns"] == 743_000 and st["by_category_ns"]["exposed_comm"] == 260_000
