@@ -157,3 +157,27 @@ def test_two_gpus_in_one_file(tmp_path):
     assert any("devices other than 0 are left out" in w for w in d["warnings"])
     for st in r["critical_path"]["steps"][:4]:
         assert st["length_ns"] == 743_000 and st["by_category_ns"]["exposed_comm"] == 260_000
+
+
+def test_export_of_a_gpu_job(tmp_path):
+    # 3 ranks, rank 1 late and its clock 3 s ahead: the export is valid by the importer's rules
+    # (tests/test_perfetto_export.check_trace: ph, pid/tid metadata, one s and one f per flow,
+    # each inside a slice of its thread), each rank's path slices sum to its steps' lengths, and
+    # the path's arrows join events of the rank (a kernel to the next one on the path)
+    from tests.test_perfetto_export import check_trace, path_slices, read
+    from tracelens.cli import main
+
+    sim = G.simulate([G.RankSpec(), G.RankSpec(kernels=LATE, skew_ns=3_000_000_000), G.RankSpec()], 4)
+    G.write(sim, tmp_path / "job")
+    out = tmp_path / "out.json.gz"
+    assert main(["export-trace", str(tmp_path / "job"), "-o", str(out)]) == 0
+    evs = check_trace(read(out))
+    got = path_slices(evs)
+    for r in range(3):
+        assert [got[(r + 1, k + 1)] for k in range(4)] == sim.step_ns[r]
+    # the what-if tracks: the job's comm=0 prediction (683 µs: the late rank's step without the
+    # all-reduce's 60 µs), on every rank; before, rank 0's own replay showed 483 µs (its 200 µs
+    # wait for rank 1 removed as if it were communication)
+    wi = [e for e in evs if e["ph"] == "X" and e["cat"] == "what_if"]
+    assert wi and all(round(e["dur"] * 1000) in (683_000, 200_000, 400_000) for e in wi), sorted({e["dur"] for e in wi})
+    assert {e["pid"] for e in wi if round(e["dur"] * 1000) == 683_000} == {1, 2, 3}

@@ -139,24 +139,35 @@ def path_saving(change: str, by_category_ns: dict[str, int]) -> int | None:
     return round(total)
 
 
-def _job_what_if(change: str, job_path: dict[str, Any], ranks) -> dict[str, Any] | None:
-    """``what_if`` on the job's stitched path (see there): per kept step, its length less the saving."""
+def job_step_predictions(change: str, job_path: dict[str, Any], ranks) -> list[int | None] | None:
+    """Each step of the job's stitched path predicted with ``change`` (``what_if``): its length
+    less the smaller of the change's time on the path and the replayed saving of the rank holding
+    most of the step's path (None for a step without a path; None overall: a change with no
+    category of its own and no replay to tell)."""
     by_rank = {r.rank: r for r in ranks}
-    meas = pred = n = 0
-    for k, st in enumerate(job_path["steps"]):
-        if not st.get("kept"):
-            continue
+    out: list[int | None] = []
+    for k, st in enumerate(job_path.get("steps") or []):
         saving = path_saving(change, st.get("by_category_ns") or {})
         shares = st.get("ns_by_rank") or {}
         top = max(shares, key=lambda rk: (shares[rk], rk)) if shares else None
         r = by_rank.get(int(top)) if top is not None and top.lstrip("-").isdigit() else None
         wi = getattr(r, "what_if", None) or {}
-        if r is not None and change in wi and k < len(wi[change]) and k < len(r.steps):
+        if r is not None and change in wi and k < len(wi[change]) and k < len(r.steps) and wi[change][k] is not None:
             own = max(r.steps[k].dur_ns - wi[change][k], 0)
             saving = own if saving is None else min(saving, own)
         if saving is None:
             return None
-        meas, pred, n = meas + st["length_ns"], pred + max(st["length_ns"] - saving, 0), n + 1
+        out.append(max(st["length_ns"] - saving, 0))
+    return out
+
+
+def _job_what_if(change: str, job_path: dict[str, Any], ranks) -> dict[str, Any] | None:
+    """``what_if`` on the job's stitched path (see there): per kept step, its length less the saving."""
+    per_step = job_step_predictions(change, job_path, ranks)
+    if per_step is None:
+        return None
+    kept = [(st["length_ns"], p) for st, p in zip(job_path["steps"], per_step) if st.get("kept") and p is not None]
+    meas, pred, n = sum(m for m, _ in kept), sum(p for _, p in kept), len(kept)
     if not n or pred <= 0:
         return None
     mfus = [r.mfu for r in ranks]

@@ -418,15 +418,22 @@ def for_rank(df: pl.DataFrame, g, windows: list[tuple[int, int]], main_tid: int 
     return {c: r.run(parse(c))[0] for c in changes}
 
 
-def export_tracks(r, df: pl.DataFrame) -> list[tuple[str, pl.DataFrame]]:
+def export_tracks(r, df: pl.DataFrame, job: dict[str, list[int | None] | None] | None = None) -> list[tuple[str, pl.DataFrame]]:
     """The rank's what-if tracks for the trace export (tracelens.export.perfetto): per change
     replayed (``RankResult.what_if``, only with --critical-path and a suggestion that maps to a
     change), one slice per step from the step's start lasting its predicted time (start_ns,
-    end_ns on the rank's clock; name: the step, the predicted and the measured time)."""
+    end_ns on the rank's clock; name: the step, the predicted and the measured time).  ``job``:
+    in a job whose ranks wait for each other at collectives, per change the job's predicted
+    steps (``suggest.job_step_predictions``; None: withheld, no track), which every rank's track
+    shows instead of its own replay (that counts a wait for a later rank as removable)."""
     from tracelens.model.units import fmt_ns
 
     out = []
     for change, pred in sorted((getattr(r, "what_if", None) or {}).items()):
+        if job is not None:
+            if job.get(change) is None:
+                continue
+            pred = job[change]
         rows = [(s.start_ns, s.start_ns + p, f"{s.name}: {fmt_ns(p)} (measured {fmt_ns(s.dur_ns)})")
                 for s, p in zip(r.steps, pred) if s.start_ns is not None and p is not None]  # one per step: a handful
         out.append((change, pl.DataFrame(rows, schema={"start_ns": pl.Int64, "end_ns": pl.Int64, "name": pl.String}, orient="row")))
