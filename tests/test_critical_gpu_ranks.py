@@ -181,3 +181,25 @@ def test_export_of_a_gpu_job(tmp_path):
     wi = [e for e in evs if e["ph"] == "X" and e["cat"] == "what_if"]
     assert wi and all(round(e["dur"] * 1000) in (683_000, 200_000, 400_000) for e in wi), sorted({e["dur"] for e in wi})
     assert {e["pid"] for e in wi if round(e["dur"] * 1000) == 683_000} == {1, 2, 3}
+
+
+def test_export_of_two_gpus_in_one_file_keeps_their_streams_apart(tmp_path):
+    # one process's file with devices 0 and 1, both using streams 7 and 20: before, device 1's
+    # kernels went on the "GPU 0 stream 7" track among device 0's, overlapping slices that do not
+    # nest (the importer nests slices per thread); now each device's streams have their own tracks
+    from tests.test_perfetto_export import check_trace, read
+    from tracelens.export.perfetto import export_trace
+
+    sim = G.simulate([G.RankSpec(), G.RankSpec(kernels=LATE, device=1)], 4)
+    out = tmp_path / "o.json"
+    export_trace(G.write(sim, tmp_path / "job", one_file=True), out)
+    evs = check_trace(read(out))
+    names = {e["tid"]: e["args"]["name"] for e in evs if e["ph"] == "M" and e["name"] == "thread_name"}
+    gpu = {t: n for t, n in names.items() if n.startswith("GPU ")}
+    assert sorted(gpu.values()) == ["GPU 0 stream 20", "GPU 0 stream 7", "GPU 1 stream 20", "GPU 1 stream 7"]
+    # 13 kernels per device on stream 7 (3 a step for 4 steps, 1 in the closing step)
+    per = {n: sum(1 for e in evs if e["ph"] == "X" and e["tid"] == t and e["cat"] == "kernel") for t, n in gpu.items()}
+    assert per["GPU 0 stream 7"] == per["GPU 1 stream 7"] == 13
+    for t in gpu:  # on each GPU track, slices nest or follow each other
+        iv = sorted((e["ts"], e["ts"] + e["dur"]) for e in evs if e["ph"] == "X" and e["tid"] == t)
+        assert all(b0 <= a1 + 1e-6 or b1 <= b0 + 1e-6 for (_, b0), (a1, b1) in zip(iv, iv[1:])), t

@@ -160,8 +160,12 @@ def _rank_events(job, r, options, origin: int, offset: int, result: Written, cou
     shift = offset - origin  # add to a time of this file to get the output's (ns)
     # lanes: host threads (by pid, tid), then GPU streams, then rows on neither
     lane = (pl.when(pl.col("tid").is_not_null()).then(0).when(pl.col("stream").is_not_null()).then(1).otherwise(2)).alias("_lk")
-    keyed = df.lazy().with_row_index("_row").with_columns(lane, pl.col("pid").fill_null(-1).alias("_a"),
-                                                          pl.coalesce("tid", "stream").fill_null(-1).alias("_b"))
+    # a host lane is a (pid, tid); a GPU lane a (device, stream): a file with several GPUs' events
+    # (one process driving two) gives each device's streams their own tracks, not one mixed track
+    # of overlapping slices (the importer nests slices on a thread; overlaps that do not nest break it)
+    keyed = df.lazy().with_row_index("_row").with_columns(lane).with_columns(
+        pl.when(pl.col("_lk") == 1).then(pl.col("device").cast(pl.Int64)).otherwise(pl.col("pid")).fill_null(-1).alias("_a"),
+        pl.coalesce("tid", "stream").fill_null(-1).alias("_b"))
     lanes = keyed.select("_lk", "_a", "_b").unique().sort("_lk", "_a", "_b").with_row_index("_tid", offset=1).collect()
     lanes = lanes.with_columns(pl.col("_tid").cast(pl.Int64))
     n_host_pids = lanes.filter(pl.col("_lk") == 0).get_column("_a").n_unique()
@@ -179,7 +183,8 @@ def _rank_events(job, r, options, origin: int, offset: int, result: Written, cou
             name = meta.threads.get(f"{a}:{b}") or f"thread {b}"
             name = f"{name} (pid {a})" if n_host_pids > 1 else name
         elif lk == 1:
-            name = f"GPU {meta.device_id if meta.device_id is not None else '?'} stream {b}"
+            dev = a if a >= 0 else meta.device_id
+            name = f"GPU {dev if dev is not None else '?'} stream {b}"
         else:
             name = "other events"
         md.append({"ph": "M", "name": "thread_name", "pid": pid, "tid": tid, "ts": 0, "args": {"name": _clean_str(str(name))}})
