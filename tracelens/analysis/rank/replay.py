@@ -56,7 +56,11 @@ host launch / launch latency: ``launch=0``; exposed communication: ``comm=0``; e
 rules it triggers (``suggest.changes_for``) and the suggestion carries ``what_if``, next to its
 upper bound ``1 / (1 - bar)``: the bound counts the bar's time as removable, the replay only
 the part of it on the path (control.json.gz: non-matmul kernels up to 1.75x, replayed 1.01x: the
-steps are host-bound).
+steps are host-bound).  A rank's replay is of that rank alone: in a job whose ranks wait for each
+other at collectives, a rank that waited for a later one has the wait inside its NCCL kernels
+(``comm=0`` would remove it), and its faster kernels do not make the later rank arrive sooner; so
+there the suggestion's ``what_if`` is the job's, on its stitched path (``suggest.what_if``), or
+none where the path cannot be stitched.
 
 **Validation** (tests/test_replay.py).  The identity replay reproduces every step of every
 shared trace with kernels exactly.  ResNet-50 ``num_workers_0`` (164.05 ms) with data loading
