@@ -20,7 +20,10 @@ times from the step's start h):
   at the last arrival + ``comm_ns`` (``solo``: that rank's collective has another Seq, so it
   matches no other rank's; it ends at its own arrival + comm_ns);
 * ``cudaStreamSynchronize`` (a ``Stream Sync`` row) from the host's next point to the all-reduce's
-  end + SYNC_LAG_NS, then TAIL_NS of host time before the next step.
+  end + SYNC_LAG_NS, then TAIL_NS of host time before the next step.  With ``overlap`` = j the
+  all-reduce is issued after the first j kernels and the others are launched after it (running
+  beside it on stream 7), and the step ends with a ``cudaDeviceSynchronize`` until both streams
+  are done + SYNC_LAG_NS.
 
 A closing step (one kernel) follows the last, so that each step's window (tracelens: its first
 kernel to the next step's first kernel) is known: ``Sim.step_ns[r]``, per rank, per step.
@@ -53,6 +56,7 @@ class RankSpec:
     graph: bool = False  # the step's kernels from one cudaGraphLaunch
     solo: bool = False  # its collectives match no other rank's (another Seq)
     device: int = 0
+    overlap: int | None = None  # the all-reduce issued after this many kernels (DDP's bucket), the rest overlapping it
 
 
 @dataclass
@@ -132,7 +136,8 @@ def simulate(specs: list[RankSpec], steps: int = 4) -> Sim:
             t = h[r]
             R.span("user_annotation", "enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__", t, t + R.s.dl_ns)
             t += R.s.dl_ns
-            t, fk = R.compute(t, R.s.kernels[:1] if closing else R.s.kernels)
+            split = len(R.s.kernels) if R.s.overlap is None else R.s.overlap
+            t, fk = R.compute(t, R.s.kernels[:1] if closing else R.s.kernels[:split])
             first_k[r].append(fk)
             if closing:
                 h[r] = t
@@ -156,7 +161,10 @@ def simulate(specs: list[RankSpec], steps: int = 4) -> Sim:
             R.span("cuda_runtime", "cudaLaunchKernel", launch, launch + LAUNCH_NS, correlation=cn, cbid=211, **{"External id": cn})
             arrive = max(launch + LATENCY_NS, R.free[COMPUTE], R.free[COMM])
             arrivals[r].append(arrive)
-            pending.append((r, cn, launch, arrive, t + 10_000))
+            t += 10_000
+            if split < len(R.s.kernels):  # the rest of the step's kernels, overlapping the all-reduce
+                t, _ = R.compute(t, R.s.kernels[split:])
+            pending.append((r, cn, launch, arrive, t))
         if closing:
             break
         last = max(a for _, _, _, a, _ in pending)
@@ -165,11 +173,15 @@ def simulate(specs: list[RankSpec], steps: int = 4) -> Sim:
             end = (arrive if R.s.solo else last) + R.s.comm_ns
             R.kernel(NCCL, COMM, cn, launch, arrive, end)
             sc = R.next_corr()
-            ret = max(t + 2_000, end + SYNC_LAG_NS)
-            R.span("cuda_runtime", "cudaStreamSynchronize", t, ret, correlation=sc, cbid=131)
-            R.ev.append({"ph": "X", "cat": "cuda_sync", "name": "Stream Sync", "pid": R.s.device, "tid": COMM, "ts": end, "dur": ret - end,
-                         "args": {"cuda_sync_kind": "Stream Sync", "wait_on_stream": COMM, "stream": COMM, "correlation": sc,
-                                  "device": R.s.device}})
+            if R.s.overlap is None:
+                ret = max(t + 2_000, end + SYNC_LAG_NS)
+                R.span("cuda_runtime", "cudaStreamSynchronize", t, ret, correlation=sc, cbid=131)
+                R.ev.append({"ph": "X", "cat": "cuda_sync", "name": "Stream Sync", "pid": R.s.device, "tid": COMM, "ts": end,
+                             "dur": ret - end, "args": {"cuda_sync_kind": "Stream Sync", "wait_on_stream": COMM, "stream": COMM,
+                                                        "correlation": sc, "device": R.s.device}})
+            else:  # both streams: a device synchronize
+                ret = max(t + 2_000, end + SYNC_LAG_NS, R.free[COMPUTE] + SYNC_LAG_NS)
+                R.span("cuda_runtime", "cudaDeviceSynchronize", t, ret, correlation=sc, cbid=165)
             h[r] = ret + TAIL_NS
             if not R.s.no_steps:
                 R.span("user_annotation", f"ProfilerStep#{k + 1}", starts[r], h[r])

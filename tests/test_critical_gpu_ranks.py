@@ -209,3 +209,28 @@ def test_export_of_two_gpus_in_one_file_keeps_their_streams_apart(tmp_path):
     for t in gpu:  # on each GPU track, slices nest or follow each other
         iv = sorted((e["ts"], e["ts"] + e["dur"]) for e in evs if e["ph"] == "X" and e["tid"] == t)
         assert all(b0 <= a1 + 1e-6 or b1 <= b0 + 1e-6 for (_, b0), (a1, b1) in zip(iv, iv[1:])), t
+
+
+def test_overlapped_all_reduce_pair(tmp_path, monkeypatch):
+    # DDP-style: the all-reduce (400 µs of work) is issued after the first gemm and the softmax and
+    # the second gemm (250 µs) run beside it; the step ends with a cudaDeviceSynchronize.  Rank 1's
+    # first gemm takes 400 µs, so the all-reduce ends 400 µs after rank 1 arrives: every step is
+    # 20 + 5 + 400 + 400 + 3 + 5 = 833 µs.  Run B (no communication work) is set by rank 1's
+    # compute alone: 20 + 5 + 650 + 3 + 5 = 683 µs.  Before, rank 1's replay of comm=0 said 650:
+    # its device sync waited only for the last activity to end (the all-reduce), not for the
+    # compute stream's last kernel; the job's what-if, from the path alone, 450.
+    ov = [G.RankSpec(overlap=1, comm_ns=400_000), G.RankSpec(kernels=LATE, overlap=1, comm_ns=400_000)]
+    sim_a = G.simulate(ov, 5)
+    sim_b = G.simulate([G.RankSpec(overlap=1, comm_ns=0), G.RankSpec(kernels=LATE, overlap=1, comm_ns=0)], 5)
+    assert sim_a.step_ns[1][1:] == [833_000] * 4 and sim_b.step_ns[1][1:] == [683_000] * 4
+    a, got = _rank_replays(monkeypatch, G.write(sim_a, tmp_path / "a"), "comm=0")
+    assert got[1][1:5] == [683_000] * 4  # rank 1 alone: its compute, then the sync
+    d = a.to_dict()
+    job = d["job"]["critical_path"]
+    for st in job["steps"][1:5]:  # the path: rank 1's gemm, then the all-reduce's 400 µs on rank 0's side
+        assert st["length_ns"] == 833_000 and st["by_category_ns"]["exposed_comm"] == 400_000
+    sg = _what_if(d, "exposed_communication")
+    kept = [k for k, st in enumerate(job["steps"]) if st["kept"]]
+    want = sum(sim_b.step_ns[1][k] if k < 5 else job["steps"][k]["length_ns"] for k in kept) / len(kept)
+    assert abs(sg["what_if"]["predicted_step_ns"] - want) <= 0.05 * want, (sg["what_if"], want)
+    assert sg["what_if"]["predicted_speedup"] <= sg["est_speedup"]

@@ -70,7 +70,7 @@ def changes_for(rank) -> list[str]:
     return out
 
 
-def what_if(rule_id: str, ranks, job_path: dict[str, Any] | None = None, every_rank=None) -> dict[str, Any] | None:
+def what_if(rule_id: str, ranks, job_path: dict[str, Any] | None = None, every_rank=None, waits=None) -> dict[str, Any] | None:
     """The replayed prediction of a rule's change over the ranks it hit, their kept steps: the
     mean predicted step, the speed-up (measured time / predicted) and the MFU at that time.
 
@@ -79,16 +79,14 @@ def what_if(rule_id: str, ranks, job_path: dict[str, Any] | None = None, every_r
     replay is no prediction of the job's step (a rank that waited for a later one at an
     all-reduce has that wait inside its NCCL kernels, which ``comm=0`` removes as if it were
     communication; its faster kernels do not make the later rank arrive sooner).  Each kept step
-    of the job is then predicted on the job's path: its length less the saving, the smaller of the
-    change's time on the job's path (``path_saving``: a first-order bound, what else waits is not
-    replayed) and, where the rank holding most of the step's path replayed the change, that rank's
-    replayed saving on its step.  Where ranks are coupled but their paths are not stitched
+    of the job is then predicted from the job's path and the ranks' replays less their waits
+    (``job_step_predictions``; ``waits``: ``critical.step_waits``).  Where ranks are coupled but their paths are not stitched
     (``withheld``) no rank's wait can be told from its work: no prediction (None; the job reduce
     warns, ``UNSTITCHED_WHAT_IF``)."""
     change = WHAT_IF.get(rule_id)
     if change and job_path and every_rank and not withheld(job_path, every_rank):
         if job_path.get("steps"):
-            return _job_what_if(change, job_path, every_rank)
+            return _job_what_if(change, job_path, every_rank, waits)
     elif change and job_path and every_rank:
         return None
     got = [r for r in ranks if change and getattr(r, "what_if", None) and change in r.what_if]
@@ -139,31 +137,48 @@ def path_saving(change: str, by_category_ns: dict[str, int]) -> int | None:
     return round(total)
 
 
-def job_step_predictions(change: str, job_path: dict[str, Any], ranks) -> list[int | None] | None:
-    """Each step of the job's stitched path predicted with ``change`` (``what_if``): its length
-    less the smaller of the change's time on the path and the replayed saving of the rank holding
-    most of the step's path (None for a step without a path; None overall: a change with no
-    category of its own and no replay to tell)."""
-    by_rank = {r.rank: r for r in ranks}
+def _wait_left(change: str) -> float:
+    """The share of a rank's wait at collectives (inside its NCCL kernels) that its replay of
+    ``change`` keeps: none with ``comm=0``, 1/K with ``comm/K``, all otherwise (a targeted comm
+    change: all, the safe side for a lower bound)."""
+    from tracelens.analysis.rank.replay import parse
+
+    left = 1.0
+    for c in parse(change):
+        if c.what == "comm" and not c.target:
+            left = left / c.factor
+    return left
+
+
+def job_step_predictions(change: str, job_path: dict[str, Any], ranks, waits: dict[int, list[int]] | None = None) -> list[int | None] | None:
+    """Each step of the job's stitched path predicted with ``change`` (``what_if``): the larger of
+    two lower bounds on the job's step, at most its measured length: the path's length less the
+    change's time on it (``path_saving``; another chain may become the longest), and every rank
+    that replayed the change, its replayed step less the part of its wait for other ranks
+    (``waits``: ``critical.step_waits``, per file and step) that its replay keeps (that wait
+    shrinks or grows with the others).  None overall: a change with no category of its own and
+    no replay to tell."""
+    left = _wait_left(change)
     out: list[int | None] = []
     for k, st in enumerate(job_path.get("steps") or []):
+        length = st["length_ns"]
         saving = path_saving(change, st.get("by_category_ns") or {})
-        shares = st.get("ns_by_rank") or {}
-        top = max(shares, key=lambda rk: (shares[rk], rk)) if shares else None
-        r = by_rank.get(int(top)) if top is not None and top.lstrip("-").isdigit() else None
-        wi = getattr(r, "what_if", None) or {}
-        if r is not None and change in wi and k < len(wi[change]) and k < len(r.steps) and wi[change][k] is not None:
-            own = max(r.steps[k].dur_ns - wi[change][k], 0)
-            saving = own if saving is None else min(saving, own)
-        if saving is None:
+        bounds = [] if saving is None else [length - saving]
+        for r in ranks:
+            wi = (getattr(r, "what_if", None) or {}).get(change)
+            if wi is None or k >= len(wi) or wi[k] is None:
+                continue
+            wait = ((waits or {}).get(r.file) or [])
+            bounds.append(wi[k] - round(left * (wait[k] if k < len(wait) else 0)))
+        if not bounds:
             return None
-        out.append(max(st["length_ns"] - saving, 0))
+        out.append(min(max(max(bounds), 0), length))
     return out
 
 
-def _job_what_if(change: str, job_path: dict[str, Any], ranks) -> dict[str, Any] | None:
-    """``what_if`` on the job's stitched path (see there): per kept step, its length less the saving."""
-    per_step = job_step_predictions(change, job_path, ranks)
+def _job_what_if(change: str, job_path: dict[str, Any], ranks, waits=None) -> dict[str, Any] | None:
+    """``what_if`` on the job's stitched path (see there): the kept steps' ``job_step_predictions``."""
+    per_step = job_step_predictions(change, job_path, ranks, waits)
     if per_step is None:
         return None
     kept = [(st["length_ns"], p) for st, p in zip(job_path["steps"], per_step) if st.get("kept") and p is not None]
@@ -670,11 +685,13 @@ def _pipeline_what_if(pipe: dict[str, Any], mb: list[dict[str, Any]]) -> dict[st
 
 
 def suggest(analysis, pipeline: dict[str, Any] | None = None, pipeline_ranks: dict[int, dict[str, Any]] | None = None,
-            late: dict[int, dict[str, Any] | None] | None = None, job_path: dict[str, Any] | None = None) -> list[Suggestion]:
+            late: dict[int, dict[str, Any] | None] | None = None, job_path: dict[str, Any] | None = None,
+            waits: dict[int, list[int]] | None = None) -> list[Suggestion]:
     """The rules' suggestions, the stragglers', and with ``pipeline`` (``job.pipeline``; its ranks'
     dicts by file in ``pipeline_ranks``) the schedule-specific fix (``pipeline_suggestion``);
     ``late``: straggler rank -> its ``what_if`` (rank_late replayed on the job's path); ``job_path``:
-    the job's critical path (``critical.combine``), stitched across ranks where it has ``steps``."""
+    the job's critical path (``critical.combine``), stitched across ranks where it has ``steps``;
+    ``waits``: per file and step, its wait at collectives (``critical.step_waits``)."""
     out: list[Suggestion] = []
     ranks = [r for r in analysis.ranks if r.gpu is not None]
     for rule in RULES:
@@ -702,7 +719,7 @@ def suggest(analysis, pipeline: dict[str, Any] | None = None, pipeline_ranks: di
                           **(rule.extra(hit) if rule.extra else {})},
                 ranks=tuple(rk for rk, _ in hits),
                 est_speedup=_speedup(mean) if rule.removable else None,
-                what_if=what_if(rule.id, hit, job_path, ranks),
+                what_if=what_if(rule.id, hit, job_path, ranks, waits),
             )
         )
     by_rank = {r.rank: r for r in ranks}

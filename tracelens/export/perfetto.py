@@ -146,7 +146,10 @@ def _job_predictions(a) -> dict[str, list[int | None] | None] | None:
         return dict.fromkeys(changes)
     if not cp.get("steps"):
         return None
-    return {c: suggest.job_step_predictions(c, cp, ranks) for c in changes}
+    from tracelens.analysis.rank import critical
+
+    waits = critical.step_waits([r.critical_path for r in ranks], a.table(), [(r.file, r.rank) for r in ranks])
+    return {c: suggest.job_step_predictions(c, cp, ranks, waits) for c in changes}
 
 
 def _rank_events(job, r, options, origin: int, offset: int, result: Written, coupled=None) -> Iterable[bytes]:

@@ -39,7 +39,7 @@ def finish_job(a: Analysis) -> Analysis:
     differ = critical.steps_differ(parts) if len([p for p in parts if p]) > 1 else None
     if differ and differ not in a.warnings:
         a = replace(a, warnings=(*a.warnings, differ))
-    sgs = suggest(a, pipe, pipe_ranks, late, cp)
+    sgs = suggest(a, pipe, pipe_ranks, late, cp, critical.step_waits(parts, table, files) if cp and cp.get("steps") else None)
     if withheld(cp, ranks) and any(sg.id in WHAT_IF for sg in sgs):
         a = replace(a, warnings=(*a.warnings, UNSTITCHED_WHAT_IF))
     return replace(a, job=JobResult(

@@ -27,7 +27,7 @@ GPU, is dropped: the graph is a DAG by construction, never a cycle):
 * synchronize -> host: a blocking call (``cudaStreamSynchronize``, ``cudaEventSynchronize``,
   ``cudaDeviceSynchronize``) ends after the last activity that ended before it on the stream it
   waits for (``Stream Sync``: its stream; ``Event Sync``: the last activity launched on the
-  recorded stream before the record; otherwise the whole device);
+  recorded stream before the record; otherwise the whole device: the last one on every stream);
 * blocking copies: a runtime call that returns after its own copy (or kernel) ends, ends after it;
 * host collectives on another thread (gloo's): the span starts after the step thread's last point
   before it (the call that queued it), and a step thread idle then (nothing open) resumes after
@@ -353,8 +353,12 @@ def candidate_edges(host: pl.DataFrame, gpu: pl.DataFrame, dsync: pl.DataFrame, 
             ends, left_on="v", right_on="u", by="stream", strategy="backward", allow_exact_matches=False, check_sortedness=False)
         event_s = last_launched(syncs.filter(is_event.fill_null(False)).join(records, on="wait_corr", how="inner"),
                                 "wait_stream", "_rts").rename({"_e": "u"})
-        dev_s = syncs.filter(~(is_stream | is_event).fill_null(False)).sort("v").join_asof(
-            ends.select("u"), left_on="v", right_on="u", strategy="backward", allow_exact_matches=False)
+        # a device-wide wait: after the last activity that ended before it on every stream (the
+        # latest one is what it waited for; the others are what it waits for when that one is
+        # shorter, as the what-if replay makes it)
+        dev_s = syncs.filter(~(is_stream | is_event).fill_null(False)).drop("stream", strict=False).join(
+            ends.select("stream").unique(), how="cross").sort("v").join_asof(
+            ends, left_on="v", right_on="u", by="stream", strategy="backward", allow_exact_matches=False, check_sortedness=False)
         for f in (stream_s, event_s, dev_s):
             out.append(f.lazy().select("v", "u", _c(_SYNC).alias("cat"), "owner", _k("sync")))
     # cudaEventRecord -> cudaStreamWaitEvent: the first activity launched on the waiting stream
@@ -931,6 +935,27 @@ def rank_late(parts: list[dict[str, Any] | None], table: pl.DataFrame | None, ra
     for _, p in have.values():
         kept &= set(p.get("kept", range(n_steps)))
     return {"steps": [int(pred[k]) for k in range(n_steps)], "saved_ns": [int(sav[k]) for k in range(n_steps)], "kept": sorted(kept)}
+
+
+def step_waits(parts: list[dict[str, Any] | None], table: pl.DataFrame | None,
+               ranks: list[tuple[int, int | None]] | None) -> dict[int, list[int]] | None:
+    """Per file, per step: the ns it waited at collectives for their last member (the job table's
+    ``wait_ns`` of its rows whose match is believed, by the step its row falls in); None where the
+    job's path cannot be stitched (``_prepare``)."""
+    if table is None or ranks is None or table.height == 0:
+        return None
+    pr = _prepare(parts, table, ranks)
+    if pr is None:
+        return None
+    key, rows, tk, sure, n = pr["key"], pr["rows"], pr["tk"], pr["sure"], pr["n_steps"]
+    w = (rows.select("file", *key, "step_index")
+         .join(tk.filter(sure).select(pl.col("file").cast(pl.Int64), *key, pl.col("wait_ns").fill_null(0)), on=["file", *key])
+         .group_by("file", "step_index").agg(pl.col("wait_ns").sum()))
+    out = {f: [0] * n for f in pr["have"]}
+    for f, k, ns in w.iter_rows():  # one per rank x step
+        if k is not None and 0 <= k < n:
+            out[f][k] = int(ns)
+    return out
 
 
 def steps_differ(parts: list[dict[str, Any] | None]) -> str | None:
