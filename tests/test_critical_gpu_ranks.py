@@ -234,3 +234,25 @@ def test_overlapped_all_reduce_pair(tmp_path, monkeypatch):
     want = sum(sim_b.step_ns[1][k] if k < 5 else job["steps"][k]["length_ns"] for k in kept) / len(kept)
     assert abs(sg["what_if"]["predicted_step_ns"] - want) <= 0.05 * want, (sg["what_if"], want)
     assert sg["what_if"]["predicted_speedup"] <= sg["est_speedup"]
+
+
+def test_job_prediction_of_faster_gemms_with_a_late_rank(tmp_path, monkeypatch):
+    # rank 1 late (first gemm 400 µs), every gemm 2x faster in run B: B's steps are
+    # 743 - 300 (rank 1's gemms halved: 600 -> 300) = 443 µs.  Rank 0's own replay keeps its
+    # 200 µs wait for rank 1 (543 µs): the job's prediction takes it less that wait (343) and the
+    # late rank's 443, the larger: 443 µs, B exactly
+    from dataclasses import replace as dc_replace
+
+    from tracelens.analysis import suggest
+
+    sim = G.simulate([G.RankSpec(), G.RankSpec(kernels=LATE)], 4)
+    fast = [(G.GEMM, 100_000), (G.SOFTMAX, 50_000), (G.GEMM, 100_000)]
+    sim_b = G.simulate([G.RankSpec(kernels=fast), G.RankSpec(kernels=[(G.GEMM, 200_000), *fast[1:]])], 4)
+    change = "kclass[gemm]/2"
+    a, got = _rank_replays(monkeypatch, G.write(sim, tmp_path / "a"), change)
+    assert got[0][:4] == [543_000] * 4 and got[1][:4] == [443_000] * 4
+    ranks = [dc_replace(r, what_if={change: got[i]}) for i, r in enumerate(a.ranks)]
+    waits = critical.step_waits([r.critical_path for r in ranks], a.table(), [(r.file, r.rank) for r in ranks])
+    assert waits[0][:4] == [200_000] * 4 and waits[1][:4] == [0] * 4
+    pred = suggest.job_step_predictions(change, a.job.critical_path, ranks, waits)
+    assert pred[:4] == sim_b.step_ns[0] == [443_000] * 4
