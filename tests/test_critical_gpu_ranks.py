@@ -187,6 +187,20 @@ def test_export_of_a_gpu_job(tmp_path):
     wi = [e for e in evs if e["ph"] == "X" and e["cat"] == "what_if"]
     assert wi and all(round(e["dur"] * 1000) in (683_000, 200_000, 400_000) for e in wi), sorted({e["dur"] for e in wi})
     assert {e["pid"] for e in wi if round(e["dur"] * 1000) == 683_000} == {1, 2, 3}
+    # the arrows of rank 1 (pid 2): each end inside the innermost trace event holding it; the
+    # path runs gemm -> softmax -> gemm -> all-reduce -> the sync that waited for it
+    xs = [e for e in evs if e["ph"] == "X" and e["pid"] == 2 and e["cat"] not in ("critical_path", "what_if")]
+
+    def holder(p):
+        c = [x for x in xs if x["tid"] == p["tid"] and x["ts"] - 1e-6 <= p["ts"] <= x["ts"] + x["dur"] + 1e-6]
+        return min(c, key=lambda x: x["dur"])["name"].split("(")[0][:12]
+    pts = {}
+    for e in evs:
+        if e["ph"] in "sf" and e["pid"] == 2:
+            pts.setdefault(e["id"], {})[e["ph"]] = holder(e)
+    arrows = {(p["s"], p["f"]) for p in pts.values()}
+    assert {("sm90_xmma_ge", "void at::nat"), ("void at::nat", "sm90_xmma_ge"), ("sm90_xmma_ge", "ncclDevKerne"),
+            ("ncclDevKerne", "cudaStreamSy")} <= arrows, arrows
 
 
 def test_export_of_two_gpus_in_one_file_keeps_their_streams_apart(tmp_path):
