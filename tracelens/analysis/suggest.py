@@ -70,10 +70,25 @@ def changes_for(rank) -> list[str]:
     return out
 
 
-def what_if(rule_id: str, ranks) -> dict[str, Any] | None:
+def what_if(rule_id: str, ranks, job_path: dict[str, Any] | None = None, every_rank=None, waits=None) -> dict[str, Any] | None:
     """The replayed prediction of a rule's change over the ranks it hit, their kept steps: the
-    mean predicted step, the speed-up (measured time / predicted) and the MFU at that time."""
+    mean predicted step, the speed-up (measured time / predicted) and the MFU at that time.
+
+    With the job's stitched critical path (``job_path``: ``critical.combine``'s, with ``steps``;
+    ``every_rank``: the job's ranks) the ranks are coupled by their collectives: a rank's own
+    replay is no prediction of the job's step (a rank that waited for a later one at an
+    all-reduce has that wait inside its NCCL kernels, which ``comm=0`` removes as if it were
+    communication; its faster kernels do not make the later rank arrive sooner).  Each kept step
+    of the job is then predicted from the job's path and the ranks' replays less their waits
+    (``job_step_predictions``; ``waits``: ``critical.step_waits``).  Where ranks are coupled but their paths are not stitched
+    (``withheld``) no rank's wait can be told from its work: no prediction (None; the job reduce
+    warns, ``UNSTITCHED_WHAT_IF``)."""
     change = WHAT_IF.get(rule_id)
+    if change and job_path and every_rank and not withheld(job_path, every_rank):
+        if job_path.get("steps"):
+            return _job_what_if(change, job_path, every_rank, waits)
+    elif change and job_path and every_rank:
+        return None
     got = [r for r in ranks if change and getattr(r, "what_if", None) and change in r.what_if]
     if not got:
         return None
@@ -89,6 +104,91 @@ def what_if(rule_id: str, ranks) -> dict[str, Any] | None:
         return None
     return {"change": change, "predicted_step_ns": round(pred / n), "predicted_speedup": round(meas / pred, 3),
             "predicted_mfu": round(sum(mfus) / len(mfus), 4) if all(x is not None for x in mfus) else None}
+
+
+UNSTITCHED_WHAT_IF = ("what-if predictions withheld: collectives on the ranks' critical paths could not be matched across "
+                      "ranks (members not loaded or match refused), so a rank's wait for another inside them cannot be told "
+                      "from its own work")
+
+
+def withheld(job_path: dict[str, Any] | None, ranks) -> bool:
+    """Whether several ranks' paths pass through collectives that the job's path could not stitch:
+    collectives on a rank's path unmatched (``unstitched.rows_on_path``), or no stitched path at
+    all (the ranks' steps differ): a rank's wait for another inside them is then unknown."""
+    if not job_path or len([r for r in ranks if (getattr(r, "critical_path", None) or {}).get("collectives")]) < 2:
+        return False
+    return not job_path.get("steps") or bool((job_path.get("unstitched") or {}).get("rows_on_path"))
+
+
+def path_saving(change: str, by_category_ns: dict[str, int]) -> int | None:
+    """The ns a change takes off a path with these categories, to first order (its categories'
+    time removed or divided; None: a change with no category of its own, e.g. kernel[REGEX])."""
+    from tracelens.analysis.rank.replay import parse
+
+    total = 0.0
+    for c in parse(change):
+        cats = {"data_loading": ["data_loading"], "launch": ["launch_overhead"], "memcpy": ["memcpy"],
+                "comm": ["exposed_comm"] if not c.target else None,
+                "kclass": [f"compute_{k}" for k in (c.target or ())]}.get(c.what)
+        if cats is None:
+            return None
+        ns = sum(by_category_ns.get(x, 0) for x in cats)
+        total += ns if c.factor == float("inf") else ns * (1 - 1 / c.factor)
+    return round(total)
+
+
+def _wait_left(change: str) -> float:
+    """The share of a rank's wait at collectives (inside its NCCL kernels) that its replay of
+    ``change`` keeps: none with ``comm=0``, 1/K with ``comm/K``, all otherwise (a targeted comm
+    change: all, the safe side for a lower bound)."""
+    from tracelens.analysis.rank.replay import parse
+
+    left = 1.0
+    for c in parse(change):
+        if c.what == "comm" and not c.target:
+            left = left / c.factor
+    return left
+
+
+def job_step_predictions(change: str, job_path: dict[str, Any], ranks, waits: dict[int, list[int]] | None = None) -> list[int | None] | None:
+    """Each step of the job's stitched path predicted with ``change`` (``what_if``): the larger of
+    two lower bounds on the job's step, at most its measured length: the path's length less the
+    change's time on it (``path_saving``; another chain may become the longest), and every rank
+    that replayed the change, its replayed step less the part of its wait for other ranks
+    (``waits``: ``critical.step_waits``, per file and step) that its replay keeps (that wait
+    shrinks or grows with the others).  None overall: a change with no category of its own and
+    no replay to tell."""
+    left = _wait_left(change)
+    out: list[int | None] = []
+    for k, st in enumerate(job_path.get("steps") or []):
+        length = st["length_ns"]
+        saving = path_saving(change, st.get("by_category_ns") or {})
+        bounds = [] if saving is None else [length - saving]
+        for r in ranks:
+            wi = (getattr(r, "what_if", None) or {}).get(change)
+            if wi is None or k >= len(wi) or wi[k] is None:
+                continue
+            wait = ((waits or {}).get(r.file) or [])
+            bounds.append(wi[k] - round(left * (wait[k] if k < len(wait) else 0)))
+        if not bounds:
+            return None
+        out.append(min(max(max(bounds), 0), length))
+    return out
+
+
+def _job_what_if(change: str, job_path: dict[str, Any], ranks, waits=None) -> dict[str, Any] | None:
+    """``what_if`` on the job's stitched path (see there): the kept steps' ``job_step_predictions``."""
+    per_step = job_step_predictions(change, job_path, ranks, waits)
+    if per_step is None:
+        return None
+    kept = [(st["length_ns"], p) for st, p in zip(job_path["steps"], per_step) if st.get("kept") and p is not None]
+    meas, pred, n = sum(m for m, _ in kept), sum(p for _, p in kept), len(kept)
+    if not n or pred <= 0:
+        return None
+    mfus = [r.mfu for r in ranks]
+    mfu = sum(mfus) / len(mfus) * meas / pred if mfus and all(x is not None for x in mfus) else None
+    return {"change": change, "predicted_step_ns": round(pred / n), "predicted_speedup": round(meas / pred, 3),
+            "predicted_mfu": round(mfu, 4) if mfu is not None else None}
 
 
 # XProf's input-bound bands (DESIGN 4.5): one definition for the steps' verdicts and the rules
@@ -585,10 +685,13 @@ def _pipeline_what_if(pipe: dict[str, Any], mb: list[dict[str, Any]]) -> dict[st
 
 
 def suggest(analysis, pipeline: dict[str, Any] | None = None, pipeline_ranks: dict[int, dict[str, Any]] | None = None,
-            late: dict[int, dict[str, Any] | None] | None = None) -> list[Suggestion]:
+            late: dict[int, dict[str, Any] | None] | None = None, job_path: dict[str, Any] | None = None,
+            waits: dict[int, list[int]] | None = None) -> list[Suggestion]:
     """The rules' suggestions, the stragglers', and with ``pipeline`` (``job.pipeline``; its ranks'
     dicts by file in ``pipeline_ranks``) the schedule-specific fix (``pipeline_suggestion``);
-    ``late``: straggler rank -> its ``what_if`` (rank_late replayed on the job's path)."""
+    ``late``: straggler rank -> its ``what_if`` (rank_late replayed on the job's path); ``job_path``:
+    the job's critical path (``critical.combine``), stitched across ranks where it has ``steps``;
+    ``waits``: per file and step, its wait at collectives (``critical.step_waits``)."""
     out: list[Suggestion] = []
     ranks = [r for r in analysis.ranks if r.gpu is not None]
     for rule in RULES:
@@ -616,7 +719,7 @@ def suggest(analysis, pipeline: dict[str, Any] | None = None, pipeline_ranks: di
                           **(rule.extra(hit) if rule.extra else {})},
                 ranks=tuple(rk for rk, _ in hits),
                 est_speedup=_speedup(mean) if rule.removable else None,
-                what_if=what_if(rule.id, hit),
+                what_if=what_if(rule.id, hit, job_path, ranks, waits),
             )
         )
     by_rank = {r.rank: r for r in ranks}

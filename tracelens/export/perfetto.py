@@ -19,7 +19,10 @@ ends in ``.gz``) that opens in ui.perfetto.dev and in ``chrome://tracing``:
   enclosing slice) inside the destination, both with the same ``id``, ``cat`` and ``name`` (the
   importer keys a v1 flow by all three);
 * a what-if track per rank ("what-if: <change>") when ``tracelens.analysis.rank.replay`` is
-  importable and offers ``export_tracks`` (see ``_what_if``); omitted otherwise.
+  importable and offers ``export_tracks`` (see ``_what_if``); omitted otherwise.  In a job whose
+  ranks wait for each other at collectives the tracks show the job's predicted steps
+  (``suggest.job_step_predictions``, on the stitched path), not a rank's own replay (which counts
+  its wait for a later rank as removable), and none where the paths cannot be stitched.
 
 ``align_clocks``: shift every rank by the job's clock alignment (``RankResult.clock_offset_ns``,
 the offset that makes shared collectives end together: ``tracelens.analysis.job.clocks``), so
@@ -104,8 +107,9 @@ def export_trace(paths: Iterable[str | Path], out: str | Path, *, align_clocks: 
                          "clock_method": a.clock_method}
                 f.write(b'{"displayTimeUnit":"ns","otherData":' + orjson.dumps(other) + b',"traceEvents":[\n')
                 first = True
+                coupled = _job_predictions(a)
                 for r in a.ranks:
-                    for part in _rank_events(job, r, options, origin, offsets.get(r.file, 0), result):
+                    for part in _rank_events(job, r, options, origin, offsets.get(r.file, 0), result, coupled):
                         if part:
                             f.write(part if first else b",\n" + part)
                             first = False
@@ -128,7 +132,27 @@ def _us(ns: pl.Expr) -> pl.Expr:
     return ns.cast(pl.Float64) / 1000.0
 
 
-def _rank_events(job, r, options, origin: int, offset: int, result: Written) -> Iterable[bytes]:
+def _job_predictions(a) -> dict[str, list[int | None] | None] | None:
+    """In a job whose ranks wait for each other at collectives: per change any rank replayed, the
+    job's predicted steps (None: withheld, the paths not stitched); None for independent ranks."""
+    from tracelens.analysis import suggest
+
+    cp = a.job.critical_path if a.job is not None else None
+    ranks = list(a.ranks)
+    changes = sorted({c for r in ranks for c in (r.what_if or {})})
+    if not changes or not cp:
+        return None
+    if suggest.withheld(cp, ranks):
+        return dict.fromkeys(changes)
+    if not cp.get("steps"):
+        return None
+    from tracelens.analysis.rank import critical
+
+    waits = critical.step_waits([r.critical_path for r in ranks], a.table(), [(r.file, r.rank) for r in ranks])
+    return {c: suggest.job_step_predictions(c, cp, ranks, waits) for c in changes}
+
+
+def _rank_events(job, r, options, origin: int, offset: int, result: Written, coupled=None) -> Iterable[bytes]:
     """The JSON text of one rank's events, in chunks: metadata, the trace's events, the path's
     slices and flows, the what-if tracks."""
     from tracelens.analysis.rank import critical_paths
@@ -139,8 +163,12 @@ def _rank_events(job, r, options, origin: int, offset: int, result: Written) -> 
     shift = offset - origin  # add to a time of this file to get the output's (ns)
     # lanes: host threads (by pid, tid), then GPU streams, then rows on neither
     lane = (pl.when(pl.col("tid").is_not_null()).then(0).when(pl.col("stream").is_not_null()).then(1).otherwise(2)).alias("_lk")
-    keyed = df.lazy().with_row_index("_row").with_columns(lane, pl.col("pid").fill_null(-1).alias("_a"),
-                                                          pl.coalesce("tid", "stream").fill_null(-1).alias("_b"))
+    # a host lane is a (pid, tid); a GPU lane a (device, stream): a file with several GPUs' events
+    # (one process driving two) gives each device's streams their own tracks, not one mixed track
+    # of overlapping slices (the importer nests slices on a thread; overlaps that do not nest break it)
+    keyed = df.lazy().with_row_index("_row").with_columns(lane).with_columns(
+        pl.when(pl.col("_lk") == 1).then(pl.col("device").cast(pl.Int64)).otherwise(pl.col("pid")).fill_null(-1).alias("_a"),
+        pl.coalesce("tid", "stream").fill_null(-1).alias("_b"))
     lanes = keyed.select("_lk", "_a", "_b").unique().sort("_lk", "_a", "_b").with_row_index("_tid", offset=1).collect()
     lanes = lanes.with_columns(pl.col("_tid").cast(pl.Int64))
     n_host_pids = lanes.filter(pl.col("_lk") == 0).get_column("_a").n_unique()
@@ -158,7 +186,8 @@ def _rank_events(job, r, options, origin: int, offset: int, result: Written) -> 
             name = meta.threads.get(f"{a}:{b}") or f"thread {b}"
             name = f"{name} (pid {a})" if n_host_pids > 1 else name
         elif lk == 1:
-            name = f"GPU {meta.device_id if meta.device_id is not None else '?'} stream {b}"
+            dev = a if a >= 0 else meta.device_id
+            name = f"GPU {dev if dev is not None else '?'} stream {b}"
         else:
             name = "other events"
         md.append({"ph": "M", "name": "thread_name", "pid": pid, "tid": tid, "ts": 0, "args": {"name": _clean_str(str(name))}})
@@ -186,7 +215,7 @@ def _rank_events(job, r, options, origin: int, offset: int, result: Written) -> 
     segs = [p.segments.with_columns(pl.lit(k, pl.Int64).alias("step_index")) for k, p in enumerate(paths) if p.segments is not None]
     if segs:
         yield from _path_events(pl.concat(segs), r, df, ev.select("_row", "_tid", "ts_ns", "dur_ns"), pid, path_tid, shift, result)
-    yield from _what_if(r, df, pid, path_tid, shift, result)
+    yield from _what_if(r, df, pid, path_tid, shift, result, coupled)
 
 
 def _path_events(seg: pl.DataFrame, r, df: pl.DataFrame, where: pl.DataFrame, pid: int, path_tid: int, shift: int,
@@ -238,7 +267,7 @@ def _path_events(seg: pl.DataFrame, r, df: pl.DataFrame, where: pl.DataFrame, pi
     result.flows += pairs.height
 
 
-def _what_if(r, df: pl.DataFrame, pid: int, path_tid: int, shift: int, result: Written) -> Iterable[bytes]:
+def _what_if(r, df: pl.DataFrame, pid: int, path_tid: int, shift: int, result: Written, coupled=None) -> Iterable[bytes]:
     """The what-if tracks: when ``tracelens.analysis.rank.replay`` exists and offers
     ``export_tracks(rank_result, frame) -> [(change, frame of start_ns, end_ns, name)]`` (the
     replayed step times of each change, on the rank's clock), one thread "what-if: <change>"
@@ -250,7 +279,7 @@ def _what_if(r, df: pl.DataFrame, pid: int, path_tid: int, shift: int, result: W
     tracks = getattr(replay, "export_tracks", None)
     if tracks is None:
         return
-    for k, (change, frame) in enumerate(tracks(r, df) or ()):
+    for k, (change, frame) in enumerate((tracks(r, df, coupled) if coupled is not None else tracks(r, df)) or ()):
         tid = path_tid + 1 + k
         yield orjson.dumps({"ph": "M", "name": "thread_name", "pid": pid, "tid": tid, "ts": 0, "args": {"name": _clean_str(f"what-if: {change}")}})
         if frame is None or not frame.height:

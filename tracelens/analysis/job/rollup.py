@@ -19,7 +19,7 @@ from tracelens.analysis.job import comm, pipeline
 from tracelens.analysis.job import stragglers as strag
 from tracelens.analysis.rank import critical
 from tracelens.analysis.report import Analysis, JobResult, gpu_dict
-from tracelens.analysis.suggest import suggest
+from tracelens.analysis.suggest import UNSTITCHED_WHAT_IF, WHAT_IF, suggest, withheld
 from tracelens.model.summary import ZERO, RankResult, kept_steps
 
 
@@ -36,6 +36,12 @@ def finish_job(a: Analysis) -> Analysis:
     pipe = pipeline.with_critical_path(pipe, {r.rank: pipe_ranks[r.file]["stage"] for r in ranks
                                               if r.rank is not None and r.file in pipe_ranks}, cp)
     late = {st.rank: rank_late_what_if(parts, table, files, cp, st.rank, job_mfu(ranks)) for st in a.stragglers}
+    differ = critical.steps_differ(parts) if len([p for p in parts if p]) > 1 else None
+    if differ and differ not in a.warnings:
+        a = replace(a, warnings=(*a.warnings, differ))
+    sgs = suggest(a, pipe, pipe_ranks, late, cp, critical.step_waits(parts, table, files) if cp and cp.get("steps") else None)
+    if withheld(cp, ranks) and any(sg.id in WHAT_IF for sg in sgs):
+        a = replace(a, warnings=(*a.warnings, UNSTITCHED_WHAT_IF))
     return replace(a, job=JobResult(
         mfu=job_mfu(ranks),
         step_time_ns={
@@ -57,7 +63,7 @@ def finish_job(a: Analysis) -> Analysis:
         straggler_check=check,
         communication={"by_group": coll.by_group(table), "slowest": coll.slowest(table, 20),
                        **(a.comm_notes or comm.report_notes(table, ()))},
-        suggestions=[sg.to_dict() for sg in suggest(a, pipe, pipe_ranks, late)],
+        suggestions=[sg.to_dict() for sg in sgs],
         critical_path=cp,
         pipeline=pipe,
         pipeline_ranks=pipe_ranks,

@@ -27,7 +27,7 @@ GPU, is dropped: the graph is a DAG by construction, never a cycle):
 * synchronize -> host: a blocking call (``cudaStreamSynchronize``, ``cudaEventSynchronize``,
   ``cudaDeviceSynchronize``) ends after the last activity that ended before it on the stream it
   waits for (``Stream Sync``: its stream; ``Event Sync``: the last activity launched on the
-  recorded stream before the record; otherwise the whole device);
+  recorded stream before the record; otherwise the whole device: the last one on every stream);
 * blocking copies: a runtime call that returns after its own copy (or kernel) ends, ends after it;
 * host collectives on another thread (gloo's): the span starts after the step thread's last point
   before it (the call that queued it), and a step thread idle then (nothing open) resumes after
@@ -353,8 +353,12 @@ def candidate_edges(host: pl.DataFrame, gpu: pl.DataFrame, dsync: pl.DataFrame, 
             ends, left_on="v", right_on="u", by="stream", strategy="backward", allow_exact_matches=False, check_sortedness=False)
         event_s = last_launched(syncs.filter(is_event.fill_null(False)).join(records, on="wait_corr", how="inner"),
                                 "wait_stream", "_rts").rename({"_e": "u"})
-        dev_s = syncs.filter(~(is_stream | is_event).fill_null(False)).sort("v").join_asof(
-            ends.select("u"), left_on="v", right_on="u", strategy="backward", allow_exact_matches=False)
+        # a device-wide wait: after the last activity that ended before it on every stream (the
+        # latest one is what it waited for; the others are what it waits for when that one is
+        # shorter, as the what-if replay makes it)
+        dev_s = syncs.filter(~(is_stream | is_event).fill_null(False)).drop("stream", strict=False).join(
+            ends.select("stream").unique(), how="cross").sort("v").join_asof(
+            ends, left_on="v", right_on="u", by="stream", strategy="backward", allow_exact_matches=False, check_sortedness=False)
         for f in (stream_s, event_s, dev_s):
             out.append(f.lazy().select("v", "u", _c(_SYNC).alias("cat"), "owner", _k("sync")))
     # cudaEventRecord -> cudaStreamWaitEvent: the first activity launched on the waiting stream
@@ -933,13 +937,45 @@ def rank_late(parts: list[dict[str, Any] | None], table: pl.DataFrame | None, ra
     return {"steps": [int(pred[k]) for k in range(n_steps)], "saved_ns": [int(sav[k]) for k in range(n_steps)], "kept": sorted(kept)}
 
 
+def step_waits(parts: list[dict[str, Any] | None], table: pl.DataFrame | None,
+               ranks: list[tuple[int, int | None]] | None) -> dict[int, list[int]] | None:
+    """Per file, per step: the ns it waited at collectives for their last member (the job table's
+    ``wait_ns`` of its rows whose match is believed, by the step its row falls in); None where the
+    job's path cannot be stitched (``_prepare``)."""
+    if table is None or ranks is None or table.height == 0:
+        return None
+    pr = _prepare(parts, table, ranks)
+    if pr is None:
+        return None
+    key, rows, tk, sure, n = pr["key"], pr["rows"], pr["tk"], pr["sure"], pr["n_steps"]
+    w = (rows.select("file", *key, "step_index")
+         .join(tk.filter(sure).select(pl.col("file").cast(pl.Int64), *key, pl.col("wait_ns").fill_null(0)), on=["file", *key])
+         .group_by("file", "step_index").agg(pl.col("wait_ns").sum()))
+    out = {f: [0] * n for f in pr["have"]}
+    for f, k, ns in w.iter_rows():  # one per rank x step
+        if k is not None and 0 <= k < n:
+            out[f][k] = int(ns)
+    return out
+
+
+def steps_differ(parts: list[dict[str, Any] | None]) -> str | None:
+    """Why the ranks' steps cannot be matched by index (None: they can): the job's path joins each
+    rank's k-th step window, so every rank with a path must have as many windows (a rank without
+    ProfilerStep spans is one window, the whole trace: its "step 1" is no other rank's step 1)."""
+    counts = sorted({len(p["windows"]) for p in parts if p and p.get("windows")})
+    if len(counts) < 2:
+        return None
+    return (f"the ranks' step counts differ ({', '.join(map(str, counts))} steps): the job's critical path is not stitched "
+            "across ranks (a rank without ProfilerStep spans is one step); each rank's own path is kept")
+
+
 def _prepare(parts: list[dict[str, Any] | None], table: pl.DataFrame, ranks: list[tuple[int, int | None]]) -> dict[str, Any] | None:
     """The frames ``_stitch`` and ``rank_late`` walk: the ranks' collective rows with their path
     prefixes (``rows``: p_<cat> columns, ``off`` the file's clock offset), their windows (``win``),
     steps' categories, file -> rank, the job's collective table (``tk``; ``sure``: the rows whose
     match is believed) and per collective key its last member's aligned arrival ``A`` and file ``R``."""
     have = {f: (rk, p) for (f, rk), p in zip(ranks, parts) if p and p.get("windows") and p.get("collectives")}
-    if len(have) < 2:
+    if len(have) < 2 or steps_differ([p for _, p in have.values()]):
         return None
     t = table.filter(pl.col("aligned_start_ns").is_not_null())
     off = t.group_by("file").agg((pl.col("aligned_start_ns") - pl.col("start_ns")).first().alias("off"))

@@ -56,7 +56,11 @@ host launch / launch latency: ``launch=0``; exposed communication: ``comm=0``; e
 rules it triggers (``suggest.changes_for``) and the suggestion carries ``what_if``, next to its
 upper bound ``1 / (1 - bar)``: the bound counts the bar's time as removable, the replay only
 the part of it on the path (control.json.gz: non-matmul kernels up to 1.75x, replayed 1.01x: the
-steps are host-bound).
+steps are host-bound).  A rank's replay is of that rank alone: in a job whose ranks wait for each
+other at collectives, a rank that waited for a later one has the wait inside its NCCL kernels
+(``comm=0`` would remove it), and its faster kernels do not make the later rank arrive sooner; so
+there the suggestion's ``what_if`` is the job's, on its stitched path (``suggest.what_if``), or
+none where the path cannot be stitched.
 
 **Validation** (tests/test_replay.py).  The identity replay reproduces every step of every
 shared trace with kernels exactly.  ResNet-50 ``num_workers_0`` (164.05 ms) with data loading
@@ -418,15 +422,22 @@ def for_rank(df: pl.DataFrame, g, windows: list[tuple[int, int]], main_tid: int 
     return {c: r.run(parse(c))[0] for c in changes}
 
 
-def export_tracks(r, df: pl.DataFrame) -> list[tuple[str, pl.DataFrame]]:
+def export_tracks(r, df: pl.DataFrame, job: dict[str, list[int | None] | None] | None = None) -> list[tuple[str, pl.DataFrame]]:
     """The rank's what-if tracks for the trace export (tracelens.export.perfetto): per change
     replayed (``RankResult.what_if``, only with --critical-path and a suggestion that maps to a
     change), one slice per step from the step's start lasting its predicted time (start_ns,
-    end_ns on the rank's clock; name: the step, the predicted and the measured time)."""
+    end_ns on the rank's clock; name: the step, the predicted and the measured time).  ``job``:
+    in a job whose ranks wait for each other at collectives, per change the job's predicted
+    steps (``suggest.job_step_predictions``; None: withheld, no track), which every rank's track
+    shows instead of its own replay (that counts a wait for a later rank as removable)."""
     from tracelens.model.units import fmt_ns
 
     out = []
     for change, pred in sorted((getattr(r, "what_if", None) or {}).items()):
+        if job is not None:
+            if job.get(change) is None:
+                continue
+            pred = job[change]
         rows = [(s.start_ns, s.start_ns + p, f"{s.name}: {fmt_ns(p)} (measured {fmt_ns(s.dur_ns)})")
                 for s, p in zip(r.steps, pred) if s.start_ns is not None and p is not None]  # one per step: a handful
         out.append((change, pl.DataFrame(rows, schema={"start_ns": pl.Int64, "end_ns": pl.Int64, "name": pl.String}, orient="row")))
