@@ -113,6 +113,15 @@ def _name_collectives(df: pl.DataFrame) -> pl.DataFrame:
                       pl.when(pl.col("_oend") >= pl.col("ts_ns")).then(pl.col("_ob")).alias("_ob"))
         .with_columns(pl.coalesce("_c", "_oc", "_ac").alias("_coll"))
     )
+    # a coalesced group (``nccl:coalesced``, its record) ends the ops posted into it on its thread: one
+    # of sends and recvs (``batch_isend_irecv``) is P2P, its SendRecv kernel a transfer, no collective
+    members = rows.filter(pl.col("_coll").fill_null("") != "coalesced").select(
+        "pid", "tid", pl.col("ts_ns").alias("_mts"), pl.col("_coll").alias("_mc")).sort("_mts")
+    rows = (rows.sort("ts_ns")
+            .join_asof(members, left_on="ts_ns", right_on="_mts", by=["pid", "tid"], strategy="backward", allow_exact_matches=False,
+                       check_sortedness=False)
+            .with_columns(pl.when((pl.col("_coll") == "coalesced") & pl.col("_mc").is_in(list(P2P))).then(pl.lit("sendrecv"))
+                          .otherwise(pl.col("_coll")).alias("_coll")))
     own = pl.when(pl.col("_t0").is_not_null() & pl.col("_b0").is_not_null()).then(pl.col("_b0"))
     from_input = pl.coalesce(own, pl.col("_ab"))
     rows = rows.with_columns(

@@ -1,0 +1,61 @@
+"""Pipeline parallelism on the GPU traces large training runs leave (issue 18): NCCL SendRecv
+kernels on their own stream, ``batch_isend_irecv`` (one ``nccl:coalesced`` SendRecv kernel per
+batch of sends and recvs), Megatron's range names, tensor- and data-parallel all-reduce kernels
+beside the P2P, only the pipeline's ranks of a larger job traced (``tests/pipesim.Layout``).  The
+simulator's known answer: p, m, v, the schedule, each rank's stage and bubble (within 2 points)."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests import pipesim as ps
+from tests.test_pipeline import _bars, _no_false_clock, _report
+
+
+def _check(sim, lay, d, tol=0.02):
+    pipe, want = d["job"]["pipeline"], sim.answer
+    assert (pipe["stages"], pipe["microbatches"], pipe["virtual_stages"], pipe["schedule"]) == (sim.p, sim.m, sim.v, sim.schedule), \
+        pipe["evidence"]
+    assert pipe["bubble_fraction"] == pytest.approx(want["bubble_fraction"], abs=tol)
+    stage_of = {lay.rank(r): r for r in range(sim.p)}  # stage-rank r of the pipeline is global rank r * dp * tp
+    for r in d["ranks"]:
+        got, exp = r["pipeline"], want["ranks"][stage_of[r["rank"]]]
+        assert got["stage"] == exp["stage"], (r["rank"], pipe["evidence"])
+        assert got["bubble_fraction"] == pytest.approx(exp["bubble_fraction"], abs=tol)
+        # the waterfall's bubble bar is the pipeline measurement; the TP/DP all-reduces are never taken for P2P
+        bars = _bars(r)
+        assert sum(bars.values()) == r["window_ns"]
+        assert bars["pipeline_bubble"] == got["bubble_ns"]
+    # only the P2P process group's SendRecv kernels are pipeline P2P; nothing is said to be another collective
+    assert not any("not pipeline P2P" in e for e in pipe["evidence"]), pipe["evidence"]
+
+
+@pytest.mark.parametrize("coalesced_record", [False, True])
+def test_batched_isend_irecv_is_p2p(tmp_path, coalesced_record):
+    """Megatron's default P2P: the sends and recvs between two blocks are posted with no launch and
+    run as one SendRecv kernel inside ``nccl:coalesced`` (with or without a ``coalesced`` record).
+    Before the fix the kernel took the group's name "coalesced": a collective, counted as the
+    stage's busy time (stage 0's bubble 0 instead of the simulator's 0.28, the job's 0.09) and the
+    evidence said its SendRecv kernels were collectives."""
+    sim = ps.simulate("1f1b", 4, 8, latency_ns=20_000, annotations="none", steps=2)
+    lay = ps.Layout(batched=True, coalesced_record=coalesced_record)
+    d = _report(ps.write(sim, tmp_path, layout=lay))
+    _check(sim, lay, d)
+    _no_false_clock(d)
+    assert d["job"]["pipeline"]["confidence"] == "high"
+
+
+def test_megatron_dp_tp_job(tmp_path):
+    """4 pipeline ranks of a 32-rank job (dp 8): batched P2P on the "pp" group, Megatron's ranges
+    (``forward-compute``, ``backward-send-forward-recv``, ``forward-backward``), a TP all-reduce in
+    every block and the DP gradient all-reduce in the last backward: the stages chain through the
+    global ranks 0 -> 8 -> 16 -> 24, and the all-reduces are the stage's (exposed communication),
+    not the bubble's."""
+    sim = ps.simulate("1f1b", 4, 8, latency_ns=20_000, annotations="none", steps=2)
+    lay = ps.Layout(dp=8, batched=True, tp_allreduce=True, dp_allreduce=True, megatron_ranges=True)
+    d = _report(ps.write(sim, tmp_path, layout=lay))
+    _check(sim, lay, d)
+    ev = " ".join(d["job"]["pipeline"]["evidence"])
+    assert "0 -> 8 -> 16 -> 24" in ev and "4 of 32 ranks traced" in ev
+    for r in d["ranks"]:
+        assert _bars(r)["exposed_comm"] > 0  # the TP all-reduce (carved out of the compute) is exposed, and no bubble
