@@ -417,7 +417,7 @@ def write(sim: Sim, out_dir: str | Path, stream_waits: bool = False, layout: Lay
         tp_ranks = list(range(g, g + lay.tp)) if lay else []
         dp_ranks = [g + i * lay.tp for i in range(lay.dp)] if lay else []
 
-        def p2p(what: str, peer: int, s: int, e: int, at: int, fwd: bool) -> None:
+        def p2p(what: str, peer: int, s: int, e: int, at: int, fwd: bool, w=w, seq=seq, lay=lay) -> None:
             t = w.cursor
             w.pp_p2p(what, peer, s, e, seq[what], at)
             if lay.megatron_ranges and not lay.batched:
@@ -426,7 +426,7 @@ def write(sim: Sim, out_dir: str | Path, stream_waits: bool = False, layout: Lay
                 w.pending[-1] = (*w.pending[-1], "forward" if fwd else "backward", t)
             seq[what] += 1
 
-        def flush() -> None:
+        def flush(w=w, lay=lay) -> None:
             if lay is None or not w.pending:
                 return
             name = "-".join(f"{x[5]}-{x[0]}" for x in w.pending)
