@@ -59,3 +59,16 @@ def test_megatron_dp_tp_job(tmp_path):
     assert "0 -> 8 -> 16 -> 24" in ev and "4 of 32 ranks traced" in ev
     for r in d["ranks"]:
         assert _bars(r)["exposed_comm"] > 0  # the TP all-reduce (carved out of the compute) is exposed, and no bubble
+
+
+def test_interleaved_ring_of_a_data_parallel_job(tmp_path):
+    """Interleaved 1F1B (v=2) on the pipeline ranks 0, 2, 4, 6 of an 8-rank job (dp 2), batched
+    P2P and Megatron ranges: every rank sends and receives both ways, so the stages come from going
+    round the ring of downstream peers from the rank whose forwards start unfed.  Before, they were
+    the global ranks modulo the ranks traced (0 -> 0, 2 -> 2, 4 -> 0, 6 -> 2, sorted: 0, 4, 2, 6),
+    so ranks 2 and 4 swapped stages."""
+    sim = ps.simulate("interleaved", 4, 8, v=2, latency_ns=20_000, annotations="none", steps=2)
+    lay = ps.Layout(dp=2, batched=True, megatron_ranges=True, tp_allreduce=True)
+    d = _report(ps.write(sim, tmp_path, layout=lay))
+    _check(sim, lay, d)
+    assert any("the P2P peers go round 0 -> 2 -> 4 -> 6" in e for e in d["job"]["pipeline"]["evidence"])

@@ -129,7 +129,13 @@ def reduce(ranks) -> tuple[dict[str, Any] | None, dict[int, dict[str, Any]]]:
             heads = [fi for fi, f in measured.items() if any(st["forward_blocks_first"] for st in f["steps"])]
             if len(heads) == 1:
                 h = heads[0]
-                ordered = sorted(measured, key=lambda fi: ((rank_of[fi] or 0) - (rank_of[h] or 0)) % len(measured))
+                # round the ring from stage 0 through each rank's one downstream peer; without peers, the ranks'
+                # order from it (global ranks need not be consecutive: a data-parallel job's pipeline is 0, 8, 16 ...)
+                ring = [h]
+                while len(measured[ring[-1]]["downstream"]) == 1 and file_of.get(measured[ring[-1]]["downstream"][0]) not in (None, *ring):
+                    ring.append(file_of[measured[ring[-1]]["downstream"][0]])
+                by_rank = sorted(measured, key=lambda fi: rank_of[fi] or 0)
+                ordered = ring if len(ring) == len(measured) else by_rank[by_rank.index(h):] + by_rank[:by_rank.index(h)]
                 for i, fi in enumerate(ordered):
                     stage[fi] = i
                 p, how = len(ordered), "a P2P ring"
@@ -139,7 +145,9 @@ def reduce(ranks) -> tuple[dict[str, Any] | None, dict[int, dict[str, Any]]]:
                 if m_head and nf and nf % m_head == 0:
                     v = nf // m_head
                 evidence.append(f"every rank sends and receives both ways (a ring: virtual stages); rank {rank_of[h]} runs forward "
-                                "blocks with nothing received before them (stage 0)")
+                                "blocks with nothing received before them (stage 0); "
+                                + ("the P2P peers go round " if ordered is ring else "no P2P peers recorded: the stages in rank order ")
+                                + " -> ".join(str(rank_of[fi]) for fi in ordered))
         else:
             for fi in firsts:
                 stage[fi] = 0
