@@ -232,7 +232,9 @@ class Layout:
     backward block.  Neither changes the busy time, so the known answer stands.  ``megatron_ranges``:
     ``forward-compute``/``backward-compute`` around the blocks, ``forward-recv``,
     ``backward-send-forward-recv`` ... around the P2P, ``forward-backward`` around the step's
-    schedule.  ``profiler_steps=False``: no ``ProfilerStep#N`` annotations."""
+    schedule.  ``profiler_steps=False``: no ``ProfilerStep#N`` annotations.  ``glue``: a grad-norm
+    kernel launched after the step's last action range, outside every range, running on stream 8
+    inside the rank's last compute (busy time unchanged)."""
     dp: int = 1
     tp: int = 1
     batched: bool = False
@@ -241,6 +243,7 @@ class Layout:
     dp_allreduce: bool = False
     megatron_ranges: bool = False
     profiler_steps: bool = True
+    glue: bool = False
 
     def rank(self, stage_rank: int) -> int:
         return stage_rank * self.dp * self.tp
@@ -515,6 +518,12 @@ def write(sim: Sim, out_dir: str | Path, stream_waits: bool = False, layout: Lay
                 w.corr += 1
                 w.cursor = max(t + 1_000, t0 + sim.makespan + ALLREDUCE_NS + 2_000)
             flush()
+            if lay is not None and lay.glue:  # a grad-norm (clip_grad_norm_) kernel, outside every action range
+                last = max(e for (rr, _), (_, e) in sim.times.items() if rr == r) + t0
+                w.cursor += 2_000
+                w.kernel("void at::native::(anonymous namespace)::multi_tensor_apply_kernel<at::native::(anonymous namespace)::"
+                         "TensorListMetadata<1>, at::native::(anonymous namespace)::LpNormFunctor<float, 2>, float*, int>",
+                         8, w.main, w.host(last), last - 3_000, last - 1_000, op="aten::_foreach_norm")
             if lay is not None and lay.megatron_ranges:
                 w.span("user_annotation", "forward-backward", w.main, step_start + 100, w.cursor + 500)
             if lay is None or lay.profiler_steps:

@@ -72,3 +72,36 @@ def test_interleaved_ring_of_a_data_parallel_job(tmp_path):
     d = _report(ps.write(sim, tmp_path, layout=lay))
     _check(sim, lay, d)
     assert any("the P2P peers go round 0 -> 2 -> 4 -> 6" in e for e in d["job"]["pipeline"]["evidence"])
+
+
+@pytest.mark.parametrize("annotations", ["torch", "pp"])
+def test_glue_outside_the_action_ranges_is_no_micro_batch(tmp_path, annotations):
+    """A grad-norm kernel launched after the step's last ``Forward i`` / ``PP:<s>B<mb>`` range,
+    outside every range (clip_grad_norm_ between the schedule and the optimizer): before, it was a
+    forward block of its own with no micro-batch index, so m came from the forward blocks per step:
+    9 (theory 0.25) with confidence high; now the glue is no block and m = 8 from the indices."""
+    sim = ps.simulate("1f1b", 4, 8, latency_ns=20_000, annotations=annotations, steps=2)
+    lay = ps.Layout(glue=True)
+    d = _report(ps.write(sim, tmp_path, layout=lay))
+    _check(sim, lay, d)
+    assert d["job"]["pipeline"]["theory_fraction"] == pytest.approx(sim.answer["theory_fraction"])
+
+
+@pytest.mark.parametrize(("schedule", "annotations"), [("1f1b", "none"), ("gpipe", "none"), ("gpipe", "torch")])
+def test_no_profiler_steps(tmp_path, schedule, annotations):
+    """No ProfilerStep spans: the whole trace (2 iterations here) is one step.  Before, m was the
+    forward blocks of both iterations (16, theory 0.158 beside the simulator's 0.273) and GPipe's
+    'F8 B8 F8 B8' was called 1F1B; now, without micro-batch indices, m and the theory are null with
+    the reason, GPipe repeated is GPipe, and with the indices (``Forward i``) m = 8 and the theory
+    stand.  The bubble (measured over the whole window) is the simulator's either way."""
+    sim = ps.simulate(schedule, 4, 8, latency_ns=20_000, annotations=annotations, steps=2)
+    d = _report(ps.write(sim, tmp_path, layout=ps.Layout(profiler_steps=False)))
+    pipe = d["job"]["pipeline"]
+    assert pipe["stages"] == 4 and pipe["schedule"] == schedule, pipe["evidence"]
+    assert pipe["bubble_fraction"] == pytest.approx(sim.answer["bubble_fraction"], abs=0.02)
+    assert [r["pipeline"]["stage"] for r in d["ranks"]] == [0, 1, 2, 3]
+    if annotations == "none":
+        assert pipe["microbatches"] is None and pipe["theory_fraction"] is None and pipe["gap"] is None
+        assert any("no ProfilerStep spans" in e and "m, and the theory with it, cannot be told" in e for e in pipe["evidence"])
+    else:
+        assert pipe["microbatches"] == 8 and pipe["theory_fraction"] == pytest.approx(sim.answer["theory_fraction"])

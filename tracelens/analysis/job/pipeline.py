@@ -31,6 +31,8 @@ from typing import Any
 from tracelens.analysis.rank import pipeline as rp
 
 _GPIPE_ORDER = re.compile(r"^F\d+ B\d+$")
+# a step that may be several iterations (no ProfilerStep spans): GPipe's all-F-then-all-B, repeated
+_GPIPE_REPEATED = re.compile(r"^F(\d+) B\1( F\1 B\1)*$")
 
 
 def theory(schedule: str | None, p: int | None, m: int | None, v: int | None) -> float | None:
@@ -161,13 +163,19 @@ def reduce(ranks) -> tuple[dict[str, Any] | None, dict[int, dict[str, Any]]]:
         evidence.append(f"{seen}: p = {p} from the traced ranks; ranks outside the trace may hold other pipelines")
     # micro-batches
     per_rank_m = []
-    for f in measured.values():
+    unmarked = [fi for fi, f in measured.items() if not f.get("steps_marked", True)]
+    for fi, f in measured.items():
         for st in f["steps"]:
             if st["forward_microbatches"] is not None:
                 per_rank_m.append(st["forward_microbatches"])
-            elif st["forward_blocks"] % v == 0:
+            elif st["forward_blocks"] % v == 0 and fi not in unmarked:  # blocks per step: not where a step may be several
                 per_rank_m.append(st["forward_blocks"] // v)
     m, agree = _mode(per_rank_m)
+    if m is None and unmarked:
+        fi = unmarked[0]
+        evidence.append(f"no ProfilerStep spans (rank {rank_of[fi]}): its one step, the whole trace, may hold several iterations "
+                        f"({sum(st['forward_blocks'] for st in measured[fi]['steps'])} forward blocks): m, and the theory with it, "
+                        "cannot be told without micro-batch indices")
     indexed = any(f["annotations"] in ("pp", "torch") for f in measured.values())
     src = "the action ranges' micro-batch indices" if indexed else "forward blocks per step"
     if any(f["annotations"] == "markers" for f in measured.values()):
@@ -176,15 +184,18 @@ def reduce(ranks) -> tuple[dict[str, Any] | None, dict[int, dict[str, Any]]]:
         evidence.append(f"m = {m} from {src}" + ("" if agree else " (not the same on every rank and step: the most common)"))
     # schedule
     orders = {fi: rp.summary(f)["order"] for fi, f in measured.items()}
+
+    def gpipe_like(fi: int) -> bool:
+        return bool(_GPIPE_ORDER.match(orders[fi]) or (fi in unmarked and _GPIPE_REPEATED.match(orders[fi])))
     if any(st["split_backward"] for f in measured.values() for st in f["steps"]) or any(f["overlap_actions"] for f in measured.values()):
         schedule = "zero_bubble"
         evidence.append("backward split into input-grad (I) and weight-grad (W) actions, or overlapped F/B actions")
     elif v > 1:
         schedule = "interleaved"
         evidence.append(f"{v} stages per rank: interleaved 1F1B")
-    elif any(not _GPIPE_ORDER.match(o) for o in orders.values()):
+    elif not all(gpipe_like(fi) for fi in orders):
         schedule = "1f1b"
-        fi = next(fi for fi, o in orders.items() if not _GPIPE_ORDER.match(o))
+        fi = next(fi for fi in orders if not gpipe_like(fi))
         evidence.append(f"forward and backward blocks alternate after the warm-up (rank {rank_of[fi]}: {orders[fi]})")
     else:
         schedule = "gpipe"

@@ -36,6 +36,7 @@ import polars as pl
 from tracelens.analysis import intervals as iv
 from tracelens.analysis.rank.names import Names
 from tracelens.model.schema import END, NON_COMPUTE_KCLASSES
+from tracelens.model.summary import WHOLE_TRACE
 
 P2P_NAMES = ("send", "recv", "sendrecv")
 _ACTION_TORCH = r"^(Forward|Backward) (\d+)$"
@@ -173,7 +174,7 @@ def rank_pipeline(df: pl.DataFrame, gpu_rows: pl.DataFrame, steps, meta, names: 
     record, no schedule action range and no SendRecv kernel; and the micro-batch blocks of its
     pipeline steps (``BLOCK_SCHEMA``: step index, GPU or host span; the idle attribution's bubble
     is the idle outside them).  ``steps``: anything with the Step fields step, cpu_start_ns,
-    cpu_end_ns, start_ns, end_ns and warmup."""
+    cpu_end_ns, start_ns, end_ns, warmup and name (``WHOLE_TRACE`` where the trace marks no steps)."""
     none = pl.DataFrame(schema=BLOCK_SCHEMA)
     pg = (meta.distributed or {}).get("pg_config") or []
     group_ranks = {str(g.get("pg_name")): list(g["ranks"]) for g in pg if isinstance(g, dict) and isinstance(g.get("ranks"), list)}
@@ -195,7 +196,9 @@ def rank_pipeline(df: pl.DataFrame, gpu_rows: pl.DataFrame, steps, meta, names: 
             "sendrecv_not_p2p": {k: int(v) for k, v in sorted(other_sr.items())}, "groups": sorted(set(records.get_column("group").to_list())),
             "annotations": ("pp" if actions.get_column("a_stage").drop_nulls().len() else "torch" if (~actions.get_column("a_marker")).any()
                             else "markers") if actions.height else None,
-            "overlap_actions": overlap, "steps": []}
+            "overlap_actions": overlap, "steps": [],
+            # the trace marks no steps: its one step may hold several iterations (their blocks run together)
+            "steps_marked": not (len(steps) == 1 and steps[0].step is None and getattr(steps[0], "name", None) == WHOLE_TRACE)}
     kept = [i for i, s in enumerate(steps) if not s.warmup] or list(range(len(steps)))
     if not steps or (records.height == 0 and actions.height == 0):  # SendRecv kernels of collectives only: nothing to measure
         return base, none
@@ -241,12 +244,15 @@ def rank_pipeline(df: pl.DataFrame, gpu_rows: pl.DataFrame, steps, meta, names: 
         anchors.with_columns(key_change.cum_sum().alias("_blk"))
         .group_by("_blk").agg(pl.col("_step").first(), pl.col("label").first(), pl.col("a_mb").first().alias("mb"),
                               pl.col("a_stage").first().alias("stage"), pl.col("t").min().alias("t0"), pl.col("t").max().alias("t1"),
-                              pl.col("s").min(), pl.col("e").max(), pl.len().alias("n"))
+                              pl.col("s").min(), pl.col("e").max(), pl.len().alias("n"), pl.col("a_s").first().is_not_null().alias("_ann"))
         .sort("_blk")
     )
     if actions.height == 0:  # glue ops between the micro-batches (a loss, a copy) are no block of their own
         med = blocks.group_by("_step").agg((pl.col("e") - pl.col("s")).median().alias("_med"))
         blocks = blocks.join(med, on="_step").filter((pl.col("e") - pl.col("s")) >= MIN_BLOCK_SHARE * pl.col("_med")).drop("_med")
+    else:  # in a step whose micro-batches run in action ranges, compute outside them (a grad-norm, a loss, a copy) is glue
+        blocks = blocks.filter(pl.col("_ann") | ~pl.col("_ann").any().over("_step"))
+    blocks = blocks.drop("_ann")
     # each P2P record's role: a send by the block before it, a recv by the block after it
     bt = blocks.select("_step", "label", "t0", "t1").sort("t0")
     recs = records.sort("ts_ns").join_asof(spans, left_on="ts_ns", right_on="_cs", strategy="backward", check_sortedness=False)
