@@ -105,3 +105,19 @@ def test_no_profiler_steps(tmp_path, schedule, annotations):
         assert any("no ProfilerStep spans" in e and "m, and the theory with it, cannot be told" in e for e in pipe["evidence"])
     else:
         assert pipe["microbatches"] == 8 and pipe["theory_fraction"] == pytest.approx(sim.answer["theory_fraction"])
+
+
+def test_only_the_last_stage(tmp_path):
+    """The last stage's trace alone (rank 24 of 32, batched P2P): its bubble is measured, its stage
+    number and p are null (p - 1 needs p), and the evidence says it is the last stage and that p is
+    at least 2 (it receives from rank 16).  Before: 'the traced ranks do not chain into one
+    pipeline' and 'p is at least 1'."""
+    sim = ps.simulate("1f1b", 4, 8, latency_ns=20_000, annotations="none", steps=2)
+    paths = ps.write(sim, tmp_path, layout=ps.Layout(dp=8, batched=True))
+    d = _report([paths[3]])
+    pipe, (r,) = d["job"]["pipeline"], d["ranks"]
+    assert pipe["stages"] is None and pipe["theory_fraction"] is None and r["pipeline"]["stage"] is None
+    assert pipe["schedule"] == "1f1b" and pipe["microbatches"] == 8  # its own blocks alternate, 8 forwards a step
+    assert r["pipeline"]["bubble_fraction"] == pytest.approx(sim.answer["ranks"][3]["bubble_fraction"], abs=0.02)
+    ev = " ".join(pipe["evidence"])
+    assert "last stage: rank 24" in ev and "p is at least 2 and at most 32" in ev

@@ -153,12 +153,17 @@ def reduce(ranks) -> tuple[dict[str, Any] | None, dict[int, dict[str, Any]]]:
         else:
             for fi in firsts:
                 stage[fi] = 0
-            evidence.append("the traced ranks do not chain into one pipeline"
-                            + (f" (first stage: rank {', '.join(str(rank_of[fi]) for fi in firsts)})" if firsts else ""))
+            roles = ([f"first stage: rank {', '.join(str(rank_of[fi]) for fi in firsts)}"] if firsts else []) + (
+                [f"last stage: rank {', '.join(str(rank_of[fi]) for fi in lasts)} (its stage number needs p)"] if lasts else [])
+            evidence.append(("the traced ranks do not chain into one pipeline" if len(measured) > 1 else
+                             f"one rank traced (rank {rank_of[next(iter(measured))]})")
+                            + (f" ({'; '.join(roles)})" if roles else ""))
     v = v or 1
     complete = p is not None and p == len(measured) and (world is None or world == n or how == "PP:<stage> action ranges")
-    if p is None and measured:
-        evidence.append(f"{seen}: p is at least {len(measured)}" + (f" and at most {world}" if world else ""))
+    if p is None and measured:  # at least the traced ranks and the peers they send to or receive from
+        known = {rank_of[fi] for fi in measured} | {x for f in measured.values() for x in f["upstream"] + f["downstream"]}
+        known.discard(None)
+        evidence.append(f"{seen}: p is at least {len(known)}" + (f" and at most {world}" if world else ""))
     elif world and n < world and p and p < world:
         evidence.append(f"{seen}: p = {p} from the traced ranks; ranks outside the trace may hold other pipelines")
     # micro-batches
