@@ -419,6 +419,9 @@ def write(sim: Sim, out_dir: str | Path, stream_waits: bool = False, layout: Lay
         g = lay.rank(r) if lay else r
         tp_ranks = list(range(g, g + lay.tp)) if lay else []
         dp_ranks = [g + i * lay.tp for i in range(lay.dp)] if lay else []
+        # each group its own name (torch numbers the groups it creates, the same on every rank): stage r's
+        # TP and DP groups are other groups than stage r+1's
+        tp_name, dp_name = f"tp{r}", f"dp{r}"
 
         def p2p(what: str, peer: int, s: int, e: int, at: int, fwd: bool, w=w, seq=seq, lay=lay) -> None:
             t = w.cursor
@@ -483,12 +486,12 @@ def write(sim: Sim, out_dir: str | Path, stream_waits: bool = False, layout: Lay
                         w.kernel("sm90_xmma_gemm_bf16bf16_bf16f32_f32_nt_n_tilesize128x128x64_warpgroupsize1x1x1", 7, w.bwd, launch,
                                  ks, ke, op="aten::mm", op_args={"Input Dims": [[4096, 4096], [4096, 4096]], "Input type": ["c10::BFloat16", "c10::BFloat16"]})
                     if tp_end is not None:
-                        w.collective("allreduce", "ncclDevKernel_AllReduce_Sum_bf16_RING_LL(ncclDevKernelArgsStorage<4096ul>)", 24, "tp",
+                        w.collective("allreduce", "ncclDevKernel_AllReduce_Sum_bf16_RING_LL(ncclDevKernelArgsStorage<4096ul>)", 24, tp_name,
                                      tp_ranks, ke, tp_end, seq["tp"])
                         seq["tp"] += 1
                     if lay is not None and lay.dp_allreduce and j == n_k - 1 and sim.orders[r].index(a) == last_b:
                         # the gradient all-reduce of the last backward, overlapping its last kernel
-                        w.collective("allreduce", "ncclDevKernel_AllReduce_Sum_f32_RING_LL(ncclDevKernelArgsStorage<4096ul>)", 21, "dp",
+                        w.collective("allreduce", "ncclDevKernel_AllReduce_Sum_f32_RING_LL(ncclDevKernelArgsStorage<4096ul>)", 21, dp_name,
                                      dp_ranks, ks, ke, seq["dp"])
                         seq["dp"] += 1
                 if (r, a) in sim.sends:
@@ -541,8 +544,8 @@ def write(sim: Sim, out_dir: str | Path, stream_waits: bool = False, layout: Lay
                                      "ranks": list(range(lay.world(sim.p)))},
                                     {"pg_name": "pp", "pg_desc": "pp", "backend_config": "cuda:nccl", "pg_size": sim.p,
                                      "ranks": [lay.rank(i) for i in range(sim.p)]},
-                                    {"pg_name": "dp", "pg_desc": "dp", "backend_config": "cuda:nccl", "pg_size": lay.dp, "ranks": dp_ranks},
-                                    {"pg_name": "tp", "pg_desc": "tp", "backend_config": "cuda:nccl", "pg_size": lay.tp, "ranks": tp_ranks}]}),
+                                    {"pg_name": dp_name, "pg_desc": "dp", "backend_config": "cuda:nccl", "pg_size": lay.dp, "ranks": dp_ranks},
+                                    {"pg_name": tp_name, "pg_desc": "tp", "backend_config": "cuda:nccl", "pg_size": lay.tp, "ranks": tp_ranks}]}),
             "traceEvents": sorted(w.ev, key=lambda e: (e["ts"], e.get("ph") != "X")),
             "traceName": f"rank-{r}.json",
         }
