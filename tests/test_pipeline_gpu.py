@@ -132,3 +132,33 @@ def test_only_the_last_stage(tmp_path):
     assert r["pipeline"]["bubble_fraction"] == pytest.approx(sim.answer["ranks"][3]["bubble_fraction"], abs=0.02)
     ev = " ".join(pipe["evidence"])
     assert "last stage: rank 24" in ev and "p is at least 2 and at most 32" in ev
+
+
+def test_deepspeed_python_function_ranges(tmp_path):
+    """DeepSpeed's pipeline engine profiled with with_stack: each micro-batch's forward and backward
+    is a Python function event (``engine.py(..): _exec_forward_pass`` / ``_exec_backward_pass``),
+    around it the modules' own ``module.py(..): forward`` (nested, one per layer: no marker, or
+    every layer would split the blocks).  Before, these names labelled nothing (the blocks came from
+    the autograd ops alone); now they are marker ranges, the labels and the counts as the simulator's."""
+    import json
+
+    sim = ps.simulate("1f1b", 4, 8, latency_ns=20_000, annotations="torch", steps=2)
+    paths = ps.write(sim, tmp_path)
+    for p in paths:
+        d = json.loads(p.read_text())
+        extra = []
+        for e in d["traceEvents"]:
+            name = e.get("name", "")
+            if name.startswith(("Forward ", "Backward ")):
+                kind = "forward" if name.startswith("Forward") else "backward"
+                e.update(cat="python_function", name=f"deepspeed/runtime/pipe/engine.py(7{len(kind)}0): _exec_{kind}_pass")
+                if kind == "forward":  # a module's forward inside it, over its first half
+                    extra.append(dict(e, name="torch/nn/modules/module.py(1520): forward", ts=e["ts"] + 0.5, dur=e["dur"] / 2))
+        d["traceEvents"] += extra
+        p.write_text(json.dumps(d))
+    from tracelens.analysis import analyze
+    from tracelens.store.job import load
+
+    d = analyze(load(paths, use_cache=False, keep_python=True)).to_dict()  # (Python functions are dropped unless kept)
+    _check(sim, ps.Layout(), d)
+    assert any("marker ranges" in e for e in d["job"]["pipeline"]["evidence"])

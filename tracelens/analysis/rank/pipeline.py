@@ -43,8 +43,11 @@ _ACTION_TORCH = r"^(Forward|Backward) (\d+)$"
 _ACTION_PP = r"^PP:(\d+)(F|B|I|W)(\d+)$"
 _OVERLAP_PP = r"^PP:\(.*\)OVERLAP_F_B$"
 # marker ranges around one micro-batch's forward or backward, without its index (Megatron-style
-# "## forward ##", forward_step, backward-compute ...): labels only, no detection on their own
-_ACTION_MARKER = r"(?i)^#*\s*(forward|backward)(?:[ _-]?(?:step|pass|compute))?\s*#*$"
+# "## forward ##", forward_step, backward-compute, DeepSpeed's _exec_forward_pass ...): labels only, no
+# detection on their own; as Python functions (with_stack: "schedules.py(388): forward_step") only the
+# per-micro-batch ones with a suffix (a module's plain "forward" nests in every layer)
+_ACTION_MARKER = r"(?i)^#*\s*(?:_?exec_)?(forward|backward)(?:[ _-]?(?:step|pass|compute))?\s*#*$"
+_ACTION_PY = r"^.*\.py\(\d+\): (?:_exec_)?(forward|backward)_(?:step|pass)$"
 _OPTIMIZER = r"^Optimizer\."
 _BACKWARD = r"^autograd::engine::evaluate_function|Backward\d*$"
 _PEER_NCCL = r"^nccl:(send|recv) (\d+)(->|<-)(\d+)$"
@@ -145,12 +148,13 @@ def _pair_keys(records: pl.DataFrame, spans: pl.DataFrame, steps) -> dict[str, l
 def _actions(df: pl.DataFrame, names: Names) -> pl.DataFrame:
     """The schedule's action ranges: (a_s, a_e, a_label, a_mb, a_stage, a_marker), sorted by
     start; ``a_marker``: a marker range (``_ACTION_MARKER``: no index, no stage)."""
-    torch_names, pp_names, markers = names.matching(_ACTION_TORCH), names.matching(_ACTION_PP), names.matching(_ACTION_MARKER)
+    torch_names, pp_names = names.matching(_ACTION_TORCH), names.matching(_ACTION_PP)
+    markers = pl.concat([names.matching(_ACTION_MARKER), names.matching(_ACTION_PY)])
     if torch_names.len() == 0 and pp_names.len() == 0 and markers.len() == 0:
         return pl.DataFrame(schema={"a_s": pl.Int64, "a_e": pl.Int64, "a_label": pl.String, "a_mb": pl.Int64, "a_stage": pl.Int64,
                                     "a_marker": pl.Boolean})
     name = pl.col("name").cast(pl.String)
-    marker = name.str.extract(_ACTION_MARKER, 1).str.to_lowercase()
+    marker = pl.coalesce(name.str.extract(_ACTION_MARKER, 1), name.str.extract(_ACTION_PY, 1)).str.to_lowercase()
     return (
         df.lazy().filter(pl.col("kind").is_in(["annotation", "cpu_op", "python"])
                          & (pl.col("name").is_in(torch_names.implode()) | pl.col("name").is_in(pp_names.implode())
