@@ -222,7 +222,7 @@ class Layout:
     """How a large run lays its ranks out and talks (``write(layout=...)``), Megatron's order (tensor
     parallel fastest, then data parallel, then the pipeline): stage s of data-parallel replica 0 is
     global rank ``s * dp * tp``, only replica 0's tp-rank 0 of each stage is written (``p`` of
-    ``p * dp * tp`` ranks traced).  ``batched``: P2P as ``batch_isend_irecv`` issues it (Megatron's
+    ``p * dp * tp`` ranks traced; ``replica``: another replica's pipeline, its ranks one tp further).  ``batched``: P2P as ``batch_isend_irecv`` issues it (Megatron's
     default): the sends and recvs a rank posts with no compute between them are each a
     ``nccl:send``/``nccl:recv`` annotation and record with no launch, then one ``nccl:coalesced``
     range launching one ``ncclDevKernel_SendRecv`` that spans them all (``coalesced_record``: with a
@@ -244,12 +244,17 @@ class Layout:
     megatron_ranges: bool = False
     profiler_steps: bool = True
     glue: bool = False
+    replica: int = 0  # the data-parallel replica written (0 .. dp-1): its pipeline's ranks
 
     def rank(self, stage_rank: int) -> int:
-        return stage_rank * self.dp * self.tp
+        return stage_rank * self.dp * self.tp + self.replica * self.tp
 
     def world(self, p: int) -> int:
         return p * self.dp * self.tp
+
+    @property
+    def pp_group(self) -> str:
+        return "pp" if self.replica == 0 else f"pp{self.replica}"
 
 
 class _Writer:
@@ -302,7 +307,7 @@ class _Writer:
         self.ev.append({"ph": "f", "id": c, "pid": 0, "tid": stream, "ts": _us(s), "cat": "ac2g", "name": "ac2g", "bp": "e"})
 
     def pp_p2p(self, what: str, peer: int, s: int, e: int, seq: int, launch_at: int) -> None:
-        """One P2P of a Layout run: on the pipeline group "pp" (its ranks the stages' global ranks;
+        """One P2P of a Layout run: on the pipeline group (``Layout.pp_group``; its ranks the stages' global ranks;
         annotation and record name the peer by its group rank, as ProcessGroupNCCL does); batched:
         posted now, launched by ``flush``."""
         lay = self.layout
@@ -311,14 +316,14 @@ class _Writer:
             launch = self.host(launch_at)
             arrow = "->" if what == "send" else "<-"
             self.span("user_annotation", f"nccl:{what} {self.rank}{arrow}{peer}", self.main, launch - 1_000, launch + 5_000)
-            c = self._record(what, peer, seq, launch, "pp", ranks)
+            c = self._record(what, peer, seq, launch, lay.pp_group, ranks)
             self._launch("ncclDevKernel_SendRecv(ncclDevKernelArgsStorage<4096ul>)", 20, c, launch, s, e)
             self.cursor = max(self.cursor, launch + 5_000)
             return
         t = self.host(launch_at)
         arrow = "->" if what == "send" else "<-"
         self.span("user_annotation", f"nccl:{what} {self.rank}{arrow}{peer}", self.main, t - 1_000, t + 5_000)
-        self._record(what, peer, seq, t, "pp", ranks)
+        self._record(what, peer, seq, t, lay.pp_group, ranks)
         self.cursor = max(self.cursor, t + 5_000)
         self.pending.append((what, peer, s, e, seq))
 
@@ -330,7 +335,7 @@ class _Writer:
         t = self.host(s)
         self.span("user_annotation", "nccl:coalesced", self.main, t - 1_000, t + 5_000)
         if self.layout.coalesced_record:
-            c = self._record("coalesced", None, self.pending[-1][4], t, "pp", [self.layout.rank(i) for i in range(self.p)])
+            c = self._record("coalesced", None, self.pending[-1][4], t, self.layout.pp_group, [self.layout.rank(i) for i in range(self.p)])
         else:
             c = self.corr
             self.corr += 1
@@ -418,10 +423,10 @@ def write(sim: Sim, out_dir: str | Path, stream_waits: bool = False, layout: Lay
         seq = {"send": 0, "recv": 0, "tp": 0, "dp": 0}
         g = lay.rank(r) if lay else r
         tp_ranks = list(range(g, g + lay.tp)) if lay else []
-        dp_ranks = [g + i * lay.tp for i in range(lay.dp)] if lay else []
+        dp_ranks = [r * lay.dp * lay.tp + i * lay.tp for i in range(lay.dp)] if lay else []
         # each group its own name (torch numbers the groups it creates, the same on every rank): stage r's
         # TP and DP groups are other groups than stage r+1's
-        tp_name, dp_name = f"tp{r}", f"dp{r}"
+        tp_name, dp_name = f"tp{g}", f"dp{r}"  # (a stage's DP group holds every replica's rank of that stage)
 
         def p2p(what: str, peer: int, s: int, e: int, at: int, fwd: bool, w=w, seq=seq, lay=lay) -> None:
             t = w.cursor
@@ -542,7 +547,7 @@ def write(sim: Sim, out_dir: str | Path, stream_waits: bool = False, layout: Lay
                                 {"backend": "nccl", "rank": g, "world_size": lay.world(sim.p), "pg_count": 4, "pg_config": [
                                     {"pg_name": "0", "pg_desc": "default_pg", "backend_config": "cuda:nccl", "pg_size": lay.world(sim.p),
                                      "ranks": list(range(lay.world(sim.p)))},
-                                    {"pg_name": "pp", "pg_desc": "pp", "backend_config": "cuda:nccl", "pg_size": sim.p,
+                                    {"pg_name": lay.pp_group, "pg_desc": "pp", "backend_config": "cuda:nccl", "pg_size": sim.p,
                                      "ranks": [lay.rank(i) for i in range(sim.p)]},
                                     {"pg_name": dp_name, "pg_desc": "dp", "backend_config": "cuda:nccl", "pg_size": lay.dp, "ranks": dp_ranks},
                                     {"pg_name": tp_name, "pg_desc": "tp", "backend_config": "cuda:nccl", "pg_size": lay.tp, "ranks": tp_ranks}]}),

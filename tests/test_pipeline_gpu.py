@@ -63,7 +63,7 @@ def test_megatron_dp_tp_job(tmp_path):
     # the P2P batches all on "pp"; each stage's TP all-reduces in its own group, one per block: (8 F + 8 B) x 2 steps = 32;
     # its DP all-reduce, one per step: 2
     assert by.pop(("pp", "sendrecv")) > 0
-    assert by == {**{(f"tp{s}", "allreduce"): 32 for s in range(4)}, **{(f"dp{s}", "allreduce"): 2 for s in range(4)}}
+    assert by == {**{(f"tp{16 * s}", "allreduce"): 32 for s in range(4)}, **{(f"dp{s}", "allreduce"): 2 for s in range(4)}}
     for r in d["ranks"]:
         assert _bars(r)["exposed_comm"] > 0  # the TP all-reduce (carved out of the compute) is exposed, and no bubble
     _no_false_clock(d)  # one clock: no TP/DP all-reduce of one stage is matched with another stage's (their groups differ)
@@ -162,3 +162,26 @@ def test_deepspeed_python_function_ranges(tmp_path):
     d = analyze(load(paths, use_cache=False, keep_python=True)).to_dict()  # (Python functions are dropped unless kept)
     _check(sim, ps.Layout(), d)
     assert any("marker ranges" in e for e in d["job"]["pipeline"]["evidence"])
+
+
+def test_data_parallel_pipelines_traced_whole(tmp_path):
+    """Every rank of a dp=2 x p=4 job (two pipelines: 0 -> 2 -> 4 -> 6 and 1 -> 3 -> 5 -> 7, a slow
+    stage 1 in both).  Before: two first stages, so 'the traced ranks do not chain into one
+    pipeline', p null and 'p is at least 8 and at most 8' (false: p = 4), stages null past stage
+    0.  Now each pipeline chains, p = 4 with confidence high, and the gap to the theory sums over
+    every rank (its parts add up to the job's bubble less the theory's)."""
+    sim = ps.simulate("1f1b", 4, 8, latency_ns=20_000, annotations="none", steps=2, slow_stage=1, slow_factor=1.4)
+    paths = [*ps.write(sim, tmp_path / "a", layout=ps.Layout(dp=2, batched=True, dp_allreduce=True)),
+             *ps.write(sim, tmp_path / "b", layout=ps.Layout(dp=2, batched=True, dp_allreduce=True, replica=1))]
+    d = _report(paths)
+    pipe = d["job"]["pipeline"]
+    assert (pipe["stages"], pipe["microbatches"], pipe["schedule"], pipe["confidence"]) == (4, 8, "1f1b", "high"), pipe["evidence"]
+    assert any("0 -> 2 -> 4 -> 6; 1 -> 3 -> 5 -> 7 (2 pipelines of 4 stages" in e for e in pipe["evidence"])
+    assert pipe["bubble_fraction"] == pytest.approx(sim.answer["bubble_fraction"], abs=0.02)
+    for r in d["ranks"]:  # global rank 2s + replica is stage s
+        assert r["pipeline"]["stage"] == r["rank"] // 2
+        assert r["pipeline"]["bubble_fraction"] == pytest.approx(sim.answer["ranks"][r["rank"] // 2]["bubble_fraction"], abs=0.02)
+    g = pipe["gap"]
+    assert g["slowest_stage"] == 1 and g["slow_stage_ns"] > 0
+    assert g["slow_stage_ns"] + g["p2p_ns"] + g["host_ns"] == g["gap_ns"] == pytest.approx(pipe["bubble_ns"] - g["theory_bubble_ns"], abs=2)
+    assert pipe["replay"]["stage_ns"][1][0] == pytest.approx(1.4 * pipe["replay"]["stage_ns"][0][0], rel=0.01)
