@@ -116,6 +116,16 @@ def test_no_profiler_steps(tmp_path, schedule, annotations):
         assert any("no ProfilerStep spans" in e and "m, and the theory with it, cannot be told" in e for e in pipe["evidence"])
     else:
         assert pipe["microbatches"] == 8 and pipe["theory_fraction"] == pytest.approx(sim.answer["theory_fraction"])
+    # the views show the one (numberless) step's blocks: both iterations' 2 x (8 F + 8 B) per stage (before: no view at all)
+    import re
+
+    from tracelens.render import tables as views
+    from tracelens.render.html import render_html
+
+    lanes = views.pipeline_lanes(d)
+    assert [ln["stage"] for ln in lanes] == [0, 1, 2, 3] and all(len(ln["blocks"]) == 32 and ln["step"] is None for ln in lanes)
+    page = render_html(d).decode()
+    assert len(re.findall(r'<g class="pp-lane" data-rank="\d+" data-stage="\d"', page)) == 4
 
 
 def test_only_the_last_stage(tmp_path):

@@ -326,7 +326,7 @@ def rank_pipeline(df: pl.DataFrame, gpu_rows: pl.DataFrame, steps, meta, names: 
     inb = iv.covered(iv.covered(runs, "_s", B, "_b0"), "_e", B, "_b1")
     inblock = dict(inb.group_by("_step").agg(((pl.col("_e") - pl.col("_s")) - (pl.col("_b1") - pl.col("_b0"))).sum())
                    .collect(engine="in-memory").iter_rows())
-    out_steps = []
+    out_steps, out_idx = [], []  # (out_idx: each measured step's index in ``steps``)
     for row, meas in zip(per.iter_rows(named=True), m.iter_rows(named=True)):
         i = row["_step"]
         if i not in kept:
@@ -338,6 +338,7 @@ def rank_pipeline(df: pl.DataFrame, gpu_rows: pl.DataFrame, steps, meta, names: 
         cool = (we - lb) - (meas["B_we"] - meas["B_lb"])
         bubble = window - busy_ns
         exposed = (meas["U_we"] - meas["U_ws"]) - busy_ns
+        out_idx.append(i)
         out_steps.append({
             "step": steps[i].step, "window_ns": window, "busy_ns": busy_ns, "bubble_ns": bubble, "warmup_ns": warm, "cooldown_ns": cool,
             "steady_ns": bubble - warm - cool, "exposed_p2p_ns": exposed, "forward_blocks": row["nF"], "backward_blocks": row["nB"],
@@ -348,20 +349,18 @@ def rank_pipeline(df: pl.DataFrame, gpu_rows: pl.DataFrame, steps, meta, names: 
     up, down = got.get("up", ([], 0)), got.get("down", ([], 0))
     base.update(
         upstream=[int(x) for x in up[0]], downstream=[int(x) for x in down[0]], upstream_p2p=int(up[1]), downstream_p2p=int(down[1]),
-        steps=out_steps, view=_view(blocks, out_steps, steps, m),
+        steps=out_steps, view=_view(blocks, out_steps, out_idx, steps, m),
     )
     return base, pipe_blocks.select([pl.col(c).cast(t) for c, t in BLOCK_SCHEMA.items()])
 
 
-def _view(blocks: pl.DataFrame, out_steps: list[dict], steps, meas: pl.DataFrame) -> dict[str, Any] | None:
+def _view(blocks: pl.DataFrame, out_steps: list[dict], out_idx: list[int], steps, meas: pl.DataFrame) -> dict[str, Any] | None:
     """The blocks of the slowest kept step, for the views: {step, start_ns, end_ns, blocks: [{label,
     mb, stage, s, e}] (ns from the window's start)}, at most ``MAX_VIEW_BLOCKS``; None without one."""
     if not out_steps:
         return None
-    slow = max(out_steps, key=lambda st: st["window_ns"])
-    idx = next(i for i, st in enumerate(steps) if st.step == slow["step"]) if slow["step"] is not None else None
-    if idx is None:
-        return None
+    j = max(range(len(out_steps)), key=lambda j: out_steps[j]["window_ns"])  # (a trace without steps: its one, numberless)
+    slow, idx = out_steps[j], out_idx[j]
     ws = meas.filter(pl.col("_step") == idx).get_column("ws")
     ws = int(ws[0]) if ws.len() else steps[idx].start_ns
     b = (blocks.filter(pl.col("_step") == idx).sort("s").head(MAX_VIEW_BLOCKS)
