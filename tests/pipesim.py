@@ -217,10 +217,52 @@ def _us(ns: int) -> float:
     return round(ns / 1000.0, 3)
 
 
+@dataclass(frozen=True)
+class Layout:
+    """How a large run lays its ranks out and talks (``write(layout=...)``), Megatron's order (tensor
+    parallel fastest, then data parallel, then the pipeline): stage s of data-parallel replica 0 is
+    global rank ``s * dp * tp``, only replica 0's tp-rank 0 of each stage is written (``p`` of
+    ``p * dp * tp`` ranks traced; ``replica``: another replica's pipeline, its ranks one tp further).  ``batched``: P2P as ``batch_isend_irecv`` issues it (Megatron's
+    default): the sends and recvs a rank posts with no compute between them are each a
+    ``nccl:send``/``nccl:recv`` annotation and record with no launch, then one ``nccl:coalesced``
+    range launching one ``ncclDevKernel_SendRecv`` that spans them all (``coalesced_record``: with a
+    ``record_param_comms`` "coalesced" inside it).  ``tp``: a tensor-parallel all-reduce kernel
+    (stream 24, group "tp") at the end of each block's first kernel, inside its compute span;
+    ``dp``: a data-parallel gradient all-reduce (stream 21, group "dp") inside each rank's last
+    backward block.  Neither changes the busy time, so the known answer stands.  ``megatron_ranges``:
+    ``forward-compute``/``backward-compute`` around the blocks, ``forward-recv``,
+    ``backward-send-forward-recv`` ... around the P2P, ``forward-backward`` around the step's
+    schedule.  ``profiler_steps=False``: no ``ProfilerStep#N`` annotations.  ``glue``: a grad-norm
+    kernel launched after the step's last action range, outside every range, running on stream 8
+    inside the rank's last compute (busy time unchanged)."""
+    dp: int = 1
+    tp: int = 1
+    batched: bool = False
+    coalesced_record: bool = False
+    tp_allreduce: bool = False
+    dp_allreduce: bool = False
+    megatron_ranges: bool = False
+    profiler_steps: bool = True
+    glue: bool = False
+    replica: int = 0  # the data-parallel replica written (0 .. dp-1): its pipeline's ranks
+
+    def rank(self, stage_rank: int) -> int:
+        return stage_rank * self.dp * self.tp + self.replica * self.tp
+
+    def world(self, p: int) -> int:
+        return p * self.dp * self.tp
+
+    @property
+    def pp_group(self) -> str:
+        return "pp" if self.replica == 0 else f"pp{self.replica}"
+
+
 class _Writer:
-    def __init__(self, rank: int, p: int):
+    def __init__(self, rank: int, p: int, layout: Layout | None = None):
         self.rank, self.p = rank, p
+        self.layout = layout or Layout()
         self.pid, self.main, self.bwd = 1000 + rank, 1000 + rank, 2000 + rank
+        self.pending: list[tuple[str, int, int, int, int]] = []  # batched P2P posted, not yet launched
         self.ev: list[dict] = []
         self.corr = 1 + rank * 1_000_000
         self.cursor = 0
@@ -247,6 +289,66 @@ class _Writer:
                         "args": {"External id": c, "device": 0, "stream": stream, "correlation": c, "context": 1}})
         self.ev.append({"ph": "s", "id": c, "pid": self.pid, "tid": tid, "ts": _us(launch), "cat": "ac2g", "name": "ac2g"})
         self.ev.append({"ph": "f", "id": c, "pid": 0, "tid": stream, "ts": _us(s), "cat": "ac2g", "name": "ac2g", "bp": "e"})
+
+    def _record(self, what: str, peer: int, seq: int, at: int, group: str, ranks: list[int], **extra) -> int:
+        c = self.corr
+        self.corr += 1
+        self.span("cpu_op", "record_param_comms", self.main, at - 500, at + 4_000, **{
+            "External id": c, "Collective name": what, "Process Group Name": group, "Process Group Description": group,
+            "Group size": len(ranks), "Process Group Ranks": str(ranks), **({"Rank": peer} if peer is not None else {}),
+            "dtype": "BFloat16", "In msg nelems": 1 << 20, "Out msg nelems": 1 << 20, "Seq": seq, **extra})
+        return c
+
+    def _launch(self, name: str, stream: int, c: int, launch: int, s: int, e: int) -> None:
+        self.span("cuda_runtime", "cudaLaunchKernel", self.main, launch, launch + 2_000, correlation=c, **{"External id": c})
+        self.ev.append({"ph": "X", "cat": "kernel", "name": name, "pid": 0, "tid": stream, "ts": _us(s), "dur": _us(max(e - s, 1_000)),
+                        "args": {"External id": c, "device": 0, "stream": stream, "correlation": c, "context": 1}})
+        self.ev.append({"ph": "s", "id": c, "pid": self.pid, "tid": self.main, "ts": _us(launch), "cat": "ac2g", "name": "ac2g"})
+        self.ev.append({"ph": "f", "id": c, "pid": 0, "tid": stream, "ts": _us(s), "cat": "ac2g", "name": "ac2g", "bp": "e"})
+
+    def pp_p2p(self, what: str, peer: int, s: int, e: int, seq: int, launch_at: int) -> None:
+        """One P2P of a Layout run: on the pipeline group (``Layout.pp_group``; its ranks the stages' global ranks;
+        annotation and record name the peer by its group rank, as ProcessGroupNCCL does); batched:
+        posted now, launched by ``flush``."""
+        lay = self.layout
+        ranks = [lay.rank(i) for i in range(self.p)]
+        if not lay.batched:
+            launch = self.host(launch_at)
+            arrow = "->" if what == "send" else "<-"
+            self.span("user_annotation", f"nccl:{what} {self.rank}{arrow}{peer}", self.main, launch - 1_000, launch + 5_000)
+            c = self._record(what, peer, seq, launch, lay.pp_group, ranks)
+            self._launch("ncclDevKernel_SendRecv(ncclDevKernelArgsStorage<4096ul>)", 20, c, launch, s, e)
+            self.cursor = max(self.cursor, launch + 5_000)
+            return
+        t = self.host(launch_at)
+        arrow = "->" if what == "send" else "<-"
+        self.span("user_annotation", f"nccl:{what} {self.rank}{arrow}{peer}", self.main, t - 1_000, t + 5_000)
+        self._record(what, peer, seq, t, lay.pp_group, ranks)
+        self.cursor = max(self.cursor, t + 5_000)
+        self.pending.append((what, peer, s, e, seq))
+
+    def flush(self) -> None:
+        """The batched P2P posted since the last compute: one ``nccl:coalesced`` range, one SendRecv kernel."""
+        if not self.pending:
+            return
+        s, e = min(x[2] for x in self.pending), max(x[3] for x in self.pending)
+        t = self.host(s)
+        self.span("user_annotation", "nccl:coalesced", self.main, t - 1_000, t + 5_000)
+        if self.layout.coalesced_record:
+            c = self._record("coalesced", None, self.pending[-1][4], t, self.layout.pp_group, [self.layout.rank(i) for i in range(self.p)])
+        else:
+            c = self.corr
+            self.corr += 1
+        self._launch("ncclDevKernel_SendRecv(ncclDevKernelArgsStorage<4096ul>)", 20, c, t, s, e)
+        self.cursor = max(self.cursor, t + 5_000)
+        self.pending = []
+
+    def collective(self, what: str, kernel: str, stream: int, group: str, ranks: list[int], s: int, e: int, seq: int) -> None:
+        """A collective (a TP or DP all-reduce) launched now, running on ``stream`` over [s, e)."""
+        launch = self.host(s)
+        c = self._record(what, None, seq, launch, group, ranks)
+        self._launch(kernel, stream, c, launch, s, e)
+        self.cursor = max(self.cursor, launch + 5_000)
 
     def p2p(self, what: str, peer: int, s: int, e: int, seq: int, launch_at: int, stream: int = 20) -> None:
         launch = self.host(launch_at)
@@ -302,31 +404,60 @@ class _Writer:
         self.cursor = max(self.cursor, t + 1_000)
 
 
-def write(sim: Sim, out_dir: str | Path, stream_waits: bool = False) -> list[Path]:
+def write(sim: Sim, out_dir: str | Path, stream_waits: bool = False, layout: Layout | None = None) -> list[Path]:
     """One Kineto JSON per rank (``rank-<r>.json``); returns their paths in rank order.
     ``stream_waits``: the recvs run on a stream of their own (22), each between the event waits
     (``_Writer.stream_wait``) that make it wait for the compute before it and the compute after it
     wait for it, each send after the one that makes it wait for the compute, and each step ends in a ``cudaDeviceSynchronize`` that
     returns after the rank's last activity: a rank's critical path then runs on its GPU (not
-    through the host's launches, which run just ahead of it) and crosses its recvs."""
+    through the host's launches, which run just ahead of it) and crosses its recvs.  ``layout``: a
+    large run's ranks, groups and comm kernels (``Layout``; not with ``stream_waits``)."""
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     T = sim.makespan + (STEP_GAP_NS if not stream_waits else ALLREDUCE_NS + 50_000)
     base = 1_000_000_000
     paths = []
     for r in range(sim.p):
-        w = _Writer(r, sim.p)
-        seq = {"send": 0, "recv": 0}
+        lay = layout
+        w = _Writer(r, sim.p, lay)
+        seq = {"send": 0, "recv": 0, "tp": 0, "dp": 0}
+        g = lay.rank(r) if lay else r
+        tp_ranks = list(range(g, g + lay.tp)) if lay else []
+        dp_ranks = [r * lay.dp * lay.tp + i * lay.tp for i in range(lay.dp)] if lay else []
+        # each group its own name (torch numbers the groups it creates, the same on every rank): stage r's
+        # TP and DP groups are other groups than stage r+1's
+        tp_name, dp_name = f"tp{g}", f"dp{r}"  # (a stage's DP group holds every replica's rank of that stage)
+
+        def p2p(what: str, peer: int, s: int, e: int, at: int, fwd: bool, w=w, seq=seq, lay=lay) -> None:
+            t = w.cursor
+            w.pp_p2p(what, peer, s, e, seq[what], at)
+            if lay.megatron_ranges and not lay.batched:
+                w.span("user_annotation", f"{'forward' if fwd else 'backward'}-{what}", w.main, t + 200, w.cursor + 300)
+            elif lay.batched:
+                w.pending[-1] = (*w.pending[-1], "forward" if fwd else "backward", t)
+            seq[what] += 1
+
+        def flush(w=w, lay=lay) -> None:
+            if lay is None or not w.pending:
+                return
+            name = "-".join(f"{x[5]}-{x[0]}" for x in w.pending)
+            t0_ = w.pending[0][6]
+            w.flush()
+            if lay.megatron_ranges:
+                w.span("user_annotation", name, w.main, t0_ + 200, w.cursor + 300)
         for k in range(sim.steps + 1):
             t0 = base + k * T
             w.cursor = max(w.cursor, t0 - LEAD_NS - 10_000)
             step_start = w.cursor
             if k == sim.steps:  # the closing step: one short kernel at the start of the next step
+                flush()
                 launch = w.host(t0)
                 w.kernel("void at::native::vectorized_elementwise_kernel<4, at::native::FillFunctor<float>>", 7, w.main, launch,
                          t0, t0 + 2_000, op="aten::fill_")
-                w.span("user_annotation", f"ProfilerStep#{k + 1}", w.main, step_start, w.cursor + 10_000)
+                if lay is None or lay.profiler_steps:
+                    w.span("user_annotation", f"ProfilerStep#{k + 1}", w.main, step_start, w.cursor + 10_000)
                 break
+            last_b = max((i for i, a in enumerate(sim.orders[r]) if a.kind != "F"), default=-1)
             for a in sim.orders[r]:
                 s, e = sim.times[(r, a)]
                 s, e = s + t0, e + t0
@@ -335,16 +466,23 @@ def write(sim: Sim, out_dir: str | Path, stream_waits: bool = False) -> list[Pat
                     rs, re_, peer = sim.recvs[(r, a)]
                     if stream_waits:  # the recv (on its own stream) after the compute before it, the compute after it
                         w.stream_wait(22, 7)
-                    w.p2p("recv", peer, rs + t0, re_ + t0, seq["recv"], rs + t0, stream=22 if stream_waits else 20)
-                    seq["recv"] += 1
+                    if lay is None:
+                        w.p2p("recv", peer, rs + t0, re_ + t0, seq["recv"], rs + t0, stream=22 if stream_waits else 20)
+                        seq["recv"] += 1
+                    else:
+                        p2p("recv", peer, rs + t0, re_ + t0, rs + t0, a.kind == "F")
                     if stream_waits:
                         w.stream_wait(7, 22)
+                flush()
                 n_k = 2
                 piece = (e - s) // n_k
                 for j in range(n_k):
                     ks = s + j * piece
                     ke = e if j == n_k - 1 else ks + piece
                     launch = w.host(ks)
+                    tp_end = None
+                    if lay is not None and lay.tp_allreduce and j == 0:  # the TP all-reduce ends the first kernel's span
+                        tp_end, ke = ke, ke - max(piece // 5, 1_000)
                     if a.kind == "F":
                         w.kernel("sm90_xmma_gemm_bf16bf16_bf16f32_f32_tn_n_tilesize128x128x64_warpgroupsize1x1x1", 7, w.main, launch,
                                  ks, ke, op="aten::mm", op_args={"Input Dims": [[4096, 4096], [4096, 4096]], "Input type": ["c10::BFloat16", "c10::BFloat16"]})
@@ -352,15 +490,29 @@ def write(sim: Sim, out_dir: str | Path, stream_waits: bool = False) -> list[Pat
                         w.span("cpu_op", "autograd::engine::evaluate_function: MmBackward0", w.bwd, launch - 1_000, launch + 4_000)
                         w.kernel("sm90_xmma_gemm_bf16bf16_bf16f32_f32_nt_n_tilesize128x128x64_warpgroupsize1x1x1", 7, w.bwd, launch,
                                  ks, ke, op="aten::mm", op_args={"Input Dims": [[4096, 4096], [4096, 4096]], "Input type": ["c10::BFloat16", "c10::BFloat16"]})
+                    if tp_end is not None:
+                        w.collective("allreduce", "ncclDevKernel_AllReduce_Sum_bf16_RING_LL(ncclDevKernelArgsStorage<4096ul>)", 24, tp_name,
+                                     tp_ranks, ke, tp_end, seq["tp"])
+                        seq["tp"] += 1
+                    if lay is not None and lay.dp_allreduce and j == n_k - 1 and sim.orders[r].index(a) == last_b:
+                        # the gradient all-reduce of the last backward, overlapping its last kernel
+                        w.collective("allreduce", "ncclDevKernel_AllReduce_Sum_f32_RING_LL(ncclDevKernelArgsStorage<4096ul>)", 21, dp_name,
+                                     dp_ranks, ks, ke, seq["dp"])
+                        seq["dp"] += 1
                 if (r, a) in sim.sends:
                     ss, se, peer = sim.sends[(r, a)]
                     if stream_waits:  # the send waits for the compute before it (NCCL's stream waits on the compute stream)
                         w.stream_wait(20, 7)
-                    w.p2p("send", peer, ss + t0, se + t0, seq["send"], ss + t0)
-                    seq["send"] += 1
+                    if lay is None:
+                        w.p2p("send", peer, ss + t0, se + t0, seq["send"], ss + t0)
+                        seq["send"] += 1
+                    else:
+                        p2p("send", peer, ss + t0, se + t0, ss + t0, a.kind == "F")
                 ann_end = w.cursor + 500
                 w.cursor = ann_end
-                if sim.annotations == "torch":
+                if lay is not None and lay.megatron_ranges:
+                    w.span("user_annotation", "forward-compute" if a.kind == "F" else "backward-compute", w.main, ann_start, ann_end)
+                elif sim.annotations == "torch":
                     w.span("user_annotation", f"{'Forward' if a.kind == 'F' else 'Backward'} {a.mb}", w.main, ann_start, ann_end)
                 elif sim.annotations == "pp":
                     kind = {"B": "I"}.get(a.kind, a.kind) if sim.schedule == "zero_bubble" else a.kind  # torch's runtime: I and W
@@ -373,15 +525,32 @@ def write(sim: Sim, out_dir: str | Path, stream_waits: bool = False) -> list[Pat
                        correlation=w.corr)
                 w.corr += 1
                 w.cursor = max(t + 1_000, t0 + sim.makespan + ALLREDUCE_NS + 2_000)
-            w.span("user_annotation", f"ProfilerStep#{k + 1}", w.main, step_start, max(w.cursor + 1_000, t0 + T - LEAD_NS - 10_000))
+            flush()
+            if lay is not None and lay.glue:  # a grad-norm (clip_grad_norm_) kernel, outside every action range
+                last = max(e for (rr, _), (_, e) in sim.times.items() if rr == r) + t0
+                w.cursor += 2_000
+                w.kernel("void at::native::(anonymous namespace)::multi_tensor_apply_kernel<at::native::(anonymous namespace)::"
+                         "TensorListMetadata<1>, at::native::(anonymous namespace)::LpNormFunctor<float, 2>, float*, int>",
+                         8, w.main, w.host(last), last - 3_000, last - 1_000, op="aten::_foreach_norm")
+            if lay is not None and lay.megatron_ranges:
+                w.span("user_annotation", "forward-backward", w.main, step_start + 100, w.cursor + 500)
+            if lay is None or lay.profiler_steps:
+                w.span("user_annotation", f"ProfilerStep#{k + 1}", w.main, step_start, max(w.cursor + 1_000, t0 + T - LEAD_NS - 10_000))
             w.cursor = max(w.cursor, t0 + T - LEAD_NS - 10_000)
         doc = {
             "schemaVersion": 1,
             "deviceProperties": [{"id": 0, "name": "NVIDIA H100 80GB HBM3", "totalGlobalMem": 85_000_000_000, "computeMajor": 9,
                                   "computeMinor": 0, "numSms": 132}],
-            "distributedInfo": {"backend": "nccl", "rank": r, "world_size": sim.p, "pg_count": 1,
-                                "pg_config": [{"pg_name": "0", "pg_desc": "default_pg", "backend_config": "cuda:nccl",
-                                               "pg_size": sim.p, "ranks": list(range(sim.p))}]},
+            "distributedInfo": ({"backend": "nccl", "rank": r, "world_size": sim.p, "pg_count": 1,
+                                 "pg_config": [{"pg_name": "0", "pg_desc": "default_pg", "backend_config": "cuda:nccl",
+                                                "pg_size": sim.p, "ranks": list(range(sim.p))}]} if lay is None else
+                                {"backend": "nccl", "rank": g, "world_size": lay.world(sim.p), "pg_count": 4, "pg_config": [
+                                    {"pg_name": "0", "pg_desc": "default_pg", "backend_config": "cuda:nccl", "pg_size": lay.world(sim.p),
+                                     "ranks": list(range(lay.world(sim.p)))},
+                                    {"pg_name": lay.pp_group, "pg_desc": "pp", "backend_config": "cuda:nccl", "pg_size": sim.p,
+                                     "ranks": [lay.rank(i) for i in range(sim.p)]},
+                                    {"pg_name": dp_name, "pg_desc": "dp", "backend_config": "cuda:nccl", "pg_size": lay.dp, "ranks": dp_ranks},
+                                    {"pg_name": tp_name, "pg_desc": "tp", "backend_config": "cuda:nccl", "pg_size": lay.tp, "ranks": tp_ranks}]}),
             "traceEvents": sorted(w.ev, key=lambda e: (e["ts"], e.get("ph") != "X")),
             "traceName": f"rank-{r}.json",
         }

@@ -59,7 +59,7 @@ __all__ = ["CHUNK_BYTES", "MAX_ARGS_BYTES", "MAX_NAME_BYTES", "NAME", "PARSER_VE
            "decimal_us_to_ns", "parse"]
 
 NAME = "kineto"  # the format name sniff() gives these files
-PARSER_VERSION = "1.11"  # bump when the table a parse caches changes (kernel classes included; 1.8: damaged events mended, far events dropped, long names cut; 1.9: args kept only on host ops, trimmed to the keys an analysis reads; 1.10: cuda_sync events keep what they wait on; 1.11: fwdbwd flows in their ops' args)
+PARSER_VERSION = "1.12"  # bump when the table a parse caches changes (kernel classes included; 1.8: damaged events mended, far events dropped, long names cut; 1.9: args kept only on host ops, trimmed to the keys an analysis reads; 1.10: cuda_sync events keep what they wait on; 1.11: fwdbwd flows in their ops' args; 1.12: a batch of sends/recvs (nccl:coalesced) and its SendRecv kernel are sendrecv in its members' group)
 CHUNK_BYTES = 1 << 20
 
 

@@ -64,7 +64,8 @@ def _name_collectives(df: pl.DataFrame) -> pl.DataFrame:
         | ((pl.col("kind") == "cpu_op") & pl.col("name").is_in(c10d))
     )
     sub = (
-        df.select("kind", "_is_dev", "name", "args", "pid", "tid", "ts_ns", "dur_ns", "collective", "bytes", "dtype", "group_size")
+        df.select("kind", "_is_dev", "name", "args", "pid", "tid", "ts_ns", "dur_ns", "collective", "bytes", "dtype", "group_size",
+                  pl.col("group").cast(pl.String))
         .with_row_index("_row")
         .filter(cand & pl.col("tid").is_not_null())
         .with_columns(pl.col("name").cast(pl.String), pl.col("collective").cast(pl.String), pl.col("dtype").cast(pl.String),
@@ -113,6 +114,18 @@ def _name_collectives(df: pl.DataFrame) -> pl.DataFrame:
                       pl.when(pl.col("_oend") >= pl.col("ts_ns")).then(pl.col("_ob")).alias("_ob"))
         .with_columns(pl.coalesce("_c", "_oc", "_ac").alias("_coll"))
     )
+    # a coalesced group (``nccl:coalesced``, its record) ends the ops posted into it on its thread: one
+    # of sends and recvs (``batch_isend_irecv``) is P2P, its SendRecv kernel a transfer, no collective;
+    # where it names no process group, its members' is its own
+    members = rows.filter(pl.col("_coll").fill_null("") != "coalesced").select(
+        "pid", "tid", pl.col("ts_ns").alias("_mts"), pl.col("_coll").alias("_mc"), pl.col("group").alias("_mg")).sort("_mts")
+    rows = (rows.sort("ts_ns")
+            .join_asof(members, left_on="ts_ns", right_on="_mts", by=["pid", "tid"], strategy="backward", allow_exact_matches=False,
+                       check_sortedness=False)
+            .with_columns((pl.col("_coll") == "coalesced").fill_null(False).alias("_co"))
+            .with_columns(pl.when(pl.col("_co") & pl.col("_mc").is_in(list(P2P))).then(pl.lit("sendrecv"))
+                          .otherwise(pl.col("_coll")).alias("_coll"),
+                          pl.when(pl.col("_co")).then(pl.col("_mg")).alias("_mg")))
     own = pl.when(pl.col("_t0").is_not_null() & pl.col("_b0").is_not_null()).then(pl.col("_b0"))
     from_input = pl.coalesce(own, pl.col("_ab"))
     rows = rows.with_columns(
@@ -125,9 +138,9 @@ def _name_collectives(df: pl.DataFrame) -> pl.DataFrame:
         pl.coalesce("dtype", pl.when(pl.col("_b0").is_not_null()).then(pl.col("_t0")),
                     pl.when(pl.col("_ab").is_not_null()).then(pl.col("_at"))).alias("_dt"),
         pl.when(pl.col("_coll").is_in(list(P2P))).then(pl.lit("p2p")).otherwise(pl.lit("collective")).alias("_k"),
-    ).select("_row", "_coll", "_nb", "_dt", "_k")
+    ).select("_row", "_coll", "_nb", "_dt", "_k", "_mg")
     return _scatter_fill(df, rows, {"collective": ("_coll", True), "bytes": ("_nb", True), "dtype": ("_dt", True),
-                                    "kind": ("_k", True)})
+                                    "kind": ("_k", True), "group": ("_mg", False)})
 
 
 def _group_from_pg_config(df: pl.DataFrame, meta: TraceMeta) -> pl.DataFrame:

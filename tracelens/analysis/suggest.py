@@ -739,5 +739,9 @@ def suggest(analysis, pipeline: dict[str, Any] | None = None, pipeline_ranks: di
                  if isinstance(rank_of.get(f), int) and d.get("bubble_fraction") is not None}
     sg = pipeline_suggestion(pipeline, fractions)
     if sg is not None:
+        # the schedule's fix measures the whole bubble (idle and exposed P2P outside the blocks): the rule's
+        # share of it (the idle part only, on the same ranks) would count it twice, with a smaller number
+        covered = set(sg.ranks)
+        out = [s for s in out if not (s.id == "pipeline_bubble" and set(s.ranks) <= covered)]
         out.append(sg)
     return sorted(out, key=lambda s: -(s.est_speedup or 1.0))

@@ -59,6 +59,9 @@ class DataLoading:
     input_bound: str  # "highly" (>= 20%), "moderately" (>= 5%), "no" (XProf's bands)
 
 
+WHOLE_TRACE = "whole trace"  # the one step's name where the trace marks none (no ProfilerStep spans): it may hold several iterations
+
+
 @dataclass(frozen=True)
 class Step:
     step: int | None  # ProfilerStep number (None for a user range or the whole trace)

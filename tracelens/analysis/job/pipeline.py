@@ -4,7 +4,9 @@ schedule, how sure that is and why, and the bubble next to the schedule's theory
 
 * **Stages**: the ``PP:<stage>...`` ranges name them (a rank's stages r, r+p, ...: v = how many,
   p = their spacing); else the P2P peers chain the ranks (a first stage sends downstream and
-  receives nothing from upstream; the chain from it through each rank's downstream peer);
+  receives nothing from upstream; the chain from it through each rank's downstream peer; with data
+  parallel, one chain per first stage, all of one length: p pipelines' stages; a ring, every rank
+  sending both ways: round it from the rank whose forwards start unfed);
   else, without peers, the roles (first, middle, last) and the ranks' order.  A rank off the
   chain, or a job with ranks missing, keeps what can be said (a first stage is stage 0; p is at
   least the ranks seen) and the rest null.
@@ -31,6 +33,8 @@ from typing import Any
 from tracelens.analysis.rank import pipeline as rp
 
 _GPIPE_ORDER = re.compile(r"^F\d+ B\d+$")
+# a step that may be several iterations (no ProfilerStep spans): GPipe's all-F-then-all-B, repeated
+_GPIPE_REPEATED = re.compile(r"^F(\d+) B\1( F\1 B\1)*$")
 
 
 def theory(schedule: str | None, p: int | None, m: int | None, v: int | None) -> float | None:
@@ -100,21 +104,25 @@ def reduce(ranks) -> tuple[dict[str, Any] | None, dict[int, dict[str, Any]]]:
     firsts = [fi for fi in measured if down[fi] and not up[fi]]
     lasts = [fi for fi in measured if up[fi] and not down[fi]]
     file_of = {rank_of[fi]: fi for fi in measured}
+    def follow(fi: int) -> list[int]:  # the traced ranks from fi down through each one's single downstream peer
+        out = [fi]
+        while len(measured[out[-1]]["downstream"]) == 1 and file_of.get(measured[out[-1]]["downstream"][0]) not in (None, *out):
+            out.append(file_of[measured[out[-1]]["downstream"][0]])
+        return out
+
+    chains = [follow(fi) for fi in firsts]
+    pipelines = 0
     if how is None:
-        chain: list[int] = []
-        if len(firsts) == 1:
-            cur, chain = firsts[0], [firsts[0]]
-            while True:
-                nxt = measured[cur]["downstream"]
-                if len(nxt) != 1 or nxt[0] not in file_of or file_of[nxt[0]] in chain:
-                    break
-                cur = file_of[nxt[0]]
-                chain.append(cur)
-        if chain and len(chain) == len(measured) and chain[-1] in lasts:
-            for i, fi in enumerate(chain):
-                stage[fi] = i
-            p, how = len(chain), "P2P peers"
-            evidence.append("P2P peers chain the ranks: " + " -> ".join(str(rank_of[fi]) for fi in chain))
+        # data and pipeline parallel: several pipelines, each a chain from its first stage to its last, all of one length
+        whole = (len(chains) >= 1 and all(c[-1] in lasts for c in chains) and len({len(c) for c in chains}) == 1
+                 and sum(len(c) for c in chains) == len(measured) == len({fi for c in chains for fi in c}))
+        if whole:
+            for c in chains:
+                for i, fi in enumerate(c):
+                    stage[fi] = i
+            p, how, pipelines = len(chains[0]), "P2P peers", len(chains)
+            evidence.append("P2P peers chain the ranks: " + "; ".join(" -> ".join(str(rank_of[fi]) for fi in c) for c in chains)
+                            + (f" ({len(chains)} pipelines of {p} stages: data parallel)" if len(chains) > 1 else ""))
         elif len(firsts) == 1 and len(lasts) == 1 and not any(measured[fi]["downstream"] for fi in measured):
             # no peers recorded: the roles, and the ranks' order between the first and the last
             mids = sorted((fi for fi in measured if fi not in firsts + lasts), key=lambda fi: rank_of[fi] or 0)
@@ -129,7 +137,13 @@ def reduce(ranks) -> tuple[dict[str, Any] | None, dict[int, dict[str, Any]]]:
             heads = [fi for fi, f in measured.items() if any(st["forward_blocks_first"] for st in f["steps"])]
             if len(heads) == 1:
                 h = heads[0]
-                ordered = sorted(measured, key=lambda fi: ((rank_of[fi] or 0) - (rank_of[h] or 0)) % len(measured))
+                # round the ring from stage 0 through each rank's one downstream peer; without peers, the ranks'
+                # order from it (global ranks need not be consecutive: a data-parallel job's pipeline is 0, 8, 16 ...)
+                ring = [h]
+                while len(measured[ring[-1]]["downstream"]) == 1 and file_of.get(measured[ring[-1]]["downstream"][0]) not in (None, *ring):
+                    ring.append(file_of[measured[ring[-1]]["downstream"][0]])
+                by_rank = sorted(measured, key=lambda fi: rank_of[fi] or 0)
+                ordered = ring if len(ring) == len(measured) else by_rank[by_rank.index(h):] + by_rank[:by_rank.index(h)]
                 for i, fi in enumerate(ordered):
                     stage[fi] = i
                 p, how = len(ordered), "a P2P ring"
@@ -139,27 +153,44 @@ def reduce(ranks) -> tuple[dict[str, Any] | None, dict[int, dict[str, Any]]]:
                 if m_head and nf and nf % m_head == 0:
                     v = nf // m_head
                 evidence.append(f"every rank sends and receives both ways (a ring: virtual stages); rank {rank_of[h]} runs forward "
-                                "blocks with nothing received before them (stage 0)")
+                                "blocks with nothing received before them (stage 0); "
+                                + ("the P2P peers go round " if ordered is ring else "no P2P peers recorded: the stages in rank order ")
+                                + " -> ".join(str(rank_of[fi]) for fi in ordered))
         else:
             for fi in firsts:
                 stage[fi] = 0
-            evidence.append("the traced ranks do not chain into one pipeline"
-                            + (f" (first stage: rank {', '.join(str(rank_of[fi]) for fi in firsts)})" if firsts else ""))
+            roles = ([f"first stage: rank {', '.join(str(rank_of[fi]) for fi in firsts)}"] if firsts else []) + (
+                [f"last stage: rank {', '.join(str(rank_of[fi]) for fi in lasts)} (its stage number needs p)"] if lasts else [])
+            evidence.append(("the traced ranks do not chain into one pipeline" if len(measured) > 1 else
+                             f"one rank traced (rank {rank_of[next(iter(measured))]})")
+                            + (f" ({'; '.join(roles)})" if roles else ""))
     v = v or 1
-    complete = p is not None and p == len(measured) and (world is None or world == n or how == "PP:<stage> action ranges")
-    if p is None and measured:
-        evidence.append(f"{seen}: p is at least {len(measured)}" + (f" and at most {world}" if world else ""))
+    complete = (p is not None and p * max(pipelines, 1) == len(measured)
+                and (world is None or world == n or how == "PP:<stage> action ranges"))
+    if p is None and measured:  # at least the longest run of traced ranks one pipeline passes, and its untraced peers at the ends
+        def run_length(fi: int) -> int:
+            c = follow(fi)
+            return (len(c) + (1 if measured[c[-1]]["downstream"] and measured[c[-1]]["downstream"][0] not in file_of else 0)
+                    + (1 if any(u not in file_of for u in measured[fi]["upstream"]) else 0))
+        heads = [fi for fi in measured if not any(u in file_of for u in measured[fi]["upstream"])] or list(measured)
+        evidence.append(f"{seen}: p is at least {max(run_length(fi) for fi in heads)}" + (f" and at most {world}" if world else ""))
     elif world and n < world and p and p < world:
         evidence.append(f"{seen}: p = {p} from the traced ranks; ranks outside the trace may hold other pipelines")
     # micro-batches
     per_rank_m = []
-    for f in measured.values():
+    unmarked = [fi for fi, f in measured.items() if not f.get("steps_marked", True)]
+    for fi, f in measured.items():
         for st in f["steps"]:
             if st["forward_microbatches"] is not None:
                 per_rank_m.append(st["forward_microbatches"])
-            elif st["forward_blocks"] % v == 0:
+            elif st["forward_blocks"] % v == 0 and fi not in unmarked:  # blocks per step: not where a step may be several
                 per_rank_m.append(st["forward_blocks"] // v)
     m, agree = _mode(per_rank_m)
+    if m is None and unmarked:
+        fi = unmarked[0]
+        evidence.append(f"no ProfilerStep spans (rank {rank_of[fi]}): its one step, the whole trace, may hold several iterations "
+                        f"({sum(st['forward_blocks'] for st in measured[fi]['steps'])} forward blocks): m, and the theory with it, "
+                        "cannot be told without micro-batch indices")
     indexed = any(f["annotations"] in ("pp", "torch") for f in measured.values())
     src = "the action ranges' micro-batch indices" if indexed else "forward blocks per step"
     if any(f["annotations"] == "markers" for f in measured.values()):
@@ -168,15 +199,18 @@ def reduce(ranks) -> tuple[dict[str, Any] | None, dict[int, dict[str, Any]]]:
         evidence.append(f"m = {m} from {src}" + ("" if agree else " (not the same on every rank and step: the most common)"))
     # schedule
     orders = {fi: rp.summary(f)["order"] for fi, f in measured.items()}
+
+    def gpipe_like(fi: int) -> bool:
+        return bool(_GPIPE_ORDER.match(orders[fi]) or (fi in unmarked and _GPIPE_REPEATED.match(orders[fi])))
     if any(st["split_backward"] for f in measured.values() for st in f["steps"]) or any(f["overlap_actions"] for f in measured.values()):
         schedule = "zero_bubble"
         evidence.append("backward split into input-grad (I) and weight-grad (W) actions, or overlapped F/B actions")
     elif v > 1:
         schedule = "interleaved"
         evidence.append(f"{v} stages per rank: interleaved 1F1B")
-    elif any(not _GPIPE_ORDER.match(o) for o in orders.values()):
+    elif not all(gpipe_like(fi) for fi in orders):
         schedule = "1f1b"
-        fi = next(fi for fi, o in orders.items() if not _GPIPE_ORDER.match(o))
+        fi = next(fi for fi in orders if not gpipe_like(fi))
         evidence.append(f"forward and backward blocks alternate after the warm-up (rank {rank_of[fi]}: {orders[fi]})")
     else:
         schedule = "gpipe"
@@ -225,28 +259,32 @@ def gap(schedule: str, p: int, m: int, v: int, ranks: dict[int, tuple[int | None
     (the bubble inside the micro-batch blocks: the host between one micro-batch's own ops, at most
     what is left) and ``p2p_ns`` (the rest: the transfers and waits on them beyond the schedule's).
     ``slowest_stage`` and ``stage_compute_ns`` (per stage, its busy ns per step) say which stage
-    and by how much; None without every stage's measurement."""
-    per_stage: dict[int, tuple[float, float, int, int]] = {}  # stage -> (busy per step, window per step, steps, in-block ns)
+    and by how much; None without every stage's measurement.  Several pipelines (data parallel): a
+    stage's tau is the mean over its ranks, the sums run over every rank."""
+    per_rank: list[tuple[int, float, float, int, int]] = []  # (stage, busy per step, window per step, steps, in-block ns)
     for st, steps in ranks.values():
         if st is None or not steps:
             return None
         k = len(steps)
-        per_stage[st] = (sum(x["busy_ns"] for x in steps) / k, sum(x["window_ns"] for x in steps) / k, k,
-                         sum(x.get("inblock_ns", 0) for x in steps))
-    if sorted(per_stage) != list(range(p)):
+        per_rank.append((st, sum(x["busy_ns"] for x in steps) / k, sum(x["window_ns"] for x in steps) / k, k,
+                         sum(x.get("inblock_ns", 0) for x in steps)))
+    stages = sorted({r[0] for r in per_rank})
+    if stages != list(range(p)):
         return None
-    tau = {st: b / m for st, (b, _, _, _) in per_stage.items()}
+    busy_of = {s: [r[1] for r in per_rank if r[0] == s] for s in stages}
+    per_stage = {s: (sum(b) / len(b),) for s, b in busy_of.items()}
+    tau = {st: b / m for st, (b,) in per_stage.items()}
     mean, top = sum(tau.values()) / p, max(tau.values())
     w_th = m * mean + (p - 1) * mean / v
     w_slow = m * top + (sum(tau.values()) - top) / v
-    measured = sum(k * (w - b) for b, w, k, _ in per_stage.values())
-    theory_bubble = sum(k * (w_th - b) for b, _, k, _ in per_stage.values())
+    measured = sum(k * (w - b) for _, b, w, k, _ in per_rank)
+    theory_bubble = sum(k * (w_th - b) for _, b, _, k, _ in per_rank)
     total = round(measured - theory_bubble)
     slowest = max(tau, key=tau.get)
     slow = host = 0
     if total > 0:
-        slow = min(round(sum(k * (w_slow - w_th) for _, _, k, _ in per_stage.values())), total)
-        host = min(sum(x for *_, x in per_stage.values()), total - slow)
+        slow = min(round(sum(k * (w_slow - w_th) for _, _, _, k, _ in per_rank)), total)
+        host = min(sum(x for *_, x in per_rank), total - slow)
     return {"gap_ns": total, "theory_bubble_ns": round(theory_bubble), "slow_stage_ns": slow, "p2p_ns": total - slow - host,
             "host_ns": host, "slowest_stage": slowest, "slowest_stage_excess": top / mean - 1 if mean else None,
             "stage_compute_ns": [round(per_stage[s][0]) for s in range(p)]}
@@ -261,14 +299,19 @@ def replay_measured(schedule: str | None, p: int | None, m: int | None, v: int,
     ranks' mean window)}; None without every stage measured or an order for the schedule."""
     if not schedule or not p or not m or schedule == "zero_bubble":
         return None
-    per: dict[int, tuple[float, float]] = {}
+    sums: dict[int, list[float]] = {}  # stage -> [forward ns, forward blocks, backward ns, backward blocks] over its ranks
     wins = []
     for st, steps in ranks.values():
         nf, nb = sum(x["forward_blocks"] for x in steps), sum(x["backward_blocks"] for x in steps)
         if st is None or not steps or not nf or not nb or "f_ns" not in steps[0]:
             return None
-        per[st % p] = (sum(x["f_ns"] for x in steps) / nf, sum(x["b_ns"] for x in steps) / nb)
+        acc = sums.setdefault(st % p, [0.0, 0, 0.0, 0])
+        acc[0] += sum(x["f_ns"] for x in steps)
+        acc[1] += nf
+        acc[2] += sum(x["b_ns"] for x in steps)
+        acc[3] += nb
         wins += [x["window_ns"] for x in steps]
+    per = {s: (a[0] / a[1], a[2] / a[3]) for s, a in sums.items()}
     if sorted(per) != list(range(p)):
         return None
     got = replay(schedule, p, m, v, {g: per[g % p] for g in range(p * v)})

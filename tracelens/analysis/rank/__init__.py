@@ -40,7 +40,7 @@ from tracelens.analysis.suggest import input_bound_class
 from tracelens.model import gpus
 from tracelens.model.options import Options
 from tracelens.model.schema import END, NON_COMPUTE_KCLASSES
-from tracelens.model.summary import ZERO, DataLoading, GpuTime, IdleSplit, RankResult, Step, kept_indices, kept_steps
+from tracelens.model.summary import WHOLE_TRACE, ZERO, DataLoading, GpuTime, IdleSplit, RankResult, Step, kept_indices, kept_steps
 from tracelens.model.units import fmt_ns
 
 _STEP_NUM = re.compile(r"#(\d+)$")
@@ -146,7 +146,7 @@ def _analyze_rank(df: pl.DataFrame, fi: int, meta, options: Options) -> RankResu
     if spans_were_empty:
         k0, k1 = gpu_rows.select(pl.col("ts_ns").min().alias("s"), END.max().alias("e")).row(0)
         spans = pl.DataFrame(
-            {"name": ["whole trace"], "step": [None], "start": [host_start], "end": [host_end]},
+            {"name": [WHOLE_TRACE], "step": [None], "start": [host_start], "end": [host_end]},
             schema={"name": pl.String, "step": pl.Int64, "start": pl.Int64, "end": pl.Int64},
         )
         gpu_rows = gpu_rows.with_columns(pl.lit(0, pl.Int64).alias("_step"))
@@ -292,7 +292,7 @@ def _analyze_rank(df: pl.DataFrame, fi: int, meta, options: Options) -> RankResu
 
     from tracelens.analysis.rank import pipeline as pp
 
-    pre = [SimpleNamespace(step=row["step"], cpu_start_ns=row["start"], cpu_end_ns=row["end"], start_ns=ws, end_ns=we,
+    pre = [SimpleNamespace(step=row["step"], name=row["name"], cpu_start_ns=row["start"], cpu_end_ns=row["end"], start_ns=ws, end_ns=we,
                            warmup=(i == 0 and len(windows) > 1 and not options.include_warmup))
            for i, (row, (ws, we)) in enumerate(zip(spans.iter_rows(named=True), windows))]
     pipe, pipe_blocks = pp.rank_pipeline(df, gpu_rows, pre, meta, names)

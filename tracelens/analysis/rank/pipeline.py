@@ -36,14 +36,18 @@ import polars as pl
 from tracelens.analysis import intervals as iv
 from tracelens.analysis.rank.names import Names
 from tracelens.model.schema import END, NON_COMPUTE_KCLASSES
+from tracelens.model.summary import WHOLE_TRACE
 
 P2P_NAMES = ("send", "recv", "sendrecv")
 _ACTION_TORCH = r"^(Forward|Backward) (\d+)$"
 _ACTION_PP = r"^PP:(\d+)(F|B|I|W)(\d+)$"
 _OVERLAP_PP = r"^PP:\(.*\)OVERLAP_F_B$"
 # marker ranges around one micro-batch's forward or backward, without its index (Megatron-style
-# "## forward ##", forward_step, backward-compute ...): labels only, no detection on their own
-_ACTION_MARKER = r"(?i)^#*\s*(forward|backward)(?:[ _-]?(?:step|pass|compute))?\s*#*$"
+# "## forward ##", forward_step, backward-compute, DeepSpeed's _exec_forward_pass ...): labels only, no
+# detection on their own; as Python functions (with_stack: "schedules.py(388): forward_step") only the
+# per-micro-batch ones with a suffix (a module's plain "forward" nests in every layer)
+_ACTION_MARKER = r"(?i)^#*\s*(?:_?exec_)?(forward|backward)(?:[ _-]?(?:step|pass|compute))?\s*#*$"
+_ACTION_PY = r"^.*\.py\(\d+\): (?:_exec_)?(forward|backward)_(?:step|pass)$"
 _OPTIMIZER = r"^Optimizer\."
 _BACKWARD = r"^autograd::engine::evaluate_function|Backward\d*$"
 _PEER_NCCL = r"^nccl:(send|recv) (\d+)(->|<-)(\d+)$"
@@ -144,12 +148,13 @@ def _pair_keys(records: pl.DataFrame, spans: pl.DataFrame, steps) -> dict[str, l
 def _actions(df: pl.DataFrame, names: Names) -> pl.DataFrame:
     """The schedule's action ranges: (a_s, a_e, a_label, a_mb, a_stage, a_marker), sorted by
     start; ``a_marker``: a marker range (``_ACTION_MARKER``: no index, no stage)."""
-    torch_names, pp_names, markers = names.matching(_ACTION_TORCH), names.matching(_ACTION_PP), names.matching(_ACTION_MARKER)
+    torch_names, pp_names = names.matching(_ACTION_TORCH), names.matching(_ACTION_PP)
+    markers = pl.concat([names.matching(_ACTION_MARKER), names.matching(_ACTION_PY)])
     if torch_names.len() == 0 and pp_names.len() == 0 and markers.len() == 0:
         return pl.DataFrame(schema={"a_s": pl.Int64, "a_e": pl.Int64, "a_label": pl.String, "a_mb": pl.Int64, "a_stage": pl.Int64,
                                     "a_marker": pl.Boolean})
     name = pl.col("name").cast(pl.String)
-    marker = name.str.extract(_ACTION_MARKER, 1).str.to_lowercase()
+    marker = pl.coalesce(name.str.extract(_ACTION_MARKER, 1), name.str.extract(_ACTION_PY, 1)).str.to_lowercase()
     return (
         df.lazy().filter(pl.col("kind").is_in(["annotation", "cpu_op", "python"])
                          & (pl.col("name").is_in(torch_names.implode()) | pl.col("name").is_in(pp_names.implode())
@@ -173,7 +178,7 @@ def rank_pipeline(df: pl.DataFrame, gpu_rows: pl.DataFrame, steps, meta, names: 
     record, no schedule action range and no SendRecv kernel; and the micro-batch blocks of its
     pipeline steps (``BLOCK_SCHEMA``: step index, GPU or host span; the idle attribution's bubble
     is the idle outside them).  ``steps``: anything with the Step fields step, cpu_start_ns,
-    cpu_end_ns, start_ns, end_ns and warmup."""
+    cpu_end_ns, start_ns, end_ns, warmup and name (``WHOLE_TRACE`` where the trace marks no steps)."""
     none = pl.DataFrame(schema=BLOCK_SCHEMA)
     pg = (meta.distributed or {}).get("pg_config") or []
     group_ranks = {str(g.get("pg_name")): list(g["ranks"]) for g in pg if isinstance(g, dict) and isinstance(g.get("ranks"), list)}
@@ -195,7 +200,9 @@ def rank_pipeline(df: pl.DataFrame, gpu_rows: pl.DataFrame, steps, meta, names: 
             "sendrecv_not_p2p": {k: int(v) for k, v in sorted(other_sr.items())}, "groups": sorted(set(records.get_column("group").to_list())),
             "annotations": ("pp" if actions.get_column("a_stage").drop_nulls().len() else "torch" if (~actions.get_column("a_marker")).any()
                             else "markers") if actions.height else None,
-            "overlap_actions": overlap, "steps": []}
+            "overlap_actions": overlap, "steps": [],
+            # the trace marks no steps: its one step may hold several iterations (their blocks run together)
+            "steps_marked": not (len(steps) == 1 and steps[0].step is None and getattr(steps[0], "name", None) == WHOLE_TRACE)}
     kept = [i for i, s in enumerate(steps) if not s.warmup] or list(range(len(steps)))
     if not steps or (records.height == 0 and actions.height == 0):  # SendRecv kernels of collectives only: nothing to measure
         return base, none
@@ -241,12 +248,15 @@ def rank_pipeline(df: pl.DataFrame, gpu_rows: pl.DataFrame, steps, meta, names: 
         anchors.with_columns(key_change.cum_sum().alias("_blk"))
         .group_by("_blk").agg(pl.col("_step").first(), pl.col("label").first(), pl.col("a_mb").first().alias("mb"),
                               pl.col("a_stage").first().alias("stage"), pl.col("t").min().alias("t0"), pl.col("t").max().alias("t1"),
-                              pl.col("s").min(), pl.col("e").max(), pl.len().alias("n"))
+                              pl.col("s").min(), pl.col("e").max(), pl.len().alias("n"), pl.col("a_s").first().is_not_null().alias("_ann"))
         .sort("_blk")
     )
     if actions.height == 0:  # glue ops between the micro-batches (a loss, a copy) are no block of their own
         med = blocks.group_by("_step").agg((pl.col("e") - pl.col("s")).median().alias("_med"))
         blocks = blocks.join(med, on="_step").filter((pl.col("e") - pl.col("s")) >= MIN_BLOCK_SHARE * pl.col("_med")).drop("_med")
+    else:  # in a step whose micro-batches run in action ranges, compute outside them (a grad-norm, a loss, a copy) is glue
+        blocks = blocks.filter(pl.col("_ann") | ~pl.col("_ann").any().over("_step"))
+    blocks = blocks.drop("_ann")
     # each P2P record's role: a send by the block before it, a recv by the block after it
     bt = blocks.select("_step", "label", "t0", "t1").sort("t0")
     recs = records.sort("ts_ns").join_asof(spans, left_on="ts_ns", right_on="_cs", strategy="backward", check_sortedness=False)
@@ -316,7 +326,7 @@ def rank_pipeline(df: pl.DataFrame, gpu_rows: pl.DataFrame, steps, meta, names: 
     inb = iv.covered(iv.covered(runs, "_s", B, "_b0"), "_e", B, "_b1")
     inblock = dict(inb.group_by("_step").agg(((pl.col("_e") - pl.col("_s")) - (pl.col("_b1") - pl.col("_b0"))).sum())
                    .collect(engine="in-memory").iter_rows())
-    out_steps = []
+    out_steps, out_idx = [], []  # (out_idx: each measured step's index in ``steps``)
     for row, meas in zip(per.iter_rows(named=True), m.iter_rows(named=True)):
         i = row["_step"]
         if i not in kept:
@@ -328,6 +338,7 @@ def rank_pipeline(df: pl.DataFrame, gpu_rows: pl.DataFrame, steps, meta, names: 
         cool = (we - lb) - (meas["B_we"] - meas["B_lb"])
         bubble = window - busy_ns
         exposed = (meas["U_we"] - meas["U_ws"]) - busy_ns
+        out_idx.append(i)
         out_steps.append({
             "step": steps[i].step, "window_ns": window, "busy_ns": busy_ns, "bubble_ns": bubble, "warmup_ns": warm, "cooldown_ns": cool,
             "steady_ns": bubble - warm - cool, "exposed_p2p_ns": exposed, "forward_blocks": row["nF"], "backward_blocks": row["nB"],
@@ -338,20 +349,18 @@ def rank_pipeline(df: pl.DataFrame, gpu_rows: pl.DataFrame, steps, meta, names: 
     up, down = got.get("up", ([], 0)), got.get("down", ([], 0))
     base.update(
         upstream=[int(x) for x in up[0]], downstream=[int(x) for x in down[0]], upstream_p2p=int(up[1]), downstream_p2p=int(down[1]),
-        steps=out_steps, view=_view(blocks, out_steps, steps, m),
+        steps=out_steps, view=_view(blocks, out_steps, out_idx, steps, m),
     )
     return base, pipe_blocks.select([pl.col(c).cast(t) for c, t in BLOCK_SCHEMA.items()])
 
 
-def _view(blocks: pl.DataFrame, out_steps: list[dict], steps, meas: pl.DataFrame) -> dict[str, Any] | None:
+def _view(blocks: pl.DataFrame, out_steps: list[dict], out_idx: list[int], steps, meas: pl.DataFrame) -> dict[str, Any] | None:
     """The blocks of the slowest kept step, for the views: {step, start_ns, end_ns, blocks: [{label,
     mb, stage, s, e}] (ns from the window's start)}, at most ``MAX_VIEW_BLOCKS``; None without one."""
     if not out_steps:
         return None
-    slow = max(out_steps, key=lambda st: st["window_ns"])
-    idx = next(i for i, st in enumerate(steps) if st.step == slow["step"]) if slow["step"] is not None else None
-    if idx is None:
-        return None
+    j = max(range(len(out_steps)), key=lambda j: out_steps[j]["window_ns"])  # (a trace without steps: its one, numberless)
+    slow, idx = out_steps[j], out_idx[j]
     ws = meas.filter(pl.col("_step") == idx).get_column("ws")
     ws = int(ws[0]) if ws.len() else steps[idx].start_ns
     b = (blocks.filter(pl.col("_step") == idx).sort("s").head(MAX_VIEW_BLOCKS)
