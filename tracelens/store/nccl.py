@@ -72,17 +72,66 @@ def _nccl_only(paths: list[str | Path]) -> tuple[list[tuple[Path, str]], list[st
     return found, warnings
 
 
-def read_all(found: list[tuple[Path, str]]) -> tuple[list, list[str]]:
-    """Each file read (``NcclParse``), and a warning for each that could not be (never raised)."""
+# a log of at least this many bytes on disk (gzip: x GZIP_RATIO) is read by worker processes, its
+# batches spread over the cores (each worker costs ~0.3 s to start: it imports polars)
+LOG_PARALLEL_MIN = 96 << 20
+GZIP_RATIO = 8
+
+
+def _read_one(task: tuple[int, str, str]):
+    """Read file ``task`` = (its index, path, format): its ``NcclParse``, or the warning that says
+    why it could not be (never raised): a task a worker process can run."""
     from tracelens.parsers import collective_parser_for
 
-    out = []
-    warnings: list[str] = []
-    for i, (f, fmt) in enumerate(found):
+    i, f, fmt = task
+    try:
+        return collective_parser_for(fmt).read(Path(f), file=i)
+    except TraceInputError as e:
+        return f"{f}: skipped ({e.problem})"
+    except OSError as e:
+        return f"{f}: skipped (cannot read it: {e.strerror or e})"
+
+
+def _big_log(f: Path) -> bool:
+    try:
+        size = f.stat().st_size
+    except OSError:
+        return False
+    return size * (GZIP_RATIO if f.name.endswith(".gz") else 1) >= LOG_PARALLEL_MIN
+
+
+def read_all(found: list[tuple[Path, str]], jobs: int | None = None) -> tuple[list, list[str]]:
+    """Each file read (``NcclParse``), and a warning for each that could not be (never raised).
+    Many files are read by worker processes where their bytes are worth it (``engine.choose``);
+    one big log has its batches read by them (``parsers.nccl.log.read``'s ``stream``)."""
+    from tracelens.engine import LocalEngine, ProcessEngine, choose
+
+    cores = os.cpu_count() or 1
+    tasks = [(i, str(f), fmt) for i, (f, fmt) in enumerate(found)]
+    size = 0
+    for f, _ in found:
         try:
-            out.append(collective_parser_for(fmt).read(f, file=i))
-        except TraceInputError as e:
-            warnings.append(f"{f}: skipped ({e.problem})")
-        except OSError as e:
-            warnings.append(f"{f}: skipped (cannot read it: {e.strerror or e})")
+            size += f.stat().st_size
+        except OSError:
+            pass
+    engine = choose(jobs, size, len(tasks))
+    got: list = [None] * len(tasks)
+    if isinstance(engine, LocalEngine):
+        for i, f, fmt in tasks:
+            workers = cores if jobs is None else jobs
+            if fmt == "nccl_log" and workers > 1 and _big_log(Path(f)):
+                from tracelens.parsers import collective_parser_for
+
+                pool = ProcessEngine(workers)
+                try:
+                    got[i] = collective_parser_for(fmt).read(Path(f), file=i, stream=pool.stream)
+                    continue
+                except Exception:  # noqa: BLE001 - a worker lost (killed, out of memory), or the file unreadable: read here, said there
+                    pass
+            got[i] = _read_one((i, f, fmt))
+    else:
+        for i, res in engine.map(_read_one, tasks):
+            got[i] = res if not isinstance(res, Exception) else _read_one(tasks[i])
+    out = [g for g in got if not isinstance(g, str)]
+    warnings = [g for g in got if isinstance(g, str)]
     return out, warnings
