@@ -171,6 +171,7 @@ def test_a_big_log_read_by_worker_processes_is_the_same(tmp_path, monkeypatch):
     (about 4 lines each) over the real excerpts put a batch boundary every few lines, and a cut
     last line (no newline) ends the file."""
     from tracelens.parsers.nccl import log as read_by_store  # the module the store reads with
+
     from tracelens.store import nccl as store
 
     f = tmp_path / "all.log"
