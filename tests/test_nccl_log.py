@@ -164,29 +164,6 @@ def test_tail_fields_codes_and_an_unreadable_device_per_batch(tmp_path, monkeypa
     assert rows["group_size"].to_list() == [2, 2, 2] and rows["bytes"].to_list() == [None, 32, 32]  # 8 float32 = 32 B
 
 
-def test_a_big_log_read_by_worker_processes_is_the_same(tmp_path, monkeypatch):
-    """A log over LOG_PARALLEL_MIN has its batches parsed by worker processes (engine
-    ``stream``), in order, their line numbers shifted by the lines before each batch: the rows,
-    communicators, facts and warnings are those of the read in this process.  700-byte batches
-    (about 4 lines each) over the real excerpts put a batch boundary every few lines, and a cut
-    last line (no newline) ends the file."""
-    from tracelens.parsers.nccl import log as read_by_store  # the module the store reads with
-
-    from tracelens.store import nccl as store
-
-    f = tmp_path / "all.log"
-    f.write_bytes(b"".join(p.read_bytes() for p in sorted(LOGS.glob("*.log"))).rstrip(b"\n")[:-7])
-    monkeypatch.setattr(read_by_store, "BATCH_BYTES", 700)
-    here, w1 = store.read_all([(f, "nccl_log")], jobs=1)
-    monkeypatch.setattr(store, "LOG_PARALLEL_MIN", 0)
-    pooled, w2 = store.read_all([(f, "nccl_log")], jobs=2)
-    a, b = here[0], pooled[0]
-    assert a.rows.height > 10 and f.stat().st_size > 20 * 700  # rows over 20 batches and more
-    assert a.rows.equals(b.rows) and a.comms.equals(b.comms)
-    assert a.facts == b.facts and a.warnings == b.warnings and w1 == w2 == []
-    assert a.rows["order"].is_sorted() and a.rows["order"].n_unique() == a.rows.height  # line numbers across batches
-
-
 def test_many_logs_read_by_worker_processes_are_the_same(tmp_path, monkeypatch):
     """Files over PARALLEL_MIN_BYTES in all are read one per worker task (``engine.choose``): the
     same parses, in the files' order, as read here."""

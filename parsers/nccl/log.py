@@ -228,35 +228,19 @@ def _parse_batch(lines: pl.DataFrame) -> dict[str, pl.DataFrame]:
             "version": version, "watchdog": watchdog}
 
 
-def parse_batch(chunk: bytes) -> tuple[dict[str, pl.DataFrame], int]:
-    """One batch of whole lines (``_batches``) read into its tables, its lines numbered from 1
-    (``read`` shifts them by the lines before the batch), and how many lines it held: a task that
-    a pool of worker processes can run (its argument and result are picklable)."""
-    lines = _lines(chunk, 0)
-    return _parse_batch(lines), lines.height
-
-
-def read(path: str | Path, file: int = 0, stream=None) -> NcclParse:
+def read(path: str | Path, file: int = 0) -> NcclParse:
     """Read one log.  Never raises for its content: what cannot be read is counted in the facts
-    and said in the warnings.  ``stream``: how the batches are read, a function of
-    (``parse_batch``, the batches) that yields ``parse_batch``'s results in order (an engine's
-    ``stream``: worker processes for a big log); None: here, one after the other.  The batches are
-    the same either way, so is the result."""
+    and said in the warnings."""
     path = Path(path)
     parts: dict[str, list[pl.DataFrame]] = {}
     offset = 0
-    cut: list[str | None] = [None]
-
-    def chunks():
-        for chunk, problem in _batches(path):
-            cut[0] = problem or cut[0]
-            yield chunk
-
-    for got, height in (stream or map)(parse_batch, chunks()):
-        for k, v in got.items():
-            parts.setdefault(k, []).append(v.with_columns(pl.col("ln") + offset) if offset and "ln" in v.columns else v)
-        offset += height
-    cut = cut[0]
+    cut: str | None = None
+    for chunk, problem in _batches(path):
+        lines = _lines(chunk, offset)
+        offset += lines.height
+        cut = problem or cut
+        for k, v in _parse_batch(lines).items():
+            parts.setdefault(k, []).append(v)
     if not parts:  # an empty file: the same tables, empty
         for k, v in _parse_batch(pl.DataFrame(schema={"ln": pl.Int64, "line": pl.String})).items():
             parts[k] = [v]

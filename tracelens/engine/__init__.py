@@ -42,11 +42,6 @@ class LocalEngine:
                 res = e
             yield i, res
 
-    def stream(self, fn: Callable[[T], R], items: Iterable[T], in_flight: int = 2) -> Iterator[R]:
-        """``fn`` of each item, in order (raising what ``fn`` raised): one at a time here."""
-        for item in items:
-            yield fn(item)
-
 
 class ProcessEngine:
     """A pool of ``workers`` processes (spawn: no fork of a process that runs polars' threads).
@@ -74,29 +69,6 @@ class ProcessEngine:
                     yield futs[fut], res
             finally:  # the caller stopped early or failed: tasks not started never run
                 for f in futs:
-                    f.cancel()
-
-
-    def stream(self, fn: Callable[[T], R], items: Iterable[T], in_flight: int = 2) -> Iterator[R]:
-        """``fn`` of each item, in the items' order, at most ``in_flight`` x ``workers`` items taken
-        from ``items`` and not yet yielded (a big file's batches: memory stays that of a few
-        batches, however long the file); raises what ``fn`` raised, cancelling the rest."""
-        from collections import deque
-        from concurrent.futures import ProcessPoolExecutor
-        from multiprocessing import get_context
-
-        ahead = max(1, in_flight * self.workers)
-        with ProcessPoolExecutor(max_workers=self.workers, mp_context=get_context("spawn")) as pool:
-            pending: deque = deque()
-            try:
-                for item in items:
-                    pending.append(pool.submit(fn, item))
-                    if len(pending) >= ahead:
-                        yield pending.popleft().result()
-                while pending:
-                    yield pending.popleft().result()
-            finally:
-                for f in pending:
                     f.cancel()
 
 
