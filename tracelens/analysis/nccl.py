@@ -27,7 +27,7 @@ def bandwidth_items(parses: list) -> list[dict[str, Any]]:
 
 
 def analyze_nccl(found: list[tuple[Path, str]], warnings: list[str]) -> dict[str, Any]:
-    from tracelens.analysis.job.hang import diagnose
+    from tracelens.analysis.job.hang import diagnose, diagnose_watchdog, expected_members
     from tracelens.analysis.job.rollup import finish_job
     from tracelens.analysis.report import Analysis
     from tracelens.store.nccl import read_all
@@ -41,12 +41,18 @@ def analyze_nccl(found: list[tuple[Path, str]], warnings: list[str]) -> dict[str
         inputs.append({"path": p.path, "format": p.format, "rank": int(ranks[0]) if ranks.len() == 1 else None, "size_bytes": size})
         warnings.extend(f"{p.path}: {w}" for w in p.warnings)
     rows = pl.concat([p.rows for p in parses], how="diagonal_relaxed") if parses else pl.DataFrame(schema=NCCL_ROW_SCHEMA)
-    diag = diagnose(rows, [str(f) for f, _ in found])
+    diag = diagnose(rows, [str(f) for f, _ in found], expected_members(parses))
     warnings.extend(diag.pop("warnings", []))
     # PyTorch's watchdog, where the logs hold its timeout messages: which collective each rank timed out on
     diag["watchdog"] = [{"path": p.path, **w} for p in parses for w in p.facts.get("watchdog") or []][:64]
     if diag["watchdog"] and diag["verdict"] == "no_collectives":
         diag["summary"] = "no collective records; " + "; ".join(watchdog_text(w) for w in diag["watchdog"][:4])
+        sizes = [c for p in parses for c in p.comms["nranks"].drop_nulls().to_list()[:1]]
+        said = diagnose_watchdog([w for p in parses for w in p.facts.get("watchdog") or []],
+                                 sorted({r for p in parses for r in p.facts.get("ranks_named") or []}), max(sizes) if sizes else None)
+        if said:
+            diag.update(said)
+            diag["summary"] = {"hang": "HANG", "incomplete": "STUCK"}[said["verdict"]] + ": " + said["reason"]
     a = finish_job(Analysis(inputs=tuple(inputs), ranks=(), warnings=tuple(warnings)))
     d = a.to_dict()
     d["job"]["nccl_diagnosis"] = diag

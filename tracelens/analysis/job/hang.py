@@ -76,9 +76,37 @@ def _label(members: list[int | str]) -> str:
     return ("rank " if len(members) == 1 else "ranks ") + shown if all(isinstance(m, int) for m in members) else shown
 
 
-def diagnose(rows: pl.DataFrame, paths: list[str] | None = None) -> dict[str, Any]:
+MEMBERS_SCHEMA = {"group": pl.String, "member": pl.String, "from_start": pl.Boolean}
+
+
+def expected_members(parses: list) -> pl.DataFrame:
+    """``MEMBERS_SCHEMA``: the members each group's config lists (Flight Recorder's ``pg_config``,
+    one rank's dump per group read), and for those whose dump the inputs hold, whether it kept
+    every entry from the first (``from_start``: null where no dump of that rank was read)."""
+    lists: dict[str, list[int]] = {}
+    dumped: dict[int, bool] = {}
+    for p in parses:
+        f = p.facts or {}
+        for g, ranks in (f.get("pg_ranks") or {}).items():
+            lists.setdefault(g, ranks)
+        if f.get("rank") is not None and "from_start" in f:  # a Flight Recorder dump (its rank, the file name's)
+            dumped[f["rank"]] = dumped.get(f["rank"], True) and bool(f["from_start"])
+    if not lists:
+        return pl.DataFrame(schema=MEMBERS_SCHEMA)
+    exp = pl.DataFrame({"group": list(lists), "member": list(lists.values())},
+                       schema={"group": pl.String, "member": pl.List(pl.Int64)}).explode("member")
+    seen = pl.DataFrame({"member": list(dumped), "from_start": list(dumped.values())}, schema={"member": pl.Int64, "from_start": pl.Boolean})
+    return (exp.join(seen, on="member", how="left").with_columns(pl.col("member").cast(pl.String))
+            .unique(["group", "member"]).select(list(MEMBERS_SCHEMA)))
+
+
+def diagnose(rows: pl.DataFrame, paths: list[str] | None = None, members: pl.DataFrame | None = None) -> dict[str, Any]:
     """The diagnosis of the rows of every input of a job (``NCCL_ROW_SCHEMA``); ``paths``: the
-    inputs' names by their ``file`` number (the warnings on runs mixed together name them)."""
+    inputs' names by their ``file`` number (the warnings on runs mixed together name them);
+    ``members`` (``expected_members``): the members each group's config lists, of which a member
+    whose dump was read from its first entry but holds none of the group never entered it (a
+    culprit), and one whose dump is not in the inputs is named (the likely culprit of a group
+    stuck in a collective every member seen entered)."""
     if rows.height == 0:
         return {"verdict": "no_collectives", "summary": "no collective records in the inputs", "culprits": [], "reason": None,
                 "groups": [], "p2p_rows": 0, "groups_checked": 0, "first_mismatch": None, "frames": [], "timeline": []}
@@ -117,17 +145,33 @@ def diagnose(rows: pl.DataFrame, paths: list[str] | None = None) -> dict[str, An
     all_entered_open = (stuck.filter(pl.col("entered") == pl.col("seen")).group_by("group")
                         .agg(pl.col("seq").min().alias("open_seq")))
     groups = groups.join(all_entered_open, on="group", how="left").sort("group")
+    # members the groups' configs list that hold no record of the group: "never_in" (their dump, read from its
+    # first entry, has none: they never called it) and "no_input" (no dump of theirs in the inputs)
+    if members is not None and members.height:
+        absent = (members.join(groups.select("group"), on="group", how="semi")
+                  .join(per_member.select("group", "member"), on=["group", "member"], how="anti")
+                  .group_by("group").agg(pl.col("member").filter(pl.col("from_start").fill_null(False)).alias("never_in"),
+                                         pl.col("member").filter(pl.col("from_start").is_null()).alias("no_input")))
+        groups = groups.join(absent, on="group", how="left")
+    else:
+        groups = groups.with_columns(pl.lit(None, pl.List(pl.String)).alias("never_in"), pl.lit(None, pl.List(pl.String)).alias("no_input"))
+    groups = groups.with_columns(pl.col("never_in", "no_input").fill_null([]))
+    # the seq the members that never called the group were waited for: the first one another member has not completed
+    groups = groups.join(per_member.group_by("group").agg(pl.col("first_open").min().alias("open_from")), on="group", how="left")
 
     out_groups: list[dict[str, Any]] = []
     verdict, culprits, reason, summary, first_mismatch, frames_out = "ok", [], None, None, None, []
+    hang_group = None  # the group whose members behind gave the verdict "hang"
     findings = groups.filter(pl.col("mismatch_seq").is_not_null() | (pl.col("behindmost") < pl.col("furthest"))
-                             | pl.col("open_seq").is_not_null() | (pl.col("size") > pl.col("seen")))
+                             | pl.col("open_seq").is_not_null() | (pl.col("size") > pl.col("seen"))
+                             | (pl.col("never_in").list.len() > 0))
     for g in findings.head(MAX_GROUPS).iter_rows(named=True):
         name = g["group"]
         pm = per_member.filter(pl.col("group") == name)
         entry: dict[str, Any] = {"group": name, "group_desc": g["group_desc"], "size": g["size"], "members_seen": g["seen"],
                                  "furthest_seq": g["furthest"], "first_mismatch": None, "behind": [], "not_completed": None,
-                                 "missing_members": (g["size"] - g["seen"]) if g["size"] and g["size"] > g["seen"] else 0}
+                                 "missing_members": (g["size"] - g["seen"]) if g["size"] and g["size"] > g["seen"] else 0,
+                                 "no_input": _members(g["no_input"]), "never_called": _members(g["never_in"])}
         if g["mismatch_seq"] is not None:
             calls = at.filter((pl.col("group") == name) & (pl.col("seq") == g["mismatch_seq"])).sort("n", "sig", descending=[True, False])
             cs = calls.to_dicts()
@@ -163,7 +207,7 @@ def diagnose(rows: pl.DataFrame, paths: list[str] | None = None) -> dict[str, An
                                      "members_in_it": _members(waited["members"]), "frames": _frames(waited["frames"])}
                                     if waited else None)
             if verdict in ("ok", "incomplete", "incomplete_inputs"):
-                verdict = "hang"
+                verdict, hang_group = "hang", name
                 culprits = _members(behind["member"].to_list())
                 last = behind["last_seq"].min()
                 reason = (f"group {name}" + (f" ({g['group_desc']})" if g["group_desc"] else "")
@@ -177,17 +221,44 @@ def diagnose(rows: pl.DataFrame, paths: list[str] | None = None) -> dict[str, An
                                         & (pl.col("seq") == pl.col("seq").max().over("member")))
                 frames_out += [{"members": _members([r["member"]]), "call": f"(last recorded) {_call(r)}", "frames": _frames(r["frames"])}
                                for r in last_rows.head(4).iter_rows(named=True)]
+        if g["never_in"]:
+            # a member whose dump holds every entry it made and none of this group's: it never entered the group's first
+            # open collective (or the first one recorded) that the others did
+            never = _members(g["never_in"])
+            s_at = g["open_from"] if g["open_from"] is not None else g["common_from"]
+            waited = at.filter((pl.col("group") == name) & (pl.col("seq") == s_at)).sort("n", descending=True)
+            w0 = waited.row(0, named=True) if waited.height else None
+            entry["behind"] += [{"member": m, "rank": m if isinstance(m, int) else None, "last_seq": None} for m in never]
+            if entry.get("waiting_for") is None:
+                entry["waiting_for"] = ({"seq": int(s_at), "call": _call(w0), "members_in_it": _members(w0["members"]),
+                                         "frames": _frames(w0["frames"])} if w0 else None)
+            said = (f"{_label(never)} never entered seq {s_at}" + (f" ({_call(w0)})" if w0 else "")
+                    + (f", which {_label(_members(w0['members']))} entered" if w0 else "")
+                    + f"; {_label(never)}'s dump holds every entry from the first and none of this group's")
+            if verdict == "hang" and hang_group == name:
+                culprits = _members([str(m) for m in culprits + never])  # this group's members behind, and these
+                reason += "; " + said
+            elif verdict in ("ok", "incomplete", "incomplete_inputs"):
+                verdict, culprits = "hang", never
+                reason = f"group {name}" + (f" ({g['group_desc']})" if g["group_desc"] else "") + ": " + said
+                frames_out = [{"members": _members(w0["members"]), "call": _call(w0), "frames": _frames(w0["frames"])}] if w0 else []
         if g["open_seq"] is not None:
             o = stuck.filter((pl.col("group") == name) & (pl.col("seq") == g["open_seq"])).row(0, named=True)
             entry["not_completed"] = {"seq": g["open_seq"], "members": _members(o["open_members"])}
             if verdict in ("ok", "incomplete_inputs"):
                 verdict = "incomplete"
-                reason = (f"group {name}: every member seen entered seq {g['open_seq']} and "
+                reason = (f"group {name}" + (f" ({g['group_desc']})" if g["group_desc"] else "")
+                          + f": every member seen entered seq {g['open_seq']} and "
                           f"{_label(_members(o['open_members']))} never completed it: a hang inside the collective "
                           "(a peer not in the inputs, the network, a GPU), not a divergence of the program")
+                if g["no_input"]:  # the members whose dumps are missing: the others wait for one of them
+                    culprits = _members(g["no_input"])
+                    reason += (f"; {_label(culprits)} of the group left no dump in the inputs: the likely culprit(s) (a rank "
+                               "that crashed, or hung before it could dump)")
         if entry["missing_members"] and verdict == "ok":
             verdict = "incomplete_inputs"
-            reason = f"group {name} has {g['size']} members, the inputs hold {g['seen']}: the others' logs or dumps are missing"
+            reason = (f"group {name} has {g['size']} members, the inputs hold {g['seen']}: the others' logs or dumps are missing"
+                      + (f" ({_label(_members(g['no_input']))})" if g["no_input"] else ""))
         out_groups.append(entry)
     if verdict == "ok":
         summary = f"consistent: {groups.height} group(s), every member at the same collectives ({coll.height} records)"
@@ -282,3 +353,57 @@ def _timeline(coll: pl.DataFrame, per_member: pl.DataFrame, groups: pl.DataFrame
                     "seq_from": lo, "seq_to": hi, "seq_first": first, "seq_last": last,
                     "divergence": None if kind is None else {"kind": kind, "seq": int(at)}, "odd_members": odd})
     return out
+
+
+_WATCHDOG_SCHEMA = {"rank": pl.Int64, "seq": pl.Int64, "op": pl.String, "pg": pl.String, "last_enqueued": pl.Int64,
+                    "last_completed": pl.Int64}
+
+
+def diagnose_watchdog(items: list[dict[str, Any]], named: list[int], world: int | None = None) -> dict[str, Any] | None:
+    """The verdict of PyTorch's watchdog timeouts alone (the logs of a job whose NCCL lines hold no
+    collective: NCCL_DEBUG=INFO without the COLL subsystem, or no NCCL_DEBUG at all), or None when
+    they say nothing: per process group, the furthest seq a rank timed out on; the ranks behind it
+    (timed out at an earlier seq of that group, or whose last enqueued work is before it: they never
+    entered it) and, in a job of one group, the ranks the logs name (or the communicators' size says
+    exist) that logged no timeout at all, are the likely culprits; without them the ranks all timed
+    out in one collective (STUCK: a hang inside it, or a rank whose log is not in the inputs).
+    Timeouts that name no group are one group only where each rank timed out on one seq (else the
+    seqs of different groups would be compared: no verdict)."""
+    if not items:
+        return None
+    w = pl.DataFrame([{k: i.get(k) for k in _WATCHDOG_SCHEMA} for i in items], schema=_WATCHDOG_SCHEMA).filter(
+        pl.col("rank").is_not_null() & pl.col("seq").is_not_null()).unique(["rank", "seq", "pg"])
+    if w.height == 0:
+        return None
+    if w.filter(pl.col("pg").is_null()).group_by("rank").len().select((pl.col("len") > 1).any()).item():
+        return None  # a rank timed out on two seqs of unnamed groups: which group each is, the logs do not say
+    w = w.with_columns(pl.col("pg").fill_null("?"))
+    g = w.group_by("pg").agg(pl.col("seq").max().alias("at"), pl.col("rank").n_unique().alias("ranks")).sort("pg")
+    w = w.join(g, on="pg")
+    timed = w.group_by("pg", "rank").agg(pl.col("seq").max(), pl.col("last_enqueued").max(), pl.col("at").first())
+    behind = timed.filter((pl.col("seq") < pl.col("at")) | (pl.col("last_enqueued") < pl.col("at"))).sort("pg", "rank")
+    # ranks that logged no timeout: those the logs name (or the communicators' size says exist), in a job of one group
+    known = set(named) | (set(range(world)) if world else set())
+    silent = sorted(known - set(w["rank"].to_list())) if g.height == 1 else []
+    op = w.filter(pl.col("seq") == pl.col("at")).group_by("pg").agg(pl.col("op").drop_nulls().first())
+    g = g.join(op, on="pg", how="left").sort("pg")
+    first = behind.row(0, named=True) if behind.height else None
+    pg = first["pg"] if first else g["pg"][0]
+    gr = g.filter(pl.col("pg") == pg).row(0, named=True)
+    at_ranks = _members([str(r) for r in timed.filter((pl.col("pg") == pg) & (pl.col("seq") == gr["at"]))["rank"].to_list()])
+    where = ("a group the logs do not name" if pg == "?" else f"group {pg}")
+    what = f"seq {gr['at']}" + (f" ({gr['op']})" if gr["op"] else "")
+    if first is None and not silent:
+        return {"verdict": "incomplete", "culprits": [],
+                "reason": (f"PyTorch's watchdog: {_label(at_ranks)} timed out in {what} of {where}, none behind it: a hang "
+                           "inside the collective (the network, a GPU), or a rank whose log is not in the inputs")}
+    late = behind.filter(pl.col("pg") == pg)
+    culprits = _members([str(r) for r in late["rank"].to_list()] + [str(r) for r in silent])
+    parts = [f"{_label(at_ranks)} timed out in {what} of {where}"]
+    for r in late.head(8).iter_rows(named=True):
+        parts.append(f"rank {r['rank']} " + (f"timed out at seq {r['seq']}" if r["seq"] < gr["at"] else
+                                             f"had enqueued only up to seq {r['last_enqueued']}") + ": it never entered it")
+    if silent:
+        parts.append(f"{_label(_members([str(r) for r in silent]))} logged no timeout (likely never entered it: stuck before it, "
+                     "outside NCCL, or dead)")
+    return {"verdict": "hang", "culprits": culprits, "reason": "PyTorch's watchdog: " + "; ".join(parts)}

@@ -1,0 +1,135 @@
+"""The hang verdict on the shapes real hangs leave (issue 19), hand-built: Flight Recorder dumps of an
+older format (``seq_id``), a rank whose dump holds no entry, a rank whose dump is missing, and
+PyTorch's watchdog messages of several ranks in one log (the newer ``[PG ID 0 PG GUID 0(default_pg)
+Rank 3]`` / ``last enqueued NCCL work`` lines), read by ``tracelens report`` on the folder alone."""
+
+from __future__ import annotations
+
+import json
+import pickle
+
+import jsonschema
+
+from parsers.nccl import flight_recorder as fr
+from parsers.nccl import log
+from tests.test_nccl_report import SCHEMA, report
+from tracelens.analysis.job.hang import diagnose_watchdog
+from tracelens.model.errors import EXIT_OK
+
+T0 = 1_700_000_000_000_000_000
+
+
+def entry(rid, seq, state="completed", name="nccl:all_reduce", pg=("0", "default_pg"), legacy=False):
+    e = {"record_id": rid, "pg_id": int(pg[0]), "process_group": list(pg), "collective_seq_id": seq, "p2p_seq_id": 0,
+         "op_id": seq, "profiling_name": name, "time_created_ns": T0 + rid, "input_sizes": [[1024]], "output_sizes": [[1024]],
+         "input_dtypes": ["Float"], "output_dtypes": ["Float"], "state": state, "is_p2p": False, "timeout_ms": 600000,
+         "time_discovered_started_ns": None, "time_discovered_completed_ns": None, "retired": state == "completed",
+         "frames": [{"name": "train_step", "filename": "train.py", "line": 42}]}
+    if legacy:  # an older dump: one seq_id, no collective_seq_id / p2p_seq_id / is_p2p / dtypes
+        e["seq_id"] = e.pop("collective_seq_id")
+        for k in ("p2p_seq_id", "is_p2p", "input_dtypes", "output_dtypes", "timeout_ms"):
+            e.pop(k)
+    return e
+
+
+def write_dumps(d, per_rank: dict[int, list], world: int, version="2.10"):
+    d.mkdir(parents=True, exist_ok=True)
+    cfg = {"0": {"name": "0", "desc": "default_pg", "ranks": str(list(range(world)))}}
+    for r, entries in per_rank.items():
+        (d / f"rank_{r}").write_bytes(pickle.dumps({"version": version, "comm_lib_version": "2.21.5", "pg_config": cfg,
+                                                     "pg_status": {}, "entries": entries}))
+    return d
+
+
+def verdict(capsys, tmp_path, src):
+    code, err, o = report(capsys, tmp_path, src)
+    assert code == EXIT_OK, err
+    d = json.loads(o.read_text())
+    jsonschema.Draft202012Validator(SCHEMA).validate(d)
+    return d["job"]["nccl_diagnosis"]
+
+
+def test_older_dump_numbers_entries_with_seq_id(capsys, tmp_path):
+    # 2 ranks, format 2.2 entries keyed "seq_id": rank 0 at seqs 1, 2 (completed) and 3 (started), rank 1 at 1, 2 only:
+    # rank 1 never entered seq 3 (before: every entry dropped "without a sequence id", verdict "no collective records")
+    d = write_dumps(tmp_path / "old", {0: [entry(i, i + 1, "completed" if i < 2 else "started", legacy=True) for i in range(3)],
+                                       1: [entry(i, i + 1, legacy=True) for i in range(2)]}, world=2, version="2.2")
+    assert fr.read(d / "rank_1").rows["seq"].to_list() == [1, 2]
+    v = verdict(capsys, tmp_path, d)
+    assert v["verdict"] == "hang" and v["culprits"] == [1] and "rank 1 never entered seq 3" in v["summary"]
+
+
+def test_a_rank_whose_dump_holds_no_entry_never_entered(capsys, tmp_path):
+    # 3 ranks of one group: ranks 0 and 2 completed seq 1 and are in seq 2 ("started"); rank 1's dump is read, from its
+    # first entry on (none: "entries": []), so it never called the group: the culprit (before: STUCK, no culprit)
+    d = write_dumps(tmp_path / "empty", {0: [entry(0, 1), entry(1, 2, "started")], 1: [],
+                                         2: [entry(0, 1), entry(1, 2, "started")]}, world=3)
+    v = verdict(capsys, tmp_path, d)
+    assert v["verdict"] == "hang" and v["culprits"] == [1], v["summary"]
+    assert "rank 1 never entered seq 2 (nccl:all_reduce count 1024 Float), which ranks 0, 2 entered" in v["summary"]
+    g = v["groups"][0]
+    assert g["never_called"] == [1] and g["behind"] == [{"member": 1, "rank": 1, "last_seq": None}] and g["waiting_for"]["seq"] == 2
+
+
+def test_a_wrapped_dump_without_the_group_is_no_evidence(capsys, tmp_path):
+    # as above, but rank 1's ring buffer wrapped (its one entry, of another group, has record id 500): that it holds no
+    # entry of group 0 says nothing (dropped by the ring), so no culprit: every member seen is in seq 2, STUCK
+    d = write_dumps(tmp_path / "wrapped", {0: [entry(0, 1), entry(1, 2, "started")], 1: [entry(500, 9, pg=("1", "tp"))],
+                                           2: [entry(0, 1), entry(1, 2, "started")]}, world=3)
+    v = verdict(capsys, tmp_path, d)
+    assert v["verdict"] == "incomplete" and v["culprits"] == [] and v["groups"][0]["never_called"] == []
+
+
+def test_the_rank_whose_dump_is_missing_is_the_culprit(capsys, tmp_path):
+    # 4 ranks (pg_config "[0, 1, 2, 3]"), dumps of 0, 1, 2 only: each completed seqs 1-4 and is in seq 5 (started);
+    # the one they wait for is rank 3, which left no dump (before: STUCK with no culprit)
+    d = write_dumps(tmp_path / "missing", {r: [entry(i, i + 1, "completed" if i < 4 else "started") for i in range(5)]
+                                           for r in range(3)}, world=4)
+    v = verdict(capsys, tmp_path, d)
+    assert v["verdict"] == "incomplete" and v["culprits"] == [3], v["summary"]
+    assert "rank 3 of the group left no dump in the inputs" in v["summary"] and v["groups"][0]["no_input"] == [3]
+
+
+# PyTorch's watchdog lines as torch 2.3-2.6 print them, 4 ranks in one Slurm log (prefix "N: " and torch's "[rankN]:")
+TIMEOUT = ("{r}: [rank{r}]:[E321 02:07:08.408271257 ProcessGroupNCCL.cpp:607] [Rank {r}] Watchdog caught collective operation "
+           "timeout: WorkNCCL(SeqNum={s}, OpType=ALLREDUCE, NumelIn=4096, NumelOut=4096, Timeout(ms)=600000) ran for 600060 "
+           "milliseconds before timing out.")
+STATUS = ("{r}: [rank{r}]:[E321 02:07:08.465150152 ProcessGroupNCCL.cpp:1664] [PG ID 0 PG GUID 0(default_pg) Rank {r}] Exception "
+          "(either an error or timeout) detected by watchdog at work: {s}, last enqueued NCCL work: {e}, last completed NCCL "
+          "work: {c}.")
+
+
+def test_watchdog_lines_of_ranks_interleaved_give_the_verdict(capsys, tmp_path):
+    # ranks 0, 1, 3 time out in seq 1580 of PG 0 (last completed 1579); their lines interleaved, each status line after
+    # another rank's timeout line (its rank is its own "Rank N]", not the line before's); rank 2 logs only a warning:
+    # it never timed out in 1580, the culprit (before: "no collective records", no verdict)
+    lines = [TIMEOUT.format(r=0, s=1580), TIMEOUT.format(r=3, s=1580), STATUS.format(r=0, s=1580, e=1580, c=1579),
+             TIMEOUT.format(r=1, s=1580), STATUS.format(r=3, s=1580, e=1580, c=1579), STATUS.format(r=1, s=1580, e=1580, c=1579),
+             "2: [rank2]:[W321 02:07:09.000000000 ProcessGroupNCCL.cpp:1200] [PG ID 0 PG GUID 0(default_pg) Rank 2] a warning"]
+    f = tmp_path / "slurm-123.out"
+    f.write_text("\n".join(lines) + "\n")
+    r = log.read(f)
+    assert [(w["rank"], w["seq"], w["pg"], w["last_enqueued"], w["last_completed"]) for w in r.facts["watchdog"]] == [
+        (0, 1580, "0", 1580, 1579), (1, 1580, "0", 1580, 1579), (3, 1580, "0", 1580, 1579)]
+    assert r.facts["ranks_named"] == [0, 1, 2, 3]
+    v = verdict(capsys, tmp_path, f)
+    assert v["verdict"] == "hang" and v["culprits"] == [2], v["summary"]
+    assert v["summary"].startswith("HANG: PyTorch's watchdog: ranks 0, 1, 3 timed out in seq 1580 (ALLREDUCE) of group 0")
+
+
+def test_watchdog_verdicts_by_hand():
+    def item(rank, seq, pg="0", enq=None):
+        return {"rank": rank, "seq": seq, "op": "ALLREDUCE", "pg": pg, "last_enqueued": enq, "last_completed": seq - 1}
+    # rank 2 timed out in seq 7 (its last enqueued work 7) while 0, 1 did in 8: rank 2 never entered 8, the culprit
+    v = diagnose_watchdog([item(0, 8, enq=9), item(1, 8, enq=8), item(2, 7, enq=7)], named=[0, 1, 2])
+    assert v["verdict"] == "hang" and v["culprits"] == [2]
+    assert "rank 2 timed out at seq 7: it never entered it" in v["reason"]
+    # all in one collective, every rank named timed out: stuck inside it, no culprit
+    v = diagnose_watchdog([item(r, 8, enq=8) for r in range(3)], named=[0, 1, 2])
+    assert v["verdict"] == "incomplete" and v["culprits"] == []
+    # the communicators' size says 4 ranks: rank 3 logged nothing, the culprit
+    assert diagnose_watchdog([item(r, 8) for r in range(3)], named=[], world=4)["culprits"] == [3]
+    # a rank timed out on two seqs of groups the lines do not name: which group each is, unknown: no verdict
+    assert diagnose_watchdog([item(0, 8, pg=None), item(0, 96, pg=None), item(1, 8, pg=None)], named=[0, 1]) is None
+    # an older log ("[Rank 4] ... at work sequence id", no PG): one rank, one seq: STUCK, no culprit
+    assert diagnose_watchdog([item(4, 27732, pg=None, enq=27753)], named=[4])["verdict"] == "incomplete"
