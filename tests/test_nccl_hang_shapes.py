@@ -133,3 +133,41 @@ def test_watchdog_verdicts_by_hand():
     assert diagnose_watchdog([item(0, 8, pg=None), item(0, 96, pg=None), item(1, 8, pg=None)], named=[0, 1]) is None
     # an older log ("[Rank 4] ... at work sequence id", no PG): one rank, one seq: STUCK, no culprit
     assert diagnose_watchdog([item(4, 27732, pg=None, enq=27753)], named=[4])["verdict"] == "incomplete"
+
+
+def p2p(rid, name, p2p_seq, state, pg=("0", "default_pg")):
+    return {**entry(rid, 0, state, name=name, pg=pg), "is_p2p": True, "p2p_seq_id": p2p_seq}
+
+
+def test_point_to_point_calls_that_never_completed(capsys, tmp_path):
+    # rank 0 sent twice to rank 1 (p2p seqs 1, 2); rank 1 received once (completed) and posted nothing more: rank 0's
+    # second send is "started" forever, rank 1 never posted its recv, the culprit (before: "consistent: 0 group(s)")
+    d = write_dumps(tmp_path / "never", {0: [p2p(0, "nccl:send 0->1", 1, "completed"), p2p(1, "nccl:send 0->1", 2, "started")],
+                                         1: [p2p(0, "nccl:recv 1<-0", 1, "completed")]}, world=2)
+    v = verdict(capsys, tmp_path, d)
+    assert v["verdict"] == "hang" and v["culprits"] == [1], v["summary"]
+    assert v["p2p_open"][0]["kind"] == "never_posted" and "it never posted the matching recv" in v["summary"]
+    # both sides posted the pair (rank 1's recv started too): stuck inside the transfer, no culprit
+    d = write_dumps(tmp_path / "posted", {0: [p2p(0, "nccl:send 0->1", 1, "started")], 1: [p2p(0, "nccl:recv 1<-0", 1, "started")]},
+                    world=2)
+    v = verdict(capsys, tmp_path, d)
+    assert v["verdict"] == "incomplete" and v["culprits"] == [] and {f["kind"] for f in v["p2p_open"]} == {"posted"}
+    # both send to each other, neither receives: a deadlock, both culprits
+    d = write_dumps(tmp_path / "dead", {0: [p2p(0, "nccl:send 0->1", 1, "started")], 1: [p2p(0, "nccl:send 1->0", 1, "started")]},
+                    world=2)
+    v = verdict(capsys, tmp_path, d)
+    assert v["verdict"] == "hang" and v["culprits"] == [0, 1] and v["p2p_open"][0]["kind"] == "deadlock"
+
+
+def test_point_to_point_peer_of_a_subgroup_is_its_global_rank(capsys, tmp_path):
+    # a pipeline group "pp" of global ranks [1, 3] (pg_config); rank 3 (group rank 1) is in "send 1->0" to group rank 0,
+    # global rank 1, whose dump holds nothing open in pp: rank 1 is the culprit (not group rank 0 read as global rank 0)
+    d = tmp_path / "pp"
+    d.mkdir()
+    cfg = {"0": {"name": "0", "desc": "default_pg", "ranks": "[0, 1, 2, 3]"}, "5": {"name": "5", "desc": "pp", "ranks": "[1, 3]"}}
+    per = {0: [entry(0, 1)], 1: [entry(0, 1)], 2: [entry(0, 1)], 3: [entry(0, 1), p2p(1, "nccl:send 1->0", 1, "started", pg=("5", "pp"))]}
+    for r, es in per.items():
+        (d / f"rank_{r}").write_bytes(pickle.dumps({"version": "2.10", "pg_config": cfg, "pg_status": {}, "entries": es}))
+    v = verdict(capsys, tmp_path, d)
+    assert v["verdict"] == "hang" and v["culprits"] == [1], v["summary"]
+    assert v["p2p_open"][0] == {**v["p2p_open"][0], "group": "5", "member": 3, "peer": 1, "kind": "never_posted"}

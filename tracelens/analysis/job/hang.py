@@ -76,7 +76,8 @@ def _label(members: list[int | str]) -> str:
     return ("rank " if len(members) == 1 else "ranks ") + shown if all(isinstance(m, int) for m in members) else shown
 
 
-MEMBERS_SCHEMA = {"group": pl.String, "member": pl.String, "from_start": pl.Boolean}
+MEMBERS_SCHEMA = {"group": pl.String, "member": pl.String, "group_rank": pl.Int64, "from_start": pl.Boolean}
+MAX_P2P = 20  # open point-to-point calls reported
 
 
 def expected_members(parses: list) -> pl.DataFrame:
@@ -93,8 +94,9 @@ def expected_members(parses: list) -> pl.DataFrame:
             dumped[f["rank"]] = dumped.get(f["rank"], True) and bool(f["from_start"])
     if not lists:
         return pl.DataFrame(schema=MEMBERS_SCHEMA)
-    exp = pl.DataFrame({"group": list(lists), "member": list(lists.values())},
-                       schema={"group": pl.String, "member": pl.List(pl.Int64)}).explode("member")
+    exp = (pl.DataFrame({"group": list(lists), "member": list(lists.values())},
+                        schema={"group": pl.String, "member": pl.List(pl.Int64)})
+           .with_columns(pl.int_ranges(0, pl.col("member").list.len()).alias("group_rank")).explode("member", "group_rank"))
     seen = pl.DataFrame({"member": list(dumped), "from_start": list(dumped.values())}, schema={"member": pl.Int64, "from_start": pl.Boolean})
     return (exp.join(seen, on="member", how="left").with_columns(pl.col("member").cast(pl.String))
             .unique(["group", "member"]).select(list(MEMBERS_SCHEMA)))
@@ -109,7 +111,7 @@ def diagnose(rows: pl.DataFrame, paths: list[str] | None = None, members: pl.Dat
     stuck in a collective every member seen entered)."""
     if rows.height == 0:
         return {"verdict": "no_collectives", "summary": "no collective records in the inputs", "culprits": [], "reason": None,
-                "groups": [], "p2p_rows": 0, "groups_checked": 0, "first_mismatch": None, "frames": [], "timeline": []}
+                "groups": [], "p2p_rows": 0, "p2p_open": [], "groups_checked": 0, "first_mismatch": None, "frames": [], "timeline": []}
     rows = rows.with_columns(pl.col("member").fill_null(pl.format("file{}", "file")))
     p2p = pl.col("collective").is_in(list(P2P))
     n_p2p = int(rows.select(p2p.sum()).item())
@@ -160,6 +162,7 @@ def diagnose(rows: pl.DataFrame, paths: list[str] | None = None, members: pl.Dat
     groups = groups.join(per_member.group_by("group").agg(pl.col("first_open").min().alias("open_from")), on="group", how="left")
 
     out_groups: list[dict[str, Any]] = []
+    p2p_open = _p2p_open(rows.filter(p2p), members)
     verdict, culprits, reason, summary, first_mismatch, frames_out = "ok", [], None, None, None, []
     hang_group = None  # the group whose members behind gave the verdict "hang"
     findings = groups.filter(pl.col("mismatch_seq").is_not_null() | (pl.col("behindmost") < pl.col("furthest"))
@@ -260,6 +263,16 @@ def diagnose(rows: pl.DataFrame, paths: list[str] | None = None, members: pl.Dat
             reason = (f"group {name} has {g['size']} members, the inputs hold {g['seen']}: the others' logs or dumps are missing"
                       + (f" ({_label(_members(g['no_input']))})" if g["no_input"] else ""))
         out_groups.append(entry)
+    if p2p_open and verdict in ("ok", "incomplete", "incomplete_inputs"):
+        # a send / recv never completed: its peer never posted the matching call (a hang, the peer the culprit), both
+        # sides sent (or received) to each other (a deadlock), or both posted the pair (stuck inside the transfer)
+        f0 = next((f for f in p2p_open if f["kind"] != "posted"), p2p_open[0])
+        if f0["kind"] != "posted":
+            verdict, culprits = "hang", f0["culprits"]
+        elif verdict == "ok":
+            verdict = "incomplete"
+        if f0["kind"] != "posted" or reason is None:
+            reason = f0["text"]
     if verdict == "ok":
         summary = f"consistent: {groups.height} group(s), every member at the same collectives ({coll.height} records)"
     else:
@@ -272,7 +285,58 @@ def diagnose(rows: pl.DataFrame, paths: list[str] | None = None, members: pl.Dat
     warnings += _mixed_runs(rows.filter(~p2p), paths)
     return {"verdict": verdict, "summary": summary, "culprits": culprits, "reason": reason, "first_mismatch": first_mismatch,
             "frames": frames_out, "groups": out_groups, "groups_checked": groups.height,
-            "groups_with_findings": findings.height, "p2p_rows": n_p2p, "records": coll.height, "timeline": timeline, "warnings": warnings}
+            "groups_with_findings": findings.height, "p2p_rows": n_p2p, "p2p_open": p2p_open, "records": coll.height, "timeline": timeline, "warnings": warnings}
+
+
+def _p2p_open(p2p: pl.DataFrame, members: pl.DataFrame | None) -> list[dict[str, Any]]:
+    """The point-to-point calls of Flight Recorder that never completed, each with what its peer
+    was doing: ``kind`` "never_posted" (the peer holds no open call with this member: it never
+    posted the matching recv / send, the culprit), "missing" (no input of the peer), "deadlock"
+    (both sides sent, or both received, to each other), "posted" (both posted the pair: stuck in
+    the transfer).  The peer is the profiling name's (``send 0->1``: a group rank, made a global
+    one by the group's config, else taken as one).  ``MAX_P2P`` of them, the culprits' first."""
+    fr_rows = p2p.filter(pl.col("source") == "flight_recorder")
+    if fr_rows.height == 0:
+        return []
+    present = fr_rows.select(pl.col("group"), pl.col("member")).unique()
+    if members is not None and members.height:
+        present = pl.concat([present, members.filter(pl.col("from_start").is_not_null()).select("group", "member")]).unique()
+        ranks = members.select("group", "member", "group_rank")
+        to_global = (pl.col("root").cast(pl.Int64).alias("group_rank"))
+        opened = (fr_rows.filter(pl.col("state") != "completed").with_columns(to_global)
+                  .join(ranks.rename({"member": "peer"}), on=["group", "group_rank"], how="left")
+                  .with_columns(pl.col("peer").fill_null(pl.col("root").cast(pl.String))))
+    else:
+        opened = fr_rows.filter(pl.col("state") != "completed").with_columns(pl.col("root").cast(pl.String).alias("peer"))
+    opened = (opened.filter(pl.col("peer").is_not_null())
+              .sort("group", "member", "order").unique(["group", "member", "peer"], keep="first", maintain_order=True)
+              .select("group", "member", "peer", "collective", "p2p_seq", "op_name", "count", "dtype"))
+    if opened.height == 0:
+        return []
+    other = opened.select("group", pl.col("member").alias("peer"), pl.col("peer").alias("member"),
+                          pl.col("collective").alias("peer_call"))
+    there = present.select("group", pl.col("member").alias("peer"), pl.lit(True).alias("peer_in_inputs"))
+    got = (opened.join(other, on=["group", "member", "peer"], how="left").join(there, on=["group", "peer"], how="left")
+           .with_columns(pl.when(pl.col("peer_call").is_not_null() & (pl.col("peer_call") == pl.col("collective"))).then(pl.lit("deadlock"))
+                         .when(pl.col("peer_call").is_not_null()).then(pl.lit("posted"))
+                         .when(pl.col("peer_in_inputs").is_null()).then(pl.lit("missing"))
+                         .otherwise(pl.lit("never_posted")).alias("kind"))
+           .with_columns(pl.col("kind").replace_strict({"never_posted": 0, "missing": 1, "deadlock": 2, "posted": 3}).alias("o"))
+           .sort("o", "group", "member").head(MAX_P2P))
+    out = []
+    for r in got.iter_rows(named=True):
+        me, peer = _members([r["member"]])[0], _members([r["peer"]])[0]
+        call = f"{r['op_name'] or r['collective']} (p2p seq {r['p2p_seq']})"
+        want = "recv" if r["collective"] == "send" else "send"
+        text = f"group {r['group']}: rank {me}'s {call} never completed; " + {
+            "never_posted": f"rank {peer} holds no open call with rank {me}: it never posted the matching {want}",
+            "missing": f"rank {peer} left no dump in the inputs (the likely culprit)",
+            "deadlock": f"rank {peer} is in a {r['peer_call']} to rank {me} too: both {r['collective']}, each waits for the other",
+            "posted": f"rank {peer} posted the matching {r['peer_call']}: stuck inside the transfer (the network, a GPU)"}[r["kind"]]
+        culprits = {"never_posted": [peer], "missing": [peer], "deadlock": _members([r["member"], r["peer"]]), "posted": []}[r["kind"]]
+        out.append({"group": r["group"], "member": me, "peer": peer, "call": call, "kind": r["kind"], "culprits": culprits,
+                    "text": text})
+    return out
 
 
 def _names(files: list, paths: list[str] | None) -> str:
