@@ -171,3 +171,22 @@ def test_point_to_point_peer_of_a_subgroup_is_its_global_rank(capsys, tmp_path):
     v = verdict(capsys, tmp_path, d)
     assert v["verdict"] == "hang" and v["culprits"] == [1], v["summary"]
     assert v["p2p_open"][0] == {**v["p2p_open"][0], "group": "5", "member": 3, "peer": 1, "kind": "never_posted"}
+
+
+def test_an_unreadable_dump_alone_is_an_error_and_writes_nothing(capsys, tmp_path):
+    from tracelens.model.errors import EXIT_BAD_INPUT
+
+    # rank 1's dump cut 40 bytes short (pickle) beside rank 0's whole one: a warning, the report of rank 0 (exit 0);
+    # the cut dump alone, or the folder with --strict: one line, exit 3, no output file (before: exit 0, an empty report)
+    d = write_dumps(tmp_path / "cut", {r: [entry(i, i + 1) for i in range(3)] for r in range(2)}, world=2)
+    (d / "rank_1").write_bytes((d / "rank_1").read_bytes()[:-40])
+    code, err, o = report(capsys, tmp_path, d)
+    assert code == 0 and any("rank_1: skipped (not a readable pickle" in e for e in err) and o.exists()
+    o.unlink()
+    code, err, o = report(capsys, tmp_path, d / "rank_1")
+    assert code == EXIT_BAD_INPUT and not o.exists() and len(err) == 1 and "not a readable pickle" in err[0], err
+    from tracelens import cli
+
+    code = cli.main(["report", "--no-cache", "--strict", str(d), "-o", str(o)])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == EXIT_BAD_INPUT and not o.exists() and "rank_1" in err[-1] and "Traceback" not in "".join(err)

@@ -72,17 +72,30 @@ def _nccl_only(paths: list[str | Path]) -> tuple[list[tuple[Path, str]], list[st
     return found, warnings
 
 
-def read_all(found: list[tuple[Path, str]]) -> tuple[list, list[str]]:
-    """Each file read (``NcclParse``), and a warning for each that could not be (never raised)."""
+def read_all(found: list[tuple[Path, str]], strict: bool = False, need_one: bool = False) -> tuple[list, list[str]]:
+    """Each file read (``NcclParse``), and a warning for each that could not be; raised instead
+    (the first one's ``TraceInputError``) with ``strict``, and with ``need_one`` when none could be
+    read (a report of nothing is no report: one line and its exit code, no output file)."""
+    from tracelens.model.errors import ParseError
     from tracelens.parsers import collective_parser_for
 
     out = []
     warnings: list[str] = []
+    first: TraceInputError | None = None
     for i, (f, fmt) in enumerate(found):
         try:
             out.append(collective_parser_for(fmt).read(f, file=i))
         except TraceInputError as e:
+            if strict:
+                raise
+            first = first or e
             warnings.append(f"{f}: skipped ({e.problem})")
         except OSError as e:
-            warnings.append(f"{f}: skipped (cannot read it: {e.strerror or e})")
+            err = ParseError(str(f), f"cannot read it: {e.strerror or e}")
+            if strict:
+                raise err from None
+            first = first or err
+            warnings.append(f"{f}: skipped ({err.problem})")
+    if need_one and not out and first is not None:
+        raise first
     return out, warnings
