@@ -190,3 +190,35 @@ def test_an_unreadable_dump_alone_is_an_error_and_writes_nothing(capsys, tmp_pat
     code = cli.main(["report", "--no-cache", "--strict", str(d), "-o", str(o)])
     err = capsys.readouterr().err.strip().splitlines()
     assert code == EXIT_BAD_INPUT and not o.exists() and "rank_1" in err[-1] and "Traceback" not in "".join(err)
+
+
+def test_watchdog_of_a_subgroup_blames_no_rank_outside_it():
+    # ranks 0, 1 time out in seq 40 of PG 3 (a tensor-parallel pair, say); the logs name ranks 0-7 and the world is 8:
+    # ranks 2-7 are not members of PG 3, so none is a culprit for logging no timeout: STUCK
+    v = diagnose_watchdog([{"rank": r, "seq": 40, "op": "ALLGATHER", "pg": "3", "last_enqueued": 40, "last_completed": 39}
+                           for r in (0, 1)], named=list(range(8)), world=8)
+    assert v["verdict"] == "incomplete" and v["culprits"] == []
+
+
+def test_torchs_analyser_blames_the_same_ranks(capsys, tmp_path):
+    import subprocess
+    import sys
+
+    import pytest
+
+    pytest.importorskip("torch.distributed.flight_recorder.fr_trace")
+
+    def torch_says(d):
+        r = subprocess.run([sys.executable, "-W", "ignore", "-m", "torch.distributed.flight_recorder.fr_trace", str(d),
+                            "--prefix", "rank_"], capture_output=True, text=True, timeout=120)
+        return r.stdout + r.stderr
+    # the empty dump of rank 1 (as in test_a_rank_whose_dump_holds_no_entry_never_entered): torch: "missing ranks: {1}"
+    d = write_dumps(tmp_path / "empty", {0: [entry(0, 1), entry(1, 2, "started")], 1: [],
+                                         2: [entry(0, 1), entry(1, 2, "started")]}, world=3)
+    out = torch_says(d)
+    assert "Not all ranks joining collective, sequence number: 2" in out and "missing ranks: {1}" in out, out
+    assert verdict(capsys, tmp_path, d)["culprits"] == [1]
+    # rank 3's dump missing: torch refuses ("Missing dump files from ranks {3}"), tracelens names rank 3
+    d = write_dumps(tmp_path / "missing", {r: [entry(0, 1, "started")] for r in range(3)}, world=4)
+    assert "Missing dump files from ranks {3}" in torch_says(d)
+    assert verdict(capsys, tmp_path, d)["culprits"] == [3]

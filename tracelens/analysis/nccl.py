@@ -49,7 +49,7 @@ def analyze_nccl(found: list[tuple[Path, str]], warnings: list[str], strict: boo
     diag["watchdog"] = [{"path": p.path, **w} for p in parses for w in p.facts.get("watchdog") or []][:64]
     if diag["watchdog"] and diag["verdict"] == "no_collectives":
         diag["summary"] = "no collective records; " + "; ".join(watchdog_text(w) for w in diag["watchdog"][:4])
-        sizes = [c for p in parses for c in p.comms["nranks"].drop_nulls().to_list()[:1]]
+        sizes = [p.comms["nranks"].max() for p in parses if p.comms["nranks"].drop_nulls().len()]
         said = diagnose_watchdog([w for p in parses for w in p.facts.get("watchdog") or []],
                                  sorted({r for p in parses for r in p.facts.get("ranks_named") or []}), max(sizes) if sizes else None)
         if said:

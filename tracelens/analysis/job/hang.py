@@ -428,8 +428,8 @@ def diagnose_watchdog(items: list[dict[str, Any]], named: list[int], world: int 
     collective: NCCL_DEBUG=INFO without the COLL subsystem, or no NCCL_DEBUG at all), or None when
     they say nothing: per process group, the furthest seq a rank timed out on; the ranks behind it
     (timed out at an earlier seq of that group, or whose last enqueued work is before it: they never
-    entered it) and, in a job of one group, the ranks the logs name (or the communicators' size says
-    exist) that logged no timeout at all, are the likely culprits; without them the ranks all timed
+    entered it) and, where every timeout is of the default group, the ranks the logs name (or the
+    largest communicator's size says exist) that logged no timeout at all, are the likely culprits; without them the ranks all timed
     out in one collective (STUCK: a hang inside it, or a rank whose log is not in the inputs).
     Timeouts that name no group are one group only where each rank timed out on one seq (else the
     seqs of different groups would be compared: no verdict)."""
@@ -446,9 +446,11 @@ def diagnose_watchdog(items: list[dict[str, Any]], named: list[int], world: int 
     w = w.join(g, on="pg")
     timed = w.group_by("pg", "rank").agg(pl.col("seq").max(), pl.col("last_enqueued").max(), pl.col("at").first())
     behind = timed.filter((pl.col("seq") < pl.col("at")) | (pl.col("last_enqueued") < pl.col("at"))).sort("pg", "rank")
-    # ranks that logged no timeout: those the logs name (or the communicators' size says exist), in a job of one group
+    # ranks that logged no timeout: those the logs name (or the largest communicator's size says exist), where the
+    # timeouts are of one group, the default one (PG 0, or one the lines do not name): a subgroup's members are not
+    # every rank the logs name
     known = set(named) | (set(range(world)) if world else set())
-    silent = sorted(known - set(w["rank"].to_list())) if g.height == 1 else []
+    silent = sorted(known - set(w["rank"].to_list())) if g.height == 1 and g["pg"][0] in ("0", "?") else []
     op = w.filter(pl.col("seq") == pl.col("at")).group_by("pg").agg(pl.col("op").drop_nulls().first())
     g = g.join(op, on="pg", how="left").sort("pg")
     first = behind.row(0, named=True) if behind.height else None
