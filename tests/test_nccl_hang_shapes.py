@@ -222,3 +222,22 @@ def test_torchs_analyser_blames_the_same_ranks(capsys, tmp_path):
     d = write_dumps(tmp_path / "missing", {r: [entry(0, 1, "started")] for r in range(3)}, world=4)
     assert "Missing dump files from ranks {3}" in torch_says(d)
     assert verdict(capsys, tmp_path, d)["culprits"] == [3]
+
+
+def coalesced(rid, seq, sizes):
+    """The entries of one coalesced collective at ``seq``: an all_reduce per size, then the ``nccl:coalesced`` marker."""
+    out = [{**entry(rid + i, seq), "input_sizes": [[n]], "output_sizes": [[n]]} for i, n in enumerate(sizes)]
+    return out + [{**entry(rid + len(sizes), seq, name="nccl:coalesced"), "input_sizes": [], "output_sizes": []}]
+
+
+def test_a_coalesced_group_is_compared_whole(capsys, tmp_path):
+    # 3 ranks, seq 1 a plain all_reduce, seq 2 coalesced all_reduces of 10 and 20 elements; rank 2's second one is of
+    # 30: a mismatch at seq 2 that its first call (10 everywhere) hides (before: "consistent")
+    per = {r: [entry(0, 1)] + coalesced(1, 2, [10, 20 if r < 2 else 30]) for r in range(3)}
+    v = verdict(capsys, tmp_path, write_dumps(tmp_path / "odd", per, world=3))
+    assert v["verdict"] == "mismatch" and v["culprits"] == [2], v["summary"]
+    assert v["first_mismatch"]["seq"] == 2 and v["first_mismatch"]["fields"] == ["coalesced calls"]
+    assert "nccl:all_reduce (first of 3 coalesced) count 10 Float" in v["summary"]
+    # the same calls on every rank: consistent
+    per = {r: [entry(0, 1)] + coalesced(1, 2, [10, 20]) for r in range(3)}
+    assert verdict(capsys, tmp_path, write_dumps(tmp_path / "same", per, world=3))["verdict"] == "ok"

@@ -37,6 +37,8 @@ STATE_LETTERS = {"completed": "C", "started": "S", "scheduled": "Q"}
 
 def _call(r: dict[str, Any]) -> str:
     parts = [r.get("op_name") or r.get("collective") or "?"]
+    if (r.get("ops") or 1) > 1:
+        parts[0] += f" (first of {r['ops']} coalesced)"
     if r.get("count") is not None:
         parts.append(f"count {r['count']}")
     if r.get("dtype"):
@@ -119,10 +121,14 @@ def diagnose(rows: pl.DataFrame, paths: list[str] | None = None, members: pl.Dat
     # one row per (group, member, seq): a member recorded twice at a seq (two inputs claim it) is kept once, and said
     dup = (coll.group_by("group", "member", "seq").agg(pl.col("file").n_unique().alias("files"))
            .filter(pl.col("files") > 1))
-    coll = coll.sort("group", "member", "seq", "order").unique(["group", "member", "seq"], keep="first", maintain_order=True)
+    # a coalesced group (several calls of one input at one seq: Flight Recorder's ops of a coalesced collective, the
+    # ops of an NCCL group) is compared whole: its signature is every call's, in order, and it counts its calls
+    key = ["group", "member", "seq", "file"]
     sig = pl.concat_str([pl.col(f).cast(pl.String).fill_null("") for f in FIELDS], separator="\x1f")
+    coll = (coll.sort(*key, "order").with_columns(sig.str.join("\x1e").over(key).alias("sig"), pl.len().over(key).alias("ops"))
+            .unique(["group", "member", "seq"], keep="first", maintain_order=True))
     # only Flight Recorder knows whether a collective completed (a log line is its enqueue)
-    coll = coll.with_columns(sig.alias("sig"), ((pl.col("source") == "flight_recorder") & (pl.col("state") != "completed")).alias("open"))
+    coll = coll.with_columns(((pl.col("source") == "flight_recorder") & (pl.col("state") != "completed")).alias("open"))
     per_member = coll.group_by("group", "member").agg(
         pl.col("seq").min().alias("first_seq"), pl.col("seq").max().alias("last_seq"),
         pl.col("seq").filter("open").min().alias("first_open"),
@@ -136,7 +142,7 @@ def diagnose(rows: pl.DataFrame, paths: list[str] | None = None, members: pl.Dat
     # per (group, seq): the calls the members made, the most common one, who differs
     at = (coll.join(groups.select("group", "common_from"), on="group").filter(pl.col("seq") >= pl.col("common_from"))
           .group_by("group", "seq", "sig").agg(pl.col("member").sort().alias("members"), pl.len().alias("n"),
-                                               *[pl.col(f).first() for f in (*FIELDS, "op_name", "frames")]))
+                                               *[pl.col(f).first() for f in (*FIELDS, "op_name", "frames", "ops")]))
     nsig = at.group_by("group", "seq").agg(pl.len().alias("calls"), pl.col("n").max().alias("top"), pl.col("n").sum().alias("entered"))
     first_bad = nsig.filter(pl.col("calls") > 1).group_by("group").agg(pl.col("seq").min().alias("mismatch_seq"))
     groups = groups.join(first_bad, on="group", how="left")
@@ -181,6 +187,8 @@ def diagnose(rows: pl.DataFrame, paths: list[str] | None = None, members: pl.Dat
             majority = cs[0]["n"] > cs[1]["n"]
             odd = [m for c in (cs[1:] if majority else cs) for m in c["members"]]
             differ = [f for f in FIELDS if len({c[f] for c in cs}) > 1]
+            if len({c["ops"] for c in cs}) > 1 or not differ:  # the calls of a coalesced group differ past its first
+                differ.append("coalesced calls")
             entry["first_mismatch"] = {
                 "seq": g["mismatch_seq"], "fields": differ,
                 "calls": [{"call": _call(c), "members": _members(c["members"]), **{f: c[f] for f in FIELDS},
