@@ -69,6 +69,10 @@ def test_a_rank_whose_dump_holds_no_entry_never_entered(capsys, tmp_path):
     assert "rank 1 never entered seq 2 (nccl:all_reduce count 1024 Float), which ranks 0, 2 entered" in v["summary"]
     g = v["groups"][0]
     assert g["never_called"] == [1] and g["behind"] == [{"member": 1, "rank": 1, "last_seq": None}] and g["waiting_for"]["seq"] == 2
+    assert g["missing_members"] == 0  # rank 1's dump is in the inputs
+    code, _, o = report(capsys, tmp_path, d, out="r.txt")
+    text = o.read_text()
+    assert "group 0: behind: 1 (no record of the group); waiting in seq 2: 0, 2" in text and "not in the inputs" not in text
 
 
 def test_a_wrapped_dump_without_the_group_is_no_evidence(capsys, tmp_path):

@@ -179,7 +179,8 @@ def diagnose(rows: pl.DataFrame, paths: list[str] | None = None, members: pl.Dat
         pm = per_member.filter(pl.col("group") == name)
         entry: dict[str, Any] = {"group": name, "group_desc": g["group_desc"], "size": g["size"], "members_seen": g["seen"],
                                  "furthest_seq": g["furthest"], "first_mismatch": None, "behind": [], "not_completed": None,
-                                 "missing_members": (g["size"] - g["seen"]) if g["size"] and g["size"] > g["seen"] else 0,
+                                 # (a member whose dump holds no record of the group is in the inputs: not missing)
+                                 "missing_members": max(0, g["size"] - g["seen"] - len(g["never_in"])) if g["size"] else 0,
                                  "no_input": _members(g["no_input"]), "never_called": _members(g["never_in"])}
         if g["mismatch_seq"] is not None:
             calls = at.filter((pl.col("group") == name) & (pl.col("seq") == g["mismatch_seq"])).sort("n", "sig", descending=[True, False])
