@@ -245,3 +245,24 @@ def test_a_coalesced_group_is_compared_whole(capsys, tmp_path):
     # the same calls on every rank: consistent
     per = {r: [entry(0, 1)] + coalesced(1, 2, [10, 20]) for r in range(3)}
     assert verdict(capsys, tmp_path, write_dumps(tmp_path / "same", per, world=3))["verdict"] == "ok"
+
+
+def test_a_jobs_output_whose_watchdog_lines_come_last(capsys, tmp_path):
+    from parsers import TAIL_BYTES, sniff
+    from tracelens.model.errors import EXIT_BAD_INPUT
+
+    # a torchrun rank's stderr: 20000 lines of the program's own ("[rank1]: step ..."; ~0.7 MB, far past the 4 KB sniff reads
+    # first), then rank 1's watchdog timeout in seq 1580 (after 600060 ms) and its status (last completed 1579); before:
+    # taken for Kineto JSON by its leading "[", "invalid JSON"; now an NCCL log, STUCK in seq 1580
+    lines = [f"[rank1]: step {i} loss 2.{i % 10} lr 1e-4" for i in range(20000)]
+    lines += [TIMEOUT.format(r=1, s=1580)[3:], STATUS.format(r=1, s=1580, e=1581, c=1579)[3:]]  # without the Slurm "1: "
+    f = tmp_path / "stderr.log"
+    f.write_text("\n".join(lines) + "\n")
+    assert f.stat().st_size > TAIL_BYTES and sniff(f) == "nccl_log"
+    v = verdict(capsys, tmp_path, f)
+    assert v["verdict"] == "incomplete" and v["watchdog"][0]["seq"] == 1580 and v["watchdog"][0]["last_completed"] == 1579
+    # the same output without any NCCL or watchdog line: not a trace (one line, exit 3), as before
+    g = tmp_path / "plain.log"
+    g.write_text("\n".join(lines[:20000]) + "\n")
+    code, err, _ = report(capsys, tmp_path, g)
+    assert code == EXIT_BAD_INPUT and "not a trace" in err[-1]
