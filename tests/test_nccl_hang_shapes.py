@@ -266,3 +266,22 @@ def test_a_jobs_output_whose_watchdog_lines_come_last(capsys, tmp_path):
     g.write_text("\n".join(lines[:20000]) + "\n")
     code, err, _ = report(capsys, tmp_path, g)
     assert code == EXIT_BAD_INPUT and "not a trace" in err[-1]
+
+
+def test_the_dump_signal_line_of_a_rank_that_did_not_time_out(capsys, tmp_path):
+    # torch 2.4+ lines: ranks 0, 1, 3 "Timeout at NCCL work: 1261" in PG 0 (last enqueued 1261, completed 1260); rank 2
+    # did not time out, its dump signal line says "Last enqueued NCCL work: 1260": it never enqueued 1261, the culprit;
+    # rank 4 only ever printed "-1" (no work): behind too
+    def timeout(r):
+        return (f"[rank{r}]:[E804 23:05:54.816499929 ProcessGroupNCCL.cpp:1709] [PG ID 0 PG GUID 0(default_pg) Rank {r}] Timeout at "
+                f"NCCL work: 1261, last enqueued NCCL work: 1261, last completed NCCL work: 1260.")
+
+    def signal(r, e, c):
+        return (f"[rank{r}]:[E804 23:05:54.817424543 ProcessGroupNCCL.cpp:1914] [PG ID 0 PG GUID 0(default_pg) Rank {r}] Received a "
+                f"dump signal due to a collective timeout from  rank 0 and we will try our best to dump the debug info. Last "
+                f"enqueued NCCL work: {e}, last completed NCCL work: {c}.This is most likely caused by incorrect usages")
+    f = tmp_path / "job.out"
+    f.write_text("\n".join([timeout(0), signal(2, 1260, 1260), timeout(1), timeout(3), signal(4, -1, -1)]) + "\n")
+    v = verdict(capsys, tmp_path, f)
+    assert v["verdict"] == "hang" and v["culprits"] == [2, 4], v["summary"]
+    assert "ranks 0, 1, 3 timed out in seq 1261 of group 0; rank 2 had enqueued only up to seq 1260: it never entered it" in v["summary"]

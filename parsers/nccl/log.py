@@ -62,9 +62,11 @@ _LAUNCHER_RANK = (r"^\s*(?:\[\d+,(?P<ompi>\d+)\]<std(?:out|err)>:|\[(?:default|r
 # PyTorch's ProcessGroupNCCL watchdog (not NCCL's own lines, but the hang's evidence)
 _WATCHDOG = r"WorkNCCL\(SeqNum=(?P<seq>\d+), OpType=(?P<optype>\w+)"
 # the group's status: "last enqueued work: N, last completed work: M" (torch 2.2), "last enqueued NCCL work: N, last
-# completed NCCL work: M" (2.3 on), after "at work sequence id: S" / "at work: S" (the seq it timed out on)
-_PGSTATUS = r"last enqueued (?:NCCL )?work: (?P<enq>\d+), last completed (?:NCCL )?work: (?P<done>\d+)"
-_AT_WORK = r"detected by watchdog at work(?: sequence id)?: (\d+)"
+# completed NCCL work: M" (2.3 on; -1 before any), after "at work sequence id: S" / "at work: S" / "Timeout at NCCL
+# work: S" (the seq it timed out on); a rank that did not time out says it on the dump signal ("Received a dump
+# signal ... Last enqueued NCCL work: N, last completed NCCL work: M.")
+_PGSTATUS = r"[Ll]ast enqueued (?:NCCL )?work: (?P<enq>-?\d+), last completed (?:NCCL )?work: (?P<done>-?\d+)"
+_AT_WORK = r"(?:detected by watchdog at work(?: sequence id)?|Timeout at NCCL work): (\d+)"
 # the rank a line of PyTorch's is about: its prefix "[Rank 3]", "[PG 1 Rank 3]", "[PG ID 0 PG GUID 0(default_pg) Rank 3]",
 # else the launcher's "[rank3]:"; the process group it names ("PG 1", "PG ID 1")
 _TORCH_RANK = r"[\[\s]Rank (\d+)\]"
@@ -216,7 +218,7 @@ def _parse_batch(lines: pl.DataFrame) -> dict[str, pl.DataFrame]:
     # PyTorch's watchdog message spans lines: each of its lines gets the rank of the last "[Rank N]" before it
     # (its rank is the line's own where it names one: interleaved ranks' messages are not given their neighbour's);
     # its seq the line's, else that of the last line of that rank which named one (the status line after "at work")
-    watchdog = (lines.lazy().filter(line.str.contains(r"Rank \d+\]|WorkNCCL\(SeqNum=|last enqueued (?:NCCL )?work:|ran for \d+ milliseconds|Timeout\(ms\)="))
+    watchdog = (lines.lazy().filter(line.str.contains(r"Rank \d+\]|WorkNCCL\(SeqNum=|[Ll]ast enqueued (?:NCCL )?work:|ran for \d+ milliseconds|Timeout\(ms\)="))
                 .select("ln", line.str.extract_groups(_WATCHDOG).alias("w"), line.str.extract_groups(_PGSTATUS).alias("p"),
                         line.str.extract(_AT_WORK).alias("at"), line.str.extract(_TORCH_PG).alias("pg"),
                         line.str.extract(r"ran for (\d+) milliseconds").cast(pl.Int64, strict=False).alias("ran_ms"),
@@ -233,7 +235,8 @@ def _parse_batch(lines: pl.DataFrame) -> dict[str, pl.DataFrame]:
                               pl.col("enq", "done").cast(pl.Int64, strict=False))
                 .drop("at")
                 .filter(pl.any_horizontal(pl.col("seq", "enq", "done", "ran_ms", "timeout_ms").is_not_null()))
-                .with_columns(pl.col("seq").forward_fill().over("rank"))
+                # (a status line without its seq: the seq of the rank's last line of that group that named one)
+                .with_columns(pl.col("seq").forward_fill().over("rank", "pg"))
                 .collect())
     read_msgs = (pl.any_horizontal("k_coll", "k_comm", "k_via", "k_channel", "k_trees", "k_tune", "k_net", "k_cc", "k_conn")
                  | msg.str.contains("NCCL version", literal=True) | (pl.col("level") == "WARN"))
@@ -399,10 +402,15 @@ def _assemble(path: str, file: int, got: dict, cut: str | None) -> NcclParse:
         # per rank: the collective PyTorch's watchdog timed out on, and its group's last enqueued / completed work
         "ranks_named": sorted(got["named"]["rank"].unique().head(MAX_NAMED).to_list()),
         # (one item per rank and seq it timed out on: a rank's groups time out one by one, each its own seq)
-        "watchdog": (w.group_by("rank", "seq").agg(_first("pg").alias("pg"), _first("optype").alias("op"),
+        # (a timeout's line names no group, the status line of its seq does: that one's; a status without a seq, of a
+        # rank that did not time out in that group, is an item of its own with seq null)
+        "watchdog": (w.with_columns(pl.when(pl.col("seq").is_not_null())
+                                    .then(pl.col("pg").fill_null(pl.col("pg").drop_nulls().first().over("rank", "seq")))
+                                    .otherwise(pl.col("pg")).alias("pg"))
+                     .group_by("rank", "pg", "seq").agg(_first("optype").alias("op"),
                                                    _first("timeout_ms").alias("timeout_ms"), _first("ran_ms").alias("ran_ms"),
                                                    _first("enq").alias("last_enqueued"), _first("done").alias("last_completed"))
-                     .sort("rank", "seq", nulls_last=True).head(MAX_WATCHDOG)
+                     .sort("rank", "pg", "seq", nulls_last=True).head(MAX_WATCHDOG)
                      .select("rank", "seq", "op", "pg", "timeout_ms", "ran_ms", "last_enqueued", "last_completed").to_dicts()
                      if w.height else []),
     }

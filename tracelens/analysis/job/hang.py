@@ -435,24 +435,29 @@ _WATCHDOG_SCHEMA = {"rank": pl.Int64, "seq": pl.Int64, "op": pl.String, "pg": pl
 def diagnose_watchdog(items: list[dict[str, Any]], named: list[int], world: int | None = None) -> dict[str, Any] | None:
     """The verdict of PyTorch's watchdog timeouts alone (the logs of a job whose NCCL lines hold no
     collective: NCCL_DEBUG=INFO without the COLL subsystem, or no NCCL_DEBUG at all), or None when
-    they say nothing: per process group, the furthest seq a rank timed out on; the ranks behind it
-    (timed out at an earlier seq of that group, or whose last enqueued work is before it: they never
+    they say nothing.  Per process group, the furthest seq a rank timed out on; the likely culprits
+    are the ranks behind it (timed out at an earlier seq of that group, or whose last enqueued work
+    is before it, as a rank that did not time out says on its dump signal's line: they never
     entered it) and, where every timeout is of the default group, the ranks the logs name (or the
-    largest communicator's size says exist) that logged no timeout at all, are the likely culprits; without them the ranks all timed
-    out in one collective (STUCK: a hang inside it, or a rank whose log is not in the inputs).
-    Timeouts that name no group are one group only where each rank timed out on one seq (else the
-    seqs of different groups would be compared: no verdict)."""
+    largest communicator's size says exist) that logged no timeout at all.  Without them the ranks
+    all timed out in one collective (STUCK: a hang inside it, or a rank whose log is not in the
+    inputs).  Timeouts that name no group are one group only where each rank timed out on one seq
+    (else the seqs of different groups would be compared: no verdict)."""
     if not items:
         return None
-    w = pl.DataFrame([{k: i.get(k) for k in _WATCHDOG_SCHEMA} for i in items], schema=_WATCHDOG_SCHEMA).filter(
-        pl.col("rank").is_not_null() & pl.col("seq").is_not_null()).unique(["rank", "seq", "pg"])
+    every = pl.DataFrame([{k: i.get(k) for k in _WATCHDOG_SCHEMA} for i in items], schema=_WATCHDOG_SCHEMA).filter(
+        pl.col("rank").is_not_null())
+    w = every.filter(pl.col("seq").is_not_null()).unique(["rank", "seq", "pg"])
     if w.height == 0:
         return None
     if w.filter(pl.col("pg").is_null()).group_by("rank").len().select((pl.col("len") > 1).any()).item():
         return None  # a rank timed out on two seqs of unnamed groups: which group each is, the logs do not say
     w = w.with_columns(pl.col("pg").fill_null("?"))
     g = w.group_by("pg").agg(pl.col("seq").max().alias("at"), pl.col("rank").n_unique().alias("ranks")).sort("pg")
-    w = w.join(g, on="pg")
+    # the status of a rank that did not time out in a group (its dump signal's line: seq null), of a group named
+    status = (every.filter(pl.col("seq").is_null() & pl.col("pg").is_not_null() & pl.col("last_enqueued").is_not_null())
+              .join(g.select("pg"), on="pg", how="semi"))
+    w = pl.concat([w, status]).join(g, on="pg")
     timed = w.group_by("pg", "rank").agg(pl.col("seq").max(), pl.col("last_enqueued").max(), pl.col("at").first())
     behind = timed.filter((pl.col("seq") < pl.col("at")) | (pl.col("last_enqueued") < pl.col("at"))).sort("pg", "rank")
     # ranks that logged no timeout: those the logs name (or the largest communicator's size says exist), where the
@@ -476,7 +481,7 @@ def diagnose_watchdog(items: list[dict[str, Any]], named: list[int], world: int 
     culprits = _members([str(r) for r in late["rank"].to_list()] + [str(r) for r in silent])
     parts = [f"{_label(at_ranks)} timed out in {what} of {where}"]
     for r in late.head(8).iter_rows(named=True):
-        parts.append(f"rank {r['rank']} " + (f"timed out at seq {r['seq']}" if r["seq"] < gr["at"] else
+        parts.append(f"rank {r['rank']} " + (f"timed out at seq {r['seq']}" if r["seq"] is not None and r["seq"] < gr["at"] else
                                              f"had enqueued only up to seq {r['last_enqueued']}") + ": it never entered it")
     if silent:
         parts.append(f"{_label(_members([str(r) for r in silent]))} logged no timeout (likely never entered it: stuck before it, "
