@@ -285,3 +285,15 @@ def test_the_dump_signal_line_of_a_rank_that_did_not_time_out(capsys, tmp_path):
     v = verdict(capsys, tmp_path, f)
     assert v["verdict"] == "hang" and v["culprits"] == [2, 4], v["summary"]
     assert "ranks 0, 1, 3 timed out in seq 1261 of group 0; rank 2 had enqueued only up to seq 1260: it never entered it" in v["summary"]
+
+
+def test_a_rank_whose_records_end_before_the_others_begin(capsys, tmp_path):
+    # ranks 0, 1, 3 hold seqs 100-105 (105 started: their ring buffers wrapped); rank 2's dump holds 1-5 (another run's,
+    # or a rank stuck far behind). Before: "rank 2 never entered seq 6, which ranks 0, 1, 3 entered" (none holds 6);
+    # now it says where the records stop and points at the warnings on runs mixed together
+    per = {r: [entry(1000 + s, s, "completed" if s < 105 else "started") for s in range(100, 106)] for r in (0, 1, 3)}
+    per[2] = [entry(s, s) for s in range(1, 6)]
+    v = verdict(capsys, tmp_path, write_dumps(tmp_path / "mixed", per, world=4))
+    assert v["verdict"] == "hang" and v["culprits"] == [2]
+    assert ("rank 2 stopped at seq 5, before the others' first recorded seq (100; ranks 0, 1, 3 reached seq 105): a rank far "
+            "behind, or a dump of another run") in v["summary"] and "which ranks 0, 1, 3 entered" not in v["summary"]

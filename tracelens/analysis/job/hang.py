@@ -224,9 +224,12 @@ def diagnose(rows: pl.DataFrame, paths: list[str] | None = None, members: pl.Dat
                 last = behind["last_seq"].min()
                 reason = (f"group {name}" + (f" ({g['group_desc']})" if g["group_desc"] else "")
                           + f": {_label(culprits)} never entered seq {last + 1}"
-                          + (f" ({_call(waited)})" if waited else "")
-                          + f", which {_label(_members(ahead['member'].to_list()))} entered (furthest seq {g['furthest']});"
-                          f" {_label(culprits)} stopped at seq {last}")
+                          + (f" ({_call(waited)}), which {_label(_members(ahead['member'].to_list()))} entered (furthest seq "
+                             f"{g['furthest']}); {_label(culprits)} stopped at seq {last}" if waited else
+                             # the others' records start past it (their ring buffers wrapped, or they are of another run)
+                             f": {_label(culprits)} stopped at seq {last}, before the others' first recorded seq "
+                             f"({g['common_from']}; {_label(_members(ahead['member'].to_list()))} reached seq {g['furthest']}): "
+                             "a rank far behind, or a dump of another run (see the warnings)"))
                 frames_out = ([{"members": _members(waited["members"]), "call": _call(waited), "frames": _frames(waited["frames"])}]
                               if waited else [])
                 last_rows = coll.filter((pl.col("group") == name) & pl.col("member").is_in(behind["member"].to_list())
