@@ -215,7 +215,7 @@ def _parse_batch(lines: pl.DataFrame) -> dict[str, pl.DataFrame]:
         msg.filter(pl.col("level") == "WARN").unique(maintain_order=True).head(5).implode().alias("warn"),
     ).collect())
     version = lines.lazy().filter(line.str.contains("NCCL version", literal=True)).select(line.str.extract(_VERSION).alias("v")).filter(pl.col("v").is_not_null()).unique().collect()
-    # PyTorch's watchdog message spans lines: each of its lines gets the rank of the last "[Rank N]" before it
+    # PyTorch's watchdog message spans lines: a line naming no rank gets that of the last line that named one
     # (its rank is the line's own where it names one: interleaved ranks' messages are not given their neighbour's);
     # its seq the line's, else that of the last line of that rank which named one (the status line after "at work")
     watchdog = (lines.lazy().filter(line.str.contains(r"Rank \d+\]|WorkNCCL\(SeqNum=|[Ll]ast enqueued (?:NCCL )?work:|ran for \d+ milliseconds|Timeout\(ms\)="))
@@ -225,12 +225,12 @@ def _parse_batch(lines: pl.DataFrame) -> dict[str, pl.DataFrame]:
                         line.str.extract(r"Timeout\(ms\)=(\d+)").cast(pl.Int64, strict=False).alias("timeout_ms"),
                         pl.coalesce(line.str.extract(_TORCH_RANK), line.str.extract(r"^\s*\[rank(\d+)\]:"))
                         .cast(pl.Int32, strict=False).forward_fill().alias("rank"))
-                .unnest("w", "p"))
-    # the ranks PyTorch's lines and the launchers' prefixes of NCCL's lines name (a rank that logged no timeout
-    # while the others did is the watchdog's evidence of the culprit)
-    named = pl.concat([watchdog.select(pl.col("rank").drop_nulls().unique()).collect(),
-                       core.select(pl.col("launcher_rank").drop_nulls().unique().alias("rank"))]).unique()
-    watchdog = (watchdog
+                .unnest("w", "p").collect())
+    # the ranks PyTorch's lines and the launchers' prefixes of NCCL's init and COLL lines name (a rank that logged no
+    # timeout while the others did is the watchdog's evidence of the culprit)
+    named = pl.concat([f.select(pl.col(c).drop_nulls().unique().cast(pl.Int32).alias("rank"))
+                       for f, c in ((watchdog, "rank"), (comm, "launcher_rank"), (coll, "launcher_rank"))]).unique()
+    watchdog = (watchdog.lazy()
                 .with_columns(pl.coalesce("seq", "at").cast(pl.Int64, strict=False).alias("seq"),
                               pl.col("enq", "done").cast(pl.Int64, strict=False))
                 .drop("at")

@@ -448,7 +448,7 @@ def diagnose_watchdog(items: list[dict[str, Any]], named: list[int], world: int 
     (else the seqs of different groups would be compared: no verdict)."""
     if not items:
         return None
-    every = pl.DataFrame([{k: i.get(k) for k in _WATCHDOG_SCHEMA} for i in items], schema=_WATCHDOG_SCHEMA).filter(
+    every = pl.from_dicts(items, schema=_WATCHDOG_SCHEMA).filter(
         pl.col("rank").is_not_null())
     w = every.filter(pl.col("seq").is_not_null()).unique(["rank", "seq", "pg"])
     if w.height == 0:
