@@ -297,3 +297,19 @@ def test_a_rank_whose_records_end_before_the_others_begin(capsys, tmp_path):
     assert v["verdict"] == "hang" and v["culprits"] == [2]
     assert ("rank 2 stopped at seq 5, before the others' first recorded seq (100; ranks 0, 1, 3 reached seq 105): a rank far "
             "behind, or a dump of another run") in v["summary"] and "which ranks 0, 1, 3 entered" not in v["summary"]
+
+
+def test_a_peer_whose_dump_holds_only_collectives_is_in_the_inputs(capsys, tmp_path):
+    # no pg_config (gloo's dumps leave it empty); rank 0 in "send 0->1" (started); rank 1's dump holds one all_reduce and
+    # no send/recv: it is in the inputs and never posted the recv (before this fix it was said to have left no dump)
+    d = tmp_path / "nocfg"
+    d.mkdir()
+    per = {0: [entry(0, 1), p2p(1, "nccl:send 0->1", 1, "started")], 1: [entry(0, 1)]}
+    for r, es in per.items():
+        (d / f"rank_{r}").write_bytes(pickle.dumps({"version": "2.10", "pg_config": {}, "pg_status": {}, "entries": es}))
+    v = verdict(capsys, tmp_path, d)
+    assert v["verdict"] == "hang" and v["culprits"] == [1] and v["p2p_open"][0]["kind"] == "never_posted", v["summary"]
+    # rank 1's dump absent: "missing", rank 1 named
+    (d / "rank_1").unlink()
+    v = verdict(capsys, tmp_path, d)
+    assert v["p2p_open"][0]["kind"] == "missing" and v["culprits"] == [1], v["summary"]

@@ -168,7 +168,7 @@ def diagnose(rows: pl.DataFrame, paths: list[str] | None = None, members: pl.Dat
     groups = groups.join(per_member.group_by("group").agg(pl.col("first_open").min().alias("open_from")), on="group", how="left")
 
     out_groups: list[dict[str, Any]] = []
-    p2p_open = _p2p_open(rows.filter(p2p), members)
+    p2p_open = _p2p_open(rows.filter(p2p), members, rows.filter(pl.col("source") == "flight_recorder")["member"].unique())
     verdict, culprits, reason, summary, first_mismatch, frames_out = "ok", [], None, None, None, []
     hang_group = None  # the group whose members behind gave the verdict "hang"
     findings = groups.filter(pl.col("mismatch_seq").is_not_null() | (pl.col("behindmost") < pl.col("furthest"))
@@ -300,19 +300,20 @@ def diagnose(rows: pl.DataFrame, paths: list[str] | None = None, members: pl.Dat
             "groups_with_findings": findings.height, "p2p_rows": n_p2p, "p2p_open": p2p_open, "records": coll.height, "timeline": timeline, "warnings": warnings}
 
 
-def _p2p_open(p2p: pl.DataFrame, members: pl.DataFrame | None) -> list[dict[str, Any]]:
+def _p2p_open(p2p: pl.DataFrame, members: pl.DataFrame | None, dumped: pl.Series) -> list[dict[str, Any]]:
     """The point-to-point calls of Flight Recorder that never completed, each with what its peer
     was doing: ``kind`` "never_posted" (the peer holds no open call with this member: it never
     posted the matching recv / send, the culprit), "missing" (no input of the peer), "deadlock"
     (both sides sent, or both received, to each other), "posted" (both posted the pair: stuck in
     the transfer).  The peer is the profiling name's (``send 0->1``: a group rank, made a global
-    one by the group's config, else taken as one).  ``MAX_P2P`` of them, the culprits' first."""
+    one by the group's config, else taken as one).  ``dumped``: the members the inputs' dumps hold
+    records of (a dump is a rank's, of all its groups).  ``MAX_P2P`` of them, the culprits' first."""
     fr_rows = p2p.filter(pl.col("source") == "flight_recorder")
     if fr_rows.height == 0:
         return []
-    present = fr_rows.select(pl.col("group"), pl.col("member")).unique()
+    present = pl.DataFrame({"member": dumped}, schema={"member": pl.String})
     if members is not None and members.height:
-        present = pl.concat([present, members.filter(pl.col("from_start").is_not_null()).select("group", "member")]).unique()
+        present = pl.concat([present, members.filter(pl.col("from_start").is_not_null()).select("member")]).unique()
         ranks = members.select("group", "member", "group_rank")
         to_global = (pl.col("root").cast(pl.Int64).alias("group_rank"))
         opened = (fr_rows.filter(pl.col("state") != "completed").with_columns(to_global)
@@ -327,8 +328,8 @@ def _p2p_open(p2p: pl.DataFrame, members: pl.DataFrame | None) -> list[dict[str,
         return []
     other = opened.select("group", pl.col("member").alias("peer"), pl.col("peer").alias("member"),
                           pl.col("collective").alias("peer_call"))
-    there = present.select("group", pl.col("member").alias("peer"), pl.lit(True).alias("peer_in_inputs"))
-    got = (opened.join(other, on=["group", "member", "peer"], how="left").join(there, on=["group", "peer"], how="left")
+    there = present.select(pl.col("member").alias("peer"), pl.lit(True).alias("peer_in_inputs"))
+    got = (opened.join(other, on=["group", "member", "peer"], how="left").join(there, on="peer", how="left")
            .with_columns(pl.when(pl.col("peer_call").is_not_null() & (pl.col("peer_call") == pl.col("collective"))).then(pl.lit("deadlock"))
                          .when(pl.col("peer_call").is_not_null()).then(pl.lit("posted"))
                          .when(pl.col("peer_in_inputs").is_null()).then(pl.lit("missing"))
