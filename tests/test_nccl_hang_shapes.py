@@ -313,3 +313,25 @@ def test_a_peer_whose_dump_holds_only_collectives_is_in_the_inputs(capsys, tmp_p
     (d / "rank_1").unlink()
     v = verdict(capsys, tmp_path, d)
     assert v["p2p_open"][0]["kind"] == "missing" and v["culprits"] == [1], v["summary"]
+
+
+def test_one_group_name_of_several_groups_is_told_apart(capsys, tmp_path):
+    # split_group / a DeviceMesh: every rank's tensor-parallel group is named "1", ranks [0, 1] one group, [2, 3]
+    # another. Ranks 0, 1 ran 3 collectives in theirs, ranks 2, 3 ran 5 in theirs, all completed: consistent (before:
+    # one group "1" of 4 members, "ranks 0, 1 never entered seq 4", a false hang)
+    d = tmp_path / "tp"
+    d.mkdir()
+    for r in range(4):
+        tp = [0, 1] if r < 2 else [2, 3]
+        cfg = {"0": {"name": "0", "desc": "default_pg", "ranks": "[0, 1, 2, 3]"}, "1": {"name": "1", "desc": "tp", "ranks": str(tp)}}
+        es = [entry(0, 1)] + [entry(1 + i, i + 1, pg=("1", "tp")) for i in range(3 if r < 2 else 5)]
+        (d / f"rank_{r}").write_bytes(pickle.dumps({"version": "2.10", "pg_config": cfg, "pg_status": {}, "entries": es}))
+    v = verdict(capsys, tmp_path, d)
+    assert v["verdict"] == "ok" and v["groups_checked"] == 3, v["summary"]
+    # rank 3 stops at seq 4 of its group [2, 3]: the hang is that group's, rank 3 the culprit
+    es = [entry(0, 1)] + [entry(1 + i, i + 1, pg=("1", "tp"), state="completed" if i < 3 else "started") for i in range(4)]
+    cfg = {"0": {"name": "0", "desc": "default_pg", "ranks": "[0, 1, 2, 3]"}, "1": {"name": "1", "desc": "tp", "ranks": "[2, 3]"}}
+    (d / "rank_3").write_bytes(pickle.dumps({"version": "2.10", "pg_config": cfg, "pg_status": {}, "entries": es[:4]}))
+    (d / "rank_2").write_bytes(pickle.dumps({"version": "2.10", "pg_config": cfg, "pg_status": {}, "entries": es}))
+    v = verdict(capsys, tmp_path, d)
+    assert v["verdict"] == "hang" and v["culprits"] == [3] and "group 1 [2, 3] (tp): rank 3 never entered seq 4" in v["summary"]

@@ -29,12 +29,13 @@ def bandwidth_items(parses: list) -> list[dict[str, Any]]:
 def analyze_nccl(found: list[tuple[Path, str]], warnings: list[str], strict: bool = False) -> dict[str, Any]:
     """The report of NCCL files alone; a file that cannot be read is a warning (raised with
     ``strict``), and raised when no file can be (``store.nccl.read_all``)."""
-    from tracelens.analysis.job.hang import diagnose, diagnose_watchdog, expected_members
+    from tracelens.analysis.job.hang import diagnose, diagnose_watchdog, expected_members, split_shared_names
     from tracelens.analysis.job.rollup import finish_job
     from tracelens.analysis.report import Analysis
     from tracelens.store.nccl import read_all
 
     parses, bad = read_all(found, strict=strict, need_one=True)
+    parses = split_shared_names(parses)
     warnings = list(warnings) + bad
     inputs = []
     for p in parses:

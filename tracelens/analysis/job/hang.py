@@ -19,6 +19,7 @@ polars; the loop per group only assembles the report of the groups that have a f
 
 from __future__ import annotations
 
+import copy
 import json
 from typing import Any
 
@@ -80,6 +81,30 @@ def _label(members: list[int | str]) -> str:
 
 MEMBERS_SCHEMA = {"group": pl.String, "member": pl.String, "group_rank": pl.Int64, "from_start": pl.Boolean}
 MAX_P2P = 20  # open point-to-point calls reported
+
+
+def split_shared_names(parses: list) -> list:
+    """The parses with each Flight Recorder group name that the dumps' configs give different
+    member lists (``split_group``, a DeviceMesh's tensor-parallel groups: one name on every rank,
+    each pair of ranks its own group) made one group per list: "1 [0, 1]", "1 [2, 3]" (rows and
+    ``pg_ranks``); without it the independent groups would be aligned as one (a false hang)."""
+    lists: dict[str, set[tuple[int, ...]]] = {}
+    for p in parses:
+        for g, ranks in ((p.facts or {}).get("pg_ranks") or {}).items():
+            lists.setdefault(g, set()).add(tuple(ranks))
+    shared = {g for g, s in lists.items() if len(s) > 1}
+    if not shared:
+        return parses
+    out = []
+    for p in parses:
+        own = {g: r for g, r in ((p.facts or {}).get("pg_ranks") or {}).items() if g in shared}
+        if own:  # a copy: the parse itself keeps the names (the --nccl join pairs by them)
+            names = {g: f"{g} {list(r)}" for g, r in own.items()}
+            p = copy.copy(p)
+            p.rows = p.rows.with_columns(pl.col("group").replace(names))
+            p.facts = {**p.facts, "pg_ranks": {names.get(g, g): r for g, r in p.facts["pg_ranks"].items()}}
+        out.append(p)
+    return out
 
 
 def expected_members(parses: list) -> pl.DataFrame:
