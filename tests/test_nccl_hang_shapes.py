@@ -335,3 +335,16 @@ def test_one_group_name_of_several_groups_is_told_apart(capsys, tmp_path):
     (d / "rank_2").write_bytes(pickle.dumps({"version": "2.10", "pg_config": cfg, "pg_status": {}, "entries": es}))
     v = verdict(capsys, tmp_path, d)
     assert v["verdict"] == "hang" and v["culprits"] == [3] and "group 1 [2, 3] (tp): rank 3 never entered seq 4" in v["summary"]
+
+
+def test_a_collective_every_rank_entered_that_one_never_started(capsys, tmp_path):
+    # 3 ranks completed seq 1-2 and entered seq 3: ranks 0, 1 "started" it (kernel running, waiting), rank 2's is only
+    # "scheduled" (its GPU never began it): STUCK, rank 2 the likely culprit (before: no culprit)
+    per = {r: [entry(0, 1), entry(1, 2), entry(2, 3, "started" if r < 2 else "scheduled")] for r in range(3)}
+    v = verdict(capsys, tmp_path, write_dumps(tmp_path / "sched", per, world=3))
+    assert v["verdict"] == "incomplete" and v["culprits"] == [2], v["summary"]
+    assert "ranks 0, 1 started it (waiting for a peer), rank 2 only scheduled it" in v["summary"]
+    # all only scheduled (no start times recorded): nothing tells them apart, no culprit
+    per = {r: [entry(0, 1), entry(1, 2), entry(2, 3, "scheduled")] for r in range(3)}
+    v = verdict(capsys, tmp_path, write_dumps(tmp_path / "all", per, world=3))
+    assert v["verdict"] == "incomplete" and v["culprits"] == []

@@ -173,7 +173,9 @@ def diagnose(rows: pl.DataFrame, paths: list[str] | None = None, members: pl.Dat
     groups = groups.join(first_bad, on="group", how="left")
     stuck = (coll.join(groups.select("group", "seen"), on="group")
              .filter("open").group_by("group", "seq")
-             .agg(pl.len().alias("open"), pl.col("seen").first(), pl.col("member").sort().alias("open_members"))
+             .agg(pl.len().alias("open"), pl.col("seen").first(), pl.col("member").sort().alias("open_members"),
+                  pl.col("member").filter(pl.col("state") == "scheduled").sort().alias("scheduled"),
+                  pl.col("member").filter(pl.col("state") == "started").sort().alias("started"))
              .join(nsig.select("group", "seq", "entered"), on=["group", "seq"], how="left"))
     all_entered_open = (stuck.filter(pl.col("entered") == pl.col("seen")).group_by("group")
                         .agg(pl.col("seq").min().alias("open_seq")))
@@ -295,6 +297,12 @@ def diagnose(rows: pl.DataFrame, paths: list[str] | None = None, members: pl.Dat
                     culprits = _members(g["no_input"])
                     reason += (f"; {_label(culprits)} of the group left no dump in the inputs: the likely culprit(s) (a rank "
                                "that crashed, or hung before it could dump)")
+                elif o["started"] and o["scheduled"]:
+                    # the others' kernels started (waiting for a peer); these never started theirs: their GPU is
+                    # stuck in earlier work (a kernel that never ends, a stream blocked), the likely culprits
+                    culprits = _members(o["scheduled"])
+                    reason += (f"; {_label(_members(o['started']))} started it (waiting for a peer), {_label(culprits)} only "
+                               "scheduled it (its GPU never started it: stuck in earlier work), the likely culprit(s)")
         if entry["missing_members"] and verdict == "ok":
             verdict = "incomplete_inputs"
             reason = (f"group {name} has {g['size']} members, the inputs hold {g['seen']}: the others' logs or dumps are missing"
