@@ -348,3 +348,19 @@ def test_a_collective_every_rank_entered_that_one_never_started(capsys, tmp_path
     per = {r: [entry(0, 1), entry(1, 2), entry(2, 3, "scheduled")] for r in range(3)}
     v = verdict(capsys, tmp_path, write_dumps(tmp_path / "all", per, world=3))
     assert v["verdict"] == "incomplete" and v["culprits"] == []
+
+
+def test_collective_lines_that_agree_and_a_watchdog_timeout(capsys, tmp_path):
+    from tests.test_nccl_log import rank_lines
+
+    # NCCL_DEBUG_SUBSYS=COLL: 4 ranks' logs (Slurm prefixes), each enqueued AllReduce opCount 0-3 alike (the lines agree:
+    # "consistent" before); then every rank's watchdog timed out in seq 1580 of PG 0: the job hung inside that
+    # collective all the same, STUCK (the lines' agreement said with it)
+    lines = [f"{r}: {ln}" for r in range(4) for ln in rank_lines(r, 4, ops=4)]
+    lines += [TIMEOUT.format(r=r, s=1580) for r in range(4)] + [STATUS.format(r=r, s=1580, e=1580, c=1579) for r in range(4)]
+    f = tmp_path / "job.log"
+    f.write_text("\n".join(lines) + "\n")
+    v = verdict(capsys, tmp_path, f)
+    assert v["verdict"] == "incomplete" and v["culprits"] == [], v["summary"]
+    assert v["summary"].startswith("STUCK: PyTorch's watchdog: ranks 0, 1, 2, 3 timed out in seq 1580 (ALLREDUCE) of group 0")
+    assert "(the logs' collective lines are consistent: 1 group(s)" in v["summary"]

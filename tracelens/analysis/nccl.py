@@ -48,13 +48,18 @@ def analyze_nccl(found: list[tuple[Path, str]], warnings: list[str], strict: boo
     warnings.extend(diag.pop("warnings", []))
     # PyTorch's watchdog, where the logs hold its timeout messages: which collective each rank timed out on
     diag["watchdog"] = [{"path": p.path, **w} for p in parses for w in p.facts.get("watchdog") or []][:64]
-    if diag["watchdog"] and diag["verdict"] == "no_collectives":
-        diag["summary"] = "no collective records; " + "; ".join(watchdog_text(w) for w in diag["watchdog"][:4])
+    if diag["watchdog"] and diag["verdict"] in ("no_collectives", "ok"):
+        # (collective lines that agree are enqueues only: a timeout says the job hung all the same)
+        agreed = diag["summary"] if diag["verdict"] == "ok" else None
+        if diag["verdict"] == "no_collectives":
+            diag["summary"] = "no collective records; " + "; ".join(watchdog_text(w) for w in diag["watchdog"][:4])
         sizes = [p.comms["nranks"].max() for p in parses if p.comms["nranks"].drop_nulls().len()]
         said = diagnose_watchdog([w for p in parses for w in p.facts.get("watchdog") or []],
                                  sorted({r for p in parses for r in p.facts.get("ranks_named") or []}), max(sizes) if sizes else None)
         if said:
             diag.update(said)
+            if agreed:
+                diag["reason"] = said["reason"] = said["reason"] + f" (the logs' collective lines are {agreed})"
             diag["summary"] = {"hang": "HANG", "incomplete": "STUCK"}[said["verdict"]] + ": " + said["reason"]
     a = finish_job(Analysis(inputs=tuple(inputs), ranks=(), warnings=tuple(warnings)))
     d = a.to_dict()
