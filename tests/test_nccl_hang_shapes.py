@@ -364,3 +364,18 @@ def test_collective_lines_that_agree_and_a_watchdog_timeout(capsys, tmp_path):
     assert v["verdict"] == "incomplete" and v["culprits"] == [], v["summary"]
     assert v["summary"].startswith("STUCK: PyTorch's watchdog: ranks 0, 1, 2, 3 timed out in seq 1580 (ALLREDUCE) of group 0")
     assert "(the logs' collective lines are consistent: 1 group(s)" in v["summary"]
+
+
+def test_a_fifo_beside_the_dumps_is_not_read(capsys, tmp_path):
+    import os
+
+    import pytest
+
+    if not hasattr(os, "mkfifo"):
+        pytest.skip("no FIFOs here")
+    # torch's dump trigger pipe ("<prefix><rank>.pipe", a FIFO) beside 2 dumps (rank 1 behind at seq 2): before, the
+    # first read of it blocked forever; now it is not a file of the job, the verdict is the dumps'
+    d = write_dumps(tmp_path / "fifo", {0: [entry(0, 1), entry(1, 2, "started")], 1: [entry(0, 1)]}, world=2)
+    os.mkfifo(d / "nccl_trace_rank_0.pipe")
+    v = verdict(capsys, tmp_path, d)
+    assert v["verdict"] == "hang" and v["culprits"] == [1]

@@ -19,7 +19,8 @@ def _walk(p: Path) -> list[Path]:
     out: list[Path] = []
     for root, dirs, files in os.walk(p, followlinks=False):
         dirs[:] = sorted(d for d in dirs if not d.startswith("."))
-        out.extend(Path(root) / f for f in sorted(files) if not f.startswith("."))
+        # regular files only: a FIFO (the dump trigger pipe, ``<prefix><rank>.pipe``) would block the first read forever
+        out.extend(q for q in (Path(root) / f for f in sorted(files) if not f.startswith(".")) if q.is_file())
         if len(out) > MAX_FILES:
             break
     return out
@@ -46,6 +47,8 @@ def _nccl_only(paths: list[str | Path]) -> tuple[list[tuple[Path, str]], list[st
         p = Path(raw)
         if not p.exists():
             return None  # the normal job says what is wrong
+        if not p.is_dir() and not p.is_file():
+            return None  # a FIFO, a device: the normal job says what it is
         files = _walk(p) if p.is_dir() else [p]
         for f in sorted(files, key=_natural_key):
             try:
