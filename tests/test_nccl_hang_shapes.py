@@ -131,8 +131,9 @@ def test_watchdog_verdicts_by_hand():
     # all in one collective, every rank named timed out: stuck inside it, no culprit
     v = diagnose_watchdog([item(r, 8, enq=8) for r in range(3)], named=[0, 1, 2])
     assert v["verdict"] == "incomplete" and v["culprits"] == []
-    # the communicators' size says 4 ranks: rank 3 logged nothing, the culprit
-    assert diagnose_watchdog([item(r, 8) for r in range(3)], named=[], world=4)["culprits"] == [3]
+    # the communicators' size says 4 ranks, the logs hold 3 (one node's log, say): no culprit for that, the gap said
+    v = diagnose_watchdog([item(r, 8) for r in range(3)], named=[0, 1, 2], world=4)
+    assert v["verdict"] == "incomplete" and v["culprits"] == [] and "the logs hold 3 of the job's 4 ranks" in v["reason"]
     # a rank timed out on two seqs of groups the lines do not name: which group each is, unknown: no verdict
     assert diagnose_watchdog([item(0, 8, pg=None), item(0, 96, pg=None), item(1, 8, pg=None)], named=[0, 1]) is None
     # an older log ("[Rank 4] ... at work sequence id", no PG): one rank, one seq: STUCK, no culprit
@@ -379,3 +380,18 @@ def test_a_fifo_beside_the_dumps_is_not_read(capsys, tmp_path):
     os.mkfifo(d / "nccl_trace_rank_0.pipe")
     v = verdict(capsys, tmp_path, d)
     assert v["verdict"] == "hang" and v["culprits"] == [1]
+
+
+def test_the_second_nodes_log_with_torchruns_local_rank_prefixes(capsys, tmp_path):
+    from tests.test_nccl_log import rank_lines
+
+    # node 2 of an 8-rank job: torchrun's "[default0]:".."[default3]:" (local ranks) before global ranks 4-7's NCCL init
+    # lines (no COLL lines), then ranks 4-7 all time out in seq 1580 of PG 0. Local ranks 0-3 are not "ranks that logged
+    # no timeout"; the world (8) says ranks 0-3's logs are not in the inputs: STUCK, no culprit
+    lines = [f"[default{r - 4}]:{ln}" for r in range(4, 8) for ln in rank_lines(r, 8, ops=0)]
+    lines += [TIMEOUT.format(r=r, s=1580)[3:] for r in range(4, 8)]
+    f = tmp_path / "node2.log"
+    f.write_text("\n".join(lines) + "\n")
+    v = verdict(capsys, tmp_path, f)
+    assert v["verdict"] == "incomplete" and v["culprits"] == [], v["summary"]
+    assert "ranks 4, 5, 6, 7 timed out in seq 1580" in v["summary"] and "the logs hold 4 of the job's 8 ranks" in v["summary"]

@@ -226,10 +226,10 @@ def _parse_batch(lines: pl.DataFrame) -> dict[str, pl.DataFrame]:
                         pl.coalesce(line.str.extract(_TORCH_RANK), line.str.extract(r"^\s*\[rank(\d+)\]:"))
                         .cast(pl.Int32, strict=False).forward_fill().alias("rank"))
                 .unnest("w", "p").collect())
-    # the ranks PyTorch's lines and the launchers' prefixes of NCCL's init and COLL lines name (a rank that logged no
-    # timeout while the others did is the watchdog's evidence of the culprit)
-    named = pl.concat([f.select(pl.col(c).drop_nulls().unique().cast(pl.Int32).alias("rank"))
-                       for f, c in ((watchdog, "rank"), (comm, "launcher_rank"), (coll, "launcher_rank"))]).unique()
+    # the global ranks PyTorch's lines name ("Rank N]", "[rankN]:"; a rank that logged no timeout while the others
+    # did is the watchdog's evidence of the culprit). Not the launchers' prefixes of NCCL's lines: torchrun's
+    # "[defaultN]:" is a local rank
+    named = watchdog.select(pl.col("rank").drop_nulls().unique())
     watchdog = (watchdog.lazy()
                 .with_columns(pl.coalesce("seq", "at").cast(pl.Int64, strict=False).alias("seq"),
                               pl.col("enq", "done").cast(pl.Int64, strict=False))

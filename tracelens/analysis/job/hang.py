@@ -475,10 +475,10 @@ def diagnose_watchdog(items: list[dict[str, Any]], named: list[int], world: int 
     they say nothing.  Per process group, the furthest seq a rank timed out on; the likely culprits
     are the ranks behind it (timed out at an earlier seq of that group, or whose last enqueued work
     is before it, as a rank that did not time out says on its dump signal's line: they never
-    entered it) and, where every timeout is of the default group, the ranks the logs name (or the
-    largest communicator's size says exist) that logged no timeout at all.  Without them the ranks
-    all timed out in one collective (STUCK: a hang inside it, or a rank whose log is not in the
-    inputs).  Timeouts that name no group are one group only where each rank timed out on one seq
+    entered it) and, where every timeout is of the default group, the ranks the logs name that
+    logged no timeout at all.  Without them the ranks all timed out in one collective (STUCK: a
+    hang inside it, or a rank whose log is not in the inputs, counted where ``world``, the largest
+    communicator's size, says more ranks exist than the logs name).  Timeouts that name no group are one group only where each rank timed out on one seq
     (else the seqs of different groups would be compared: no verdict)."""
     if not items:
         return None
@@ -497,11 +497,13 @@ def diagnose_watchdog(items: list[dict[str, Any]], named: list[int], world: int 
     w = pl.concat([w, status]).join(g, on="pg")
     timed = w.group_by("pg", "rank").agg(pl.col("seq").max(), pl.col("last_enqueued").max(), pl.col("at").first())
     behind = timed.filter((pl.col("seq") < pl.col("at")) | (pl.col("last_enqueued") < pl.col("at"))).sort("pg", "rank")
-    # ranks that logged no timeout: those the logs name (or the largest communicator's size says exist), where the
-    # timeouts are of one group, the default one (PG 0, or one the lines do not name): a subgroup's members are not
-    # every rank the logs name
-    known = set(named) | (set(range(world)) if world else set())
-    silent = sorted(known - set(w["rank"].to_list())) if g.height == 1 and g["pg"][0] in ("0", "?") else []
+    # ranks that logged no timeout: those the logs name, where the timeouts are of one group, the default one (PG 0,
+    # or one the lines do not name): a subgroup's members are not every rank the logs name.  The world's size says
+    # how many ranks there are, not that one is silent (the logs of a node, of some ranks only, are common inputs)
+    silent = sorted(set(named) - set(w["rank"].to_list())) if g.height == 1 and g["pg"][0] in ("0", "?") else []
+    seen = set(named) | set(w["rank"].to_list())
+    unseen = (f" (the logs hold {len(seen)} of the job's {world} ranks: the others' are not in the inputs)"
+              if world and world > len(seen) else "")
     op = w.filter(pl.col("seq") == pl.col("at")).group_by("pg").agg(pl.col("op").drop_nulls().first())
     g = g.join(op, on="pg", how="left").sort("pg")
     first = behind.row(0, named=True) if behind.height else None
@@ -513,7 +515,7 @@ def diagnose_watchdog(items: list[dict[str, Any]], named: list[int], world: int 
     if first is None and not silent:
         return {"verdict": "incomplete", "culprits": [],
                 "reason": (f"PyTorch's watchdog: {_label(at_ranks)} timed out in {what} of {where}, none behind it: a hang "
-                           "inside the collective (the network, a GPU), or a rank whose log is not in the inputs")}
+                           "inside the collective (the network, a GPU), or a rank whose log is not in the inputs" + unseen)}
     late = behind.filter(pl.col("pg") == pg)
     culprits = _members([str(r) for r in late["rank"].to_list()] + [str(r) for r in silent])
     parts = [f"{_label(at_ranks)} timed out in {what} of {where}"]
@@ -523,4 +525,4 @@ def diagnose_watchdog(items: list[dict[str, Any]], named: list[int], world: int 
     if silent:
         parts.append(f"{_label(_members([str(r) for r in silent]))} logged no timeout (likely never entered it: stuck before it, "
                      "outside NCCL, or dead)")
-    return {"verdict": "hang", "culprits": culprits, "reason": "PyTorch's watchdog: " + "; ".join(parts)}
+    return {"verdict": "hang", "culprits": culprits, "reason": "PyTorch's watchdog: " + "; ".join(parts) + unseen}
