@@ -133,11 +133,31 @@ def sniff(path: Path) -> str:
     stripped = head.lstrip(b"\xef\xbb\xbf \t\r\n")
     if not stripped:  # more than the head's worth of leading whitespace: look past it
         stripped = _after_whitespace(path)
-    if stripped[:1] in (b"{", b"["):
+    # JSON: an object, or an array of them (a Chrome trace's); "[rank0]: ...", "[1,3]<stdout>: ..." are a log's lines
+    if stripped[:1] == b"{" or re.match(rb"\[\s*(?:[{\]]|$)", stripped):
         return "kineto"
     if not stripped:
         raise ParseError(str(path), "file holds only whitespace")
+    if head[:2] != GZIP_MAGIC and b"\x00" not in head and _NCCL_LOG.search(tail_bytes(path)):
+        # a job's output (a Slurm .out, a torchrun rank's stderr) whose NCCL lines or PyTorch watchdog timeouts come
+        # after megabytes of the program's own: the watchdog's message is at the end, where the job died
+        return "nccl_log"
     raise ParseError(str(path), "not a trace: neither JSON nor gzip-compressed JSON nor an Nsight SQLite export")
+
+
+TAIL_BYTES = 1 << 18
+
+
+def tail_bytes(path: Path, n: int = TAIL_BYTES) -> bytes:
+    """The last ``n`` bytes of the file (as stored: a plain file's)."""
+    try:
+        with open(path, "rb") as fh:
+            fh.seek(0, 2)
+            size = fh.tell()
+            fh.seek(max(0, size - n))
+            return fh.read(n)
+    except OSError:
+        return b""
 
 
 class Parser(Protocol):

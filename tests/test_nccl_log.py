@@ -111,7 +111,7 @@ def test_real_excerpts_read_without_error():
     assert sorted(trees.comms["rank"]) == [13, 14] and set(trees.comms["nnodes"]) == {2}
     assert seen["nccl-tests-issue293_init_nccl2.21.5.log"].facts["networks"] == ["IBext_v8"]
     wd = seen["olmo-core-issue829_pytorch_watchdog_timeout.log"].facts["watchdog"]  # PyTorch's message over 6 lines
-    assert wd == [{"rank": 4, "seq": 27732, "op": "_REDUCE_SCATTER_BASE", "timeout_ms": 1800000, "ran_ms": 1800003,
+    assert wd == [{"rank": 4, "seq": 27732, "op": "_REDUCE_SCATTER_BASE", "pg": None, "timeout_ms": 1800000, "ran_ms": 1800003,
                    "last_enqueued": 27753, "last_completed": 27731}]
     assert seen["tinygrad-pr22_connected_all_rings_trees_4gpu.log"].facts["trees_connected"] == 4
 

@@ -375,7 +375,7 @@ def _analyze_paths(paths: list[str], args: argparse.Namespace, steps, nccl: tupl
     if alone is not None:  # NCCL logs / Flight Recorder dumps alone: their collectives and the hang verdict
         from tracelens.analysis.nccl import analyze_nccl
 
-        return analyze_nccl(*alone)
+        return analyze_nccl(*alone, strict=args.strict)
     values = _option_values(args, steps)
 
     def analyse() -> tuple[dict, bool]:

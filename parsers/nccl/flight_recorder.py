@@ -8,7 +8,8 @@ containers and scalars, built by pickle's own opcodes.  A pickle that names any 
 (which is how a malicious pickle runs code, e.g. a ``__reduce__`` that calls ``os.system``) is
 refused before anything of it runs.
 
-Per entry: ``seq`` is ``collective_seq_id`` (``p2p_seq_id`` for point-to-point), the group the
+Per entry: ``seq`` is ``collective_seq_id`` (``p2p_seq_id`` for point-to-point; ``seq_id`` in older
+dumps, which have neither), the group the
 process group's name (``group_desc`` its description), ``state`` the entry's, raised to
 ``completed`` where the group's ``pg_status`` says that sequence number completed (gloo leaves
 entries ``scheduled``), ``count``/``out_count`` the elements of its input/output tensors,
@@ -31,6 +32,7 @@ from tracelens.model.nccl import NCCL_ROW_SCHEMA, NcclParse
 NAME = "flight_recorder"
 PARSER_VERSION = "1"
 MAX_BYTES = 1 << 30  # a dump holds at most the ring buffer's entries
+MAX_RANKS_TEXT = 1 << 24  # of a group's "ranks" string, read
 
 
 class _Refused(Exception):
@@ -81,7 +83,7 @@ def _load(path: Path) -> dict:
 
 
 _ENTRY_SCHEMA = {
-    "record_id": pl.Int64, "pg_id": pl.Int64, "process_group": pl.List(pl.String), "collective_seq_id": pl.Int64,
+    "record_id": pl.Int64, "pg_id": pl.Int64, "process_group": pl.List(pl.String), "collective_seq_id": pl.Int64, "seq_id": pl.Int64,
     "p2p_seq_id": pl.Int64, "op_id": pl.Int64, "profiling_name": pl.String, "time_created_ns": pl.Int64,
     "time_discovered_started_ns": pl.Int64, "time_discovered_completed_ns": pl.Int64, "duration_ms": pl.Float64,
     "input_sizes": pl.List(pl.List(pl.Int64)), "output_sizes": pl.List(pl.List(pl.Int64)),
@@ -143,15 +145,18 @@ def read(path: str | Path, file: int = 0, rank: int | None = None) -> NcclParse:
         warnings.append("the file name ends with no rank number: rank unknown (file order used)")
     pg_sizes: dict[str, int] = {}
     pg_desc: dict[str, str] = {}
+    pg_ranks: dict[str, list[int]] = {}  # the global ranks of each group (pg_config's "ranks": "[0, 2]")
     cfg = doc.get("pg_config")
     if isinstance(cfg, dict):
-        for key, pg in cfg.items():
+        for key, pg in cfg.items():  # one per process group this rank belongs to
             if isinstance(pg, dict):
                 ranks = str(pg.get("ranks", ""))
-                n = len(re.findall(r"-?\d+", ranks))
+                listed = [int(x) for x in re.findall(r"-?\d+", ranks[:MAX_RANKS_TEXT]) if len(x) < 10]
+                n = len(listed)
                 name = str(pg.get("name", key))
                 if n and name:
                     pg_sizes[name] = n
+                    pg_ranks[name] = listed
                 if name and pg.get("desc"):
                     pg_desc[name] = str(pg["desc"])
     status_rows = []
@@ -169,9 +174,11 @@ def read(path: str | Path, file: int = 0, rank: int | None = None) -> NcclParse:
     base = name.str.replace(r"^\w+:", "").str.replace(r"\s.*$", "").str.to_lowercase()
     collective = base.replace_strict(COLLECTIVE_ALIASES, default=base.str.replace_all("_", ""), return_dtype=pl.String)
     p2p = pl.col("is_p2p").fill_null(False) | collective.is_in(["send", "recv"])
-    seq = pl.when(p2p).then(pl.col("p2p_seq_id")).otherwise(pl.col("collective_seq_id"))
-    state = (pl.when(~p2p & pl.col("done").is_not_null() & (pl.col("collective_seq_id") <= pl.col("done"))).then(pl.lit("completed"))
-             .when(~p2p & pl.col("started").is_not_null() & (pl.col("collective_seq_id") <= pl.col("started"))
+    # dumps older than collective_seq_id / p2p_seq_id number every entry with ``seq_id``
+    cseq = pl.coalesce("collective_seq_id", "seq_id")
+    seq = pl.when(p2p).then(pl.coalesce("p2p_seq_id", "seq_id")).otherwise(cseq)
+    state = (pl.when(~p2p & pl.col("done").is_not_null() & (cseq <= pl.col("done"))).then(pl.lit("completed"))
+             .when(~p2p & pl.col("started").is_not_null() & (cseq <= pl.col("started"))
                    & (pl.col("state").fill_null("scheduled") == "scheduled")).then(pl.lit("started"))
              .otherwise(pl.col("state").fill_null("scheduled")))
     group = pl.col("process_group").list.get(0, null_on_oob=True).fill_null(pl.col("pg_id").cast(pl.String)).fill_null("")
@@ -226,5 +233,9 @@ def read(path: str | Path, file: int = 0, rank: int | None = None) -> NcclParse:
         "pg_status": status_df.sort("pg_id").to_dicts(),
         "states": dict(rows.group_by("state").len().sort("state").iter_rows()),
         "has_frames": bool(rows["frames"].is_not_null().any()),
+        "rank": rank, "pg_ranks": pg_ranks,
+        # the ring buffer kept every entry since the first (record ids from 0): a group this rank has no entry of,
+        # it never called (a dump that wrapped, or of active entries only, may have dropped them)
+        "from_start": df.height == 0 or df.select(pl.col("record_id").min() == 0).item() is True,
     }
     return NcclParse(str(path), NAME, rows, facts=facts, warnings=warnings)

@@ -26,6 +26,8 @@ NAME = "nccl_log"
 PARSER_VERSION = "1"
 BATCH_BYTES = 8 << 20  # bytes of whole lines per batch
 ASSEMBLE_ROWS = 1 << 17  # collective lines turned into rows at a time
+MAX_WATCHDOG = 256  # PyTorch watchdog timeouts kept in the facts (rank, seq)
+MAX_NAMED = 65536  # ranks named by the log's lines kept in the facts
 
 _CORE = (r"^(?P<pre>.*)(?:^|[\s:>\]])(?P<host>[\w.\-]+):(?P<pid>\d+):(?P<tid>\d+) \[(?P<dev>\d+)\] "
          r"(?:\S+ ){0,3}?NCCL (?P<level>INFO|WARN|TRACE|CALL|ERROR|ABORT) ?(?P<msg>.*)$")
@@ -62,7 +64,16 @@ _LAUNCHER_RANK = (r"^\s*(?:\[\d+,(?P<ompi>\d+)\]<std(?:out|err)>:|\[(?:default|r
                   r"\[(?P<bracket>\d+)\]\s|\[Rank (?P<rk>\d+)\])")
 # PyTorch's ProcessGroupNCCL watchdog (not NCCL's own lines, but the hang's evidence)
 _WATCHDOG = r"WorkNCCL\(SeqNum=(?P<seq>\d+), OpType=(?P<optype>\w+)"
-_PGSTATUS = r"last enqueued work: (?P<enq>\d+), last completed work: (?P<done>\d+)"
+# the group's status: "last enqueued work: N, last completed work: M" (torch 2.2), "last enqueued NCCL work: N, last
+# completed NCCL work: M" (2.3 on; -1 before any), after "at work sequence id: S" / "at work: S" / "Timeout at NCCL
+# work: S" (the seq it timed out on); a rank that did not time out says it on the dump signal ("Received a dump
+# signal ... Last enqueued NCCL work: N, last completed NCCL work: M.")
+_PGSTATUS = r"[Ll]ast enqueued (?:NCCL )?work: (?P<enq>-?\d+), last completed (?:NCCL )?work: (?P<done>-?\d+)"
+_AT_WORK = r"(?:detected by watchdog at work(?: sequence id)?|Timeout at NCCL work): (\d+)"
+# the rank a line of PyTorch's is about: its prefix "[Rank 3]", "[PG 1 Rank 3]", "[PG ID 0 PG GUID 0(default_pg) Rank 3]",
+# else the launcher's "[rank3]:"; the process group it names ("PG 1", "PG ID 1")
+_TORCH_RANK = r"[\[\s]Rank (\d+)\]"
+_TORCH_PG = r"\[PG (?:ID )?(\d+)\b"
 _TORCH_WORDS = r"Watchdog|WorkNCCL|NumelIn|ran for \d+ milliseconds|PG status|ProcessGroupNCCL|work sequence id|Traceback|^\s"
 
 
@@ -211,21 +222,34 @@ def _parse_batch(lines: pl.DataFrame) -> dict[str, pl.DataFrame]:
         msg.filter(pl.col("level") == "WARN").unique(maintain_order=True).head(5).implode().alias("warn"),
     ).collect())
     version = lines.lazy().filter(line.str.contains("NCCL version", literal=True)).select(line.str.extract(_VERSION).alias("v")).filter(pl.col("v").is_not_null()).unique().collect()
-    # PyTorch's watchdog message spans lines: each of its lines gets the rank of the last "[Rank N]" before it
-    watchdog = (lines.lazy().filter(line.str.contains(r"\[Rank \d+\]|WorkNCCL\(SeqNum=|last enqueued work:|ran for \d+ milliseconds|Timeout\(ms\)="))
+    # PyTorch's watchdog message spans lines: a line naming no rank gets that of the last line that named one
+    # (its rank is the line's own where it names one: interleaved ranks' messages are not given their neighbour's);
+    # its seq the line's, else that of the last line of that rank which named one (the status line after "at work")
+    watchdog = (lines.lazy().filter(line.str.contains(r"Rank \d+\]|WorkNCCL\(SeqNum=|[Ll]ast enqueued (?:NCCL )?work:|ran for \d+ milliseconds|Timeout\(ms\)="))
                 .select("ln", line.str.extract_groups(_WATCHDOG).alias("w"), line.str.extract_groups(_PGSTATUS).alias("p"),
+                        line.str.extract(_AT_WORK).alias("at"), line.str.extract(_TORCH_PG).alias("pg"),
                         line.str.extract(r"ran for (\d+) milliseconds").cast(pl.Int64, strict=False).alias("ran_ms"),
                         line.str.extract(r"Timeout\(ms\)=(\d+)").cast(pl.Int64, strict=False).alias("timeout_ms"),
-                        line.str.extract(r"\[Rank (\d+)\]").cast(pl.Int32, strict=False).forward_fill().alias("rank"))
-                .unnest("w", "p")
-                .with_columns(pl.col("seq", "enq", "done").cast(pl.Int64, strict=False))
+                        pl.coalesce(line.str.extract(_TORCH_RANK), line.str.extract(r"^\s*\[rank(\d+)\]:"))
+                        .cast(pl.Int32, strict=False).forward_fill().alias("rank"))
+                .unnest("w", "p").collect())
+    # the global ranks PyTorch's lines name ("Rank N]", "[rankN]:"; a rank that logged no timeout while the others
+    # did is the watchdog's evidence of the culprit). Not the launchers' prefixes of NCCL's lines: torchrun's
+    # "[defaultN]:" is a local rank
+    named = watchdog.select(pl.col("rank").drop_nulls().unique())
+    watchdog = (watchdog.lazy()
+                .with_columns(pl.coalesce("seq", "at").cast(pl.Int64, strict=False).alias("seq"),
+                              pl.col("enq", "done").cast(pl.Int64, strict=False))
+                .drop("at")
                 .filter(pl.any_horizontal(pl.col("seq", "enq", "done", "ran_ms", "timeout_ms").is_not_null()))
+                # (a status line without its seq: the seq of the rank's last line of that group that named one)
+                .with_columns(pl.col("seq").forward_fill().over("rank", "pg"))
                 .collect())
     read_msgs = (pl.any_horizontal("k_coll", "k_comm", "k_via", "k_channel", "k_trees", "k_tune", "k_net", "k_cc", "k_conn")
                  | msg.str.contains("NCCL version", literal=True) | (pl.col("level") == "WARN"))
     counts = counts.with_columns(nccl.select((~read_msgs).sum()).to_series().alias("other_nccl_lines"))
     return {"counts": counts, "coll": coll, "comm": comm, "via": via, "ring": ring, "tune": tune, "words": words,
-            "version": version, "watchdog": watchdog}
+            "version": version, "watchdog": watchdog, "named": named}
 
 
 def read(path: str | Path, file: int = 0) -> NcclParse:
@@ -387,10 +411,19 @@ def _assemble(path: str, file: int, got: dict, cut: str | None) -> NcclParse:
                                                                  pl.col("max_bytes").max()).sort("op", "algo", "proto").to_dicts(),
         "warnings_logged": words["warn"].explode().drop_nulls().unique(maintain_order=True).head(5).to_list(),
         # per rank: the collective PyTorch's watchdog timed out on, and its group's last enqueued / completed work
-        "watchdog": (w.group_by("rank").agg(_first("seq").alias("seq"), _first("optype").alias("op"),
-                                            _first("timeout_ms").alias("timeout_ms"), _first("ran_ms").alias("ran_ms"),
-                                            _first("enq").alias("last_enqueued"), _first("done").alias("last_completed"))
-                     .sort("rank", nulls_last=True).head(64).to_dicts() if w.height else []),
+        "ranks_named": sorted(got["named"]["rank"].unique().head(MAX_NAMED).to_list()),
+        # (one item per rank and seq it timed out on: a rank's groups time out one by one, each its own seq)
+        # (a timeout's line names no group, the status line of its seq does: that one's; a status without a seq, of a
+        # rank that did not time out in that group, is an item of its own with seq null)
+        "watchdog": (w.with_columns(pl.when(pl.col("seq").is_not_null())
+                                    .then(pl.col("pg").fill_null(pl.col("pg").drop_nulls().first().over("rank", "seq")))
+                                    .otherwise(pl.col("pg")).alias("pg"))
+                     .group_by("rank", "pg", "seq").agg(_first("optype").alias("op"),
+                                                   _first("timeout_ms").alias("timeout_ms"), _first("ran_ms").alias("ran_ms"),
+                                                   _first("enq").alias("last_enqueued"), _first("done").alias("last_completed"))
+                     .sort("rank", "pg", "seq", nulls_last=True).head(MAX_WATCHDOG)
+                     .select("rank", "seq", "op", "pg", "timeout_ms", "ran_ms", "last_enqueued", "last_completed").to_dicts()
+                     if w.height else []),
     }
     unknown = [v for v in versions if not _known_version(v)]
     if unknown:

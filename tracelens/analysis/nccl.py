@@ -26,13 +26,16 @@ def bandwidth_items(parses: list) -> list[dict[str, Any]]:
     return pl.concat(frames).head(MAX_BANDWIDTH).select(list(BANDWIDTH_SCHEMA)).to_dicts()
 
 
-def analyze_nccl(found: list[tuple[Path, str]], warnings: list[str]) -> dict[str, Any]:
-    from tracelens.analysis.job.hang import diagnose
+def analyze_nccl(found: list[tuple[Path, str]], warnings: list[str], strict: bool = False) -> dict[str, Any]:
+    """The report of NCCL files alone; a file that cannot be read is a warning (raised with
+    ``strict``), and raised when no file can be (``store.nccl.read_all``)."""
+    from tracelens.analysis.job.hang import diagnose, diagnose_watchdog, expected_members, split_shared_names
     from tracelens.analysis.job.rollup import finish_job
     from tracelens.analysis.report import Analysis
     from tracelens.store.nccl import read_all
 
-    parses, bad = read_all(found)
+    parses, bad = read_all(found, strict=strict, need_one=True)
+    parses = split_shared_names(parses)
     warnings = list(warnings) + bad
     inputs = []
     for p in parses:
@@ -41,12 +44,23 @@ def analyze_nccl(found: list[tuple[Path, str]], warnings: list[str]) -> dict[str
         inputs.append({"path": p.path, "format": p.format, "rank": int(ranks[0]) if ranks.len() == 1 else None, "size_bytes": size})
         warnings.extend(f"{p.path}: {w}" for w in p.warnings)
     rows = pl.concat([p.rows for p in parses], how="diagonal_relaxed") if parses else pl.DataFrame(schema=NCCL_ROW_SCHEMA)
-    diag = diagnose(rows, [str(f) for f, _ in found])
+    diag = diagnose(rows, [str(f) for f, _ in found], expected_members(parses))
     warnings.extend(diag.pop("warnings", []))
     # PyTorch's watchdog, where the logs hold its timeout messages: which collective each rank timed out on
     diag["watchdog"] = [{"path": p.path, **w} for p in parses for w in p.facts.get("watchdog") or []][:64]
-    if diag["watchdog"] and diag["verdict"] == "no_collectives":
-        diag["summary"] = "no collective records; " + "; ".join(watchdog_text(w) for w in diag["watchdog"][:4])
+    if diag["watchdog"] and diag["verdict"] in ("no_collectives", "ok"):
+        # (collective lines that agree are enqueues only: a timeout says the job hung all the same)
+        agreed = diag["summary"] if diag["verdict"] == "ok" else None
+        if diag["verdict"] == "no_collectives":
+            diag["summary"] = "no collective records; " + "; ".join(watchdog_text(w) for w in diag["watchdog"][:4])
+        sizes = [p.comms["nranks"].max() for p in parses if p.comms["nranks"].drop_nulls().len()]
+        said = diagnose_watchdog([w for p in parses for w in p.facts.get("watchdog") or []],
+                                 sorted({r for p in parses for r in p.facts.get("ranks_named") or []}), max(sizes) if sizes else None)
+        if said:
+            diag.update(said)
+            if agreed:
+                diag["reason"] = said["reason"] = said["reason"] + f" (the logs' collective lines are {agreed})"
+            diag["summary"] = {"hang": "HANG", "incomplete": "STUCK"}[said["verdict"]] + ": " + said["reason"]
     a = finish_job(Analysis(inputs=tuple(inputs), ranks=(), warnings=tuple(warnings)))
     d = a.to_dict()
     d["job"]["nccl_diagnosis"] = diag

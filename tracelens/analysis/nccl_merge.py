@@ -62,7 +62,7 @@ def merge(d: dict[str, Any], paths: list[str] | tuple[str, ...], table: pl.DataF
     ``table``: the job's collective table (``collectives.TABLE_SCHEMA``), for the sequence check of
     a matched communicator and the call-by-call pairing (without it the join is by rank, size and
     collective only, said, and nothing is paired)."""
-    from tracelens.analysis.job.hang import diagnose
+    from tracelens.analysis.job.hang import diagnose, expected_members, split_shared_names
     from tracelens.analysis.nccl import nccl_section
     from tracelens.model.nccl import NCCL_ROW_SCHEMA
     from tracelens.store.nccl import nccl_only, read_all
@@ -86,7 +86,10 @@ def merge(d: dict[str, Any], paths: list[str] | tuple[str, ...], table: pl.DataF
         warnings.append(f"{n} NCCL record(s) of rank(s) {outside[:8]} that the job does not hold (not joined)")
     hangs = rows.filter(pl.col("source").is_in(["nccl_log", "flight_recorder"]))
     if hangs.height:
-        diag = diagnose(hangs)
+        split = split_shared_names(parses)  # one name, several groups: told apart for the diagnosis only
+        if split is not parses:
+            hangs = pl.concat([p.rows for p in split], how="diagonal_relaxed").filter(pl.col("source").is_in(["nccl_log", "flight_recorder"]))
+        diag = diagnose(hangs, [str(f) for f, _ in found[0]], expected_members(split))
         warnings.extend(diag.pop("warnings", []))
         d["job"]["nccl_diagnosis"] = diag
     ref = _reference(parses)

@@ -153,6 +153,7 @@ def watchdog_text(w: dict[str, Any]) -> str:
     """One line on a PyTorch watchdog timeout (``job.nccl_diagnosis.watchdog``)."""
     who = f"rank {w['rank']}" if w.get("rank") is not None else "a rank"
     what = f"seq {w['seq']}" + (f" ({w['op']})" if w.get("op") else "") if w.get("seq") is not None else "a collective"
+    what += f" of group {w['pg']}" if w.get("pg") is not None else ""
     ran = f" after {w['ran_ms']} ms" if w.get("ran_ms") is not None else ""
     pg = (f"; its group's last enqueued work {w['last_enqueued']}, last completed {w['last_completed']}"
           if w.get("last_enqueued") is not None else "")

@@ -56,3 +56,10 @@ def bandwidth(d: dict[str, Any]) -> list[dict[str, Any]] | None:
     """``job.nccl.bandwidth`` when the report has it (nccl-tests, Inspector), else None."""
     rows = ((d.get("job") or {}).get("nccl") or {}).get("bandwidth")
     return rows if isinstance(rows, list) else None
+
+
+def behind_text(behind: list[dict[str, Any]], limit: int) -> str:
+    """A group's members behind (``groups[].behind``): "2 (at seq 4)", or "1 (no record of the group)"
+    for a member whose dump holds none of its calls."""
+    return ", ".join(f"{b['member']} (at seq {b['last_seq']})" if b.get("last_seq") is not None
+                     else f"{b['member']} (no record of the group)" for b in behind[:limit])

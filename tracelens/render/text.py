@@ -9,6 +9,7 @@ from typing import Any
 from tracelens.model.summary import kept_steps
 from tracelens.model.units import fmt_ns
 from tracelens.render import tables as views
+from tracelens.render.nccl import behind_text
 from tracelens.render.tables import fmt_speedup
 
 
@@ -185,13 +186,17 @@ def verdict_lines(v: dict[str, Any]) -> list[str]:
     for g in v["groups"][:6]:
         if g.get("behind"):
             wait = g.get("waiting_for") or {}
-            out.append(f"  group {g['group']}: behind: " + ", ".join(f"{b['member']} (at seq {b['last_seq']})" for b in g["behind"][:12])
+            out.append(f"  group {g['group']}: behind: " + behind_text(g["behind"], 12)
                        + (f"; waiting in seq {wait['seq']}: {', '.join(str(x) for x in wait['members_in_it'][:12])}" if wait else ""))
         if g.get("not_completed"):
             nc = g["not_completed"]
             out.append(f"  group {g['group']}: seq {nc['seq']} never completed on {', '.join(str(x) for x in nc['members'][:12])}")
         if g.get("missing_members"):
-            out.append(f"  group {g['group']}: {g['missing_members']} member(s) of {g['size']} not in the inputs")
+            named = g.get("no_input") or []
+            out.append(f"  group {g['group']}: {g['missing_members']} member(s) of {g['size']} not in the inputs"
+                       + (f" ({', '.join(str(x) for x in named[:12])})" if named else ""))
+    for f in (v.get("p2p_open") or [])[:4]:
+        out.append(f"  point-to-point: {f['text']}")
     if v.get("watchdog") and v["verdict"] != "no_collectives":
         from tracelens.model.nccl import watchdog_text
 

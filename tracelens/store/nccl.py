@@ -19,7 +19,8 @@ def _walk(p: Path) -> list[Path]:
     out: list[Path] = []
     for root, dirs, files in os.walk(p, followlinks=False):
         dirs[:] = sorted(d for d in dirs if not d.startswith("."))
-        out.extend(Path(root) / f for f in sorted(files) if not f.startswith("."))
+        # regular files only: a FIFO (the dump trigger pipe, ``<prefix><rank>.pipe``) would block the first read forever
+        out.extend(q for q in (Path(root) / f for f in sorted(files) if not f.startswith(".")) if q.is_file())
         if len(out) > MAX_FILES:
             break
     return out
@@ -46,6 +47,8 @@ def _nccl_only(paths: list[str | Path]) -> tuple[list[tuple[Path, str]], list[st
         p = Path(raw)
         if not p.exists():
             return None  # the normal job says what is wrong
+        if not p.is_dir() and not p.is_file():
+            return None  # a FIFO, a device: the normal job says what it is
         files = _walk(p) if p.is_dir() else [p]
         for f in sorted(files, key=_natural_key):
             try:
@@ -73,25 +76,28 @@ def _nccl_only(paths: list[str | Path]) -> tuple[list[tuple[Path, str]], list[st
 
 
 def _read_one(task: tuple[int, str, str]):
-    """Read file ``task`` = (its index, path, format): its ``NcclParse``, or the warning that says
-    why it could not be (never raised): a task a worker process can run."""
+    """Read file ``task`` = (its index, path, format) into its ``NcclParse``; raises
+    ``TraceInputError`` (an unreadable file too) for a file that cannot be read: a task a worker
+    process can run."""
+    from tracelens.model.errors import ParseError
     from tracelens.parsers import collective_parser_for
 
     i, f, fmt = task
     try:
         return collective_parser_for(fmt).read(Path(f), file=i)
-    except TraceInputError as e:
-        return f"{f}: skipped ({e.problem})"
     except OSError as e:
-        return f"{f}: skipped (cannot read it: {e.strerror or e})"
+        raise ParseError(f, f"cannot read it: {e.strerror or e}") from None
 
 
-def read_all(found: list[tuple[Path, str]], jobs: int | None = None) -> tuple[list, list[str]]:
-    """Each file read (``NcclParse``), and a warning for each that could not be (never raised);
-    many files by worker processes, one per file, where their bytes are worth it (``engine.choose``:
-    6 logs of 52 MB in 3.7-4.0 s instead of 4.6-5.0 s on 2 cores).  One big log is read here: its
-    batches parsed by 2 worker processes took 15-30% longer on 2 cores than here (the parent's
-    reading, pickling and assembly, and polars' own threads, already 1.1 cores here)."""
+def read_all(found: list[tuple[Path, str]], strict: bool = False, need_one: bool = False,
+             jobs: int | None = None) -> tuple[list, list[str]]:
+    """Each file read (``NcclParse``), and a warning for each that could not be; raised instead
+    (the first one's ``TraceInputError``) with ``strict``, and with ``need_one`` when none could be
+    read (a report of nothing is no report: one line and its exit code, no output file).  Many
+    files are read by worker processes, one per file, where their bytes are worth it
+    (``engine.choose``: 6 logs of 52 MB in 3.7-4.0 s instead of 4.6-5.0 s on 2 cores).  One big log
+    is read here: its batches parsed by 2 worker processes took 15-30% longer on 2 cores than here
+    (the parent's reading, pickling and assembly, and polars' own threads, already 1.1 cores here)."""
     from tracelens.engine import choose
 
     tasks = [(i, str(f), fmt) for i, (f, fmt) in enumerate(found)]
@@ -103,7 +109,23 @@ def read_all(found: list[tuple[Path, str]], jobs: int | None = None) -> tuple[li
             pass
     got: list = [None] * len(tasks)
     for i, res in choose(jobs, size, len(tasks)).map(_read_one, tasks):
-        got[i] = res if not isinstance(res, Exception) else _read_one(tasks[i])  # a lost worker: read here
-    out = [g for g in got if not isinstance(g, str)]
-    warnings = [g for g in got if isinstance(g, str)]
+        if isinstance(res, Exception) and not isinstance(res, TraceInputError):  # a lost worker: read it here
+            try:
+                res = _read_one(tasks[i])
+            except TraceInputError as e:
+                res = e
+        got[i] = res
+    out = []
+    warnings: list[str] = []
+    first: TraceInputError | None = None
+    for (f, _), res in zip(found, got):  # in the files' order: the first bad one is the one raised
+        if isinstance(res, TraceInputError):
+            if strict:
+                raise res
+            first = first or res
+            warnings.append(f"{f}: skipped ({res.problem})")
+        else:
+            out.append(res)
+    if need_one and not out and first is not None:
+        raise first
     return out, warnings

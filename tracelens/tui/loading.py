@@ -112,7 +112,7 @@ class JobLoad:
             from tracelens.analysis.nccl import analyze_nccl
 
             self._progress("reading the NCCL records…", None, None)
-            self.report = analyze_nccl(*nccl)
+            self.report = analyze_nccl(*nccl, strict=self.strict)
             return
         self._progress("reading…", None, None)
         self.report, self.from_cache = cached_report(self.paths, analyse, options=asdict(options), strict=self.strict,

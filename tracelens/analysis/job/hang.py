@@ -19,6 +19,7 @@ polars; the loop per group only assembles the report of the groups that have a f
 
 from __future__ import annotations
 
+import copy
 import json
 from typing import Any
 
@@ -37,6 +38,8 @@ STATE_LETTERS = {"completed": "C", "started": "S", "scheduled": "Q"}
 
 def _call(r: dict[str, Any]) -> str:
     parts = [r.get("op_name") or r.get("collective") or "?"]
+    if (r.get("ops") or 1) > 1:
+        parts[0] += f" (first of {r['ops']} coalesced)"
     if r.get("count") is not None:
         parts.append(f"count {r['count']}")
     if r.get("dtype"):
@@ -76,12 +79,66 @@ def _label(members: list[int | str]) -> str:
     return ("rank " if len(members) == 1 else "ranks ") + shown if all(isinstance(m, int) for m in members) else shown
 
 
-def diagnose(rows: pl.DataFrame, paths: list[str] | None = None) -> dict[str, Any]:
+MEMBERS_SCHEMA = {"group": pl.String, "member": pl.String, "group_rank": pl.Int64, "from_start": pl.Boolean}
+MAX_P2P = 20  # open point-to-point calls reported
+
+
+def split_shared_names(parses: list) -> list:
+    """The parses with each Flight Recorder group name that the dumps' configs give different
+    member lists (``split_group``, a DeviceMesh's tensor-parallel groups: one name on every rank,
+    each pair of ranks its own group) made one group per list: "1 [0, 1]", "1 [2, 3]" (rows and
+    ``pg_ranks``); without it the independent groups would be aligned as one (a false hang)."""
+    lists: dict[str, set[tuple[int, ...]]] = {}
+    for p in parses:
+        for g, ranks in ((p.facts or {}).get("pg_ranks") or {}).items():
+            lists.setdefault(g, set()).add(tuple(ranks))
+    shared = {g for g, s in lists.items() if len(s) > 1}
+    if not shared:
+        return parses
+    out = []
+    for p in parses:
+        own = {g: r for g, r in ((p.facts or {}).get("pg_ranks") or {}).items() if g in shared}
+        if own:  # a copy: the parse itself keeps the names (the --nccl join pairs by them)
+            names = {g: f"{g} {list(r)}" for g, r in own.items()}
+            p = copy.copy(p)
+            p.rows = p.rows.with_columns(pl.col("group").replace(names))
+            p.facts = {**p.facts, "pg_ranks": {names.get(g, g): r for g, r in p.facts["pg_ranks"].items()}}
+        out.append(p)
+    return out
+
+
+def expected_members(parses: list) -> pl.DataFrame:
+    """``MEMBERS_SCHEMA``: the members each group's config lists (Flight Recorder's ``pg_config``,
+    one rank's dump per group read), and for those whose dump the inputs hold, whether it kept
+    every entry from the first (``from_start``: null where no dump of that rank was read)."""
+    lists: dict[str, list[int]] = {}
+    dumped: dict[int, bool] = {}
+    for p in parses:
+        f = p.facts or {}
+        for g, ranks in (f.get("pg_ranks") or {}).items():
+            lists.setdefault(g, ranks)
+        if f.get("rank") is not None and "from_start" in f:  # a Flight Recorder dump (its rank, the file name's)
+            dumped[f["rank"]] = dumped.get(f["rank"], True) and bool(f["from_start"])
+    if not lists:
+        return pl.DataFrame(schema=MEMBERS_SCHEMA)
+    exp = (pl.DataFrame({"group": list(lists), "member": list(lists.values())},
+                        schema={"group": pl.String, "member": pl.List(pl.Int64)})
+           .with_columns(pl.int_ranges(0, pl.col("member").list.len()).alias("group_rank")).explode("member", "group_rank"))
+    seen = pl.DataFrame({"member": list(dumped), "from_start": list(dumped.values())}, schema={"member": pl.Int64, "from_start": pl.Boolean})
+    return (exp.join(seen, on="member", how="left").with_columns(pl.col("member").cast(pl.String))
+            .unique(["group", "member"]).select(list(MEMBERS_SCHEMA)))
+
+
+def diagnose(rows: pl.DataFrame, paths: list[str] | None = None, members: pl.DataFrame | None = None) -> dict[str, Any]:
     """The diagnosis of the rows of every input of a job (``NCCL_ROW_SCHEMA``); ``paths``: the
-    inputs' names by their ``file`` number (the warnings on runs mixed together name them)."""
+    inputs' names by their ``file`` number (the warnings on runs mixed together name them);
+    ``members`` (``expected_members``): the members each group's config lists, of which a member
+    whose dump was read from its first entry but holds none of the group never entered it (a
+    culprit), and one whose dump is not in the inputs is named (the likely culprit of a group
+    stuck in a collective every member seen entered)."""
     if rows.height == 0:
         return {"verdict": "no_collectives", "summary": "no collective records in the inputs", "culprits": [], "reason": None,
-                "groups": [], "p2p_rows": 0, "groups_checked": 0, "first_mismatch": None, "frames": [], "timeline": []}
+                "groups": [], "p2p_rows": 0, "p2p_open": [], "groups_checked": 0, "first_mismatch": None, "frames": [], "timeline": []}
     rows = rows.with_columns(pl.col("member").fill_null(pl.format("file{}", "file")))
     p2p = pl.col("collective").is_in(list(P2P))
     n_p2p = int(rows.select(p2p.sum()).item())
@@ -89,10 +146,14 @@ def diagnose(rows: pl.DataFrame, paths: list[str] | None = None) -> dict[str, An
     # one row per (group, member, seq): a member recorded twice at a seq (two inputs claim it) is kept once, and said
     dup = (coll.group_by("group", "member", "seq").agg(pl.col("file").n_unique().alias("files"))
            .filter(pl.col("files") > 1))
-    coll = coll.sort("group", "member", "seq", "order").unique(["group", "member", "seq"], keep="first", maintain_order=True)
+    # a coalesced group (several calls of one input at one seq: Flight Recorder's ops of a coalesced collective, the
+    # ops of an NCCL group) is compared whole: its signature is every call's, in order, and it counts its calls
+    key = ["group", "member", "seq", "file"]
     sig = pl.concat_str([pl.col(f).cast(pl.String).fill_null("") for f in FIELDS], separator="\x1f")
+    coll = (coll.sort(*key, "order").with_columns(sig.str.join("\x1e").over(key).alias("sig"), pl.len().over(key).alias("ops"))
+            .unique(["group", "member", "seq"], keep="first", maintain_order=True))
     # only Flight Recorder knows whether a collective completed (a log line is its enqueue)
-    coll = coll.with_columns(sig.alias("sig"), ((pl.col("source") == "flight_recorder") & (pl.col("state") != "completed")).alias("open"))
+    coll = coll.with_columns(((pl.col("source") == "flight_recorder") & (pl.col("state") != "completed")).alias("open"))
     per_member = coll.group_by("group", "member").agg(
         pl.col("seq").min().alias("first_seq"), pl.col("seq").max().alias("last_seq"),
         pl.col("seq").filter("open").min().alias("first_open"),
@@ -106,34 +167,56 @@ def diagnose(rows: pl.DataFrame, paths: list[str] | None = None) -> dict[str, An
     # per (group, seq): the calls the members made, the most common one, who differs
     at = (coll.join(groups.select("group", "common_from"), on="group").filter(pl.col("seq") >= pl.col("common_from"))
           .group_by("group", "seq", "sig").agg(pl.col("member").sort().alias("members"), pl.len().alias("n"),
-                                               *[pl.col(f).first() for f in (*FIELDS, "op_name", "frames")]))
+                                               *[pl.col(f).first() for f in (*FIELDS, "op_name", "frames", "ops")]))
     nsig = at.group_by("group", "seq").agg(pl.len().alias("calls"), pl.col("n").max().alias("top"), pl.col("n").sum().alias("entered"))
     first_bad = nsig.filter(pl.col("calls") > 1).group_by("group").agg(pl.col("seq").min().alias("mismatch_seq"))
     groups = groups.join(first_bad, on="group", how="left")
     stuck = (coll.join(groups.select("group", "seen"), on="group")
              .filter("open").group_by("group", "seq")
-             .agg(pl.len().alias("open"), pl.col("seen").first(), pl.col("member").sort().alias("open_members"))
+             .agg(pl.len().alias("open"), pl.col("seen").first(), pl.col("member").sort().alias("open_members"),
+                  pl.col("member").filter(pl.col("state") == "scheduled").sort().alias("scheduled"),
+                  pl.col("member").filter(pl.col("state") == "started").sort().alias("started"))
              .join(nsig.select("group", "seq", "entered"), on=["group", "seq"], how="left"))
     all_entered_open = (stuck.filter(pl.col("entered") == pl.col("seen")).group_by("group")
                         .agg(pl.col("seq").min().alias("open_seq")))
     groups = groups.join(all_entered_open, on="group", how="left").sort("group")
+    # members the groups' configs list that hold no record of the group: "never_in" (their dump, read from its
+    # first entry, has none: they never called it) and "no_input" (no dump of theirs in the inputs)
+    if members is not None and members.height:
+        absent = (members.join(groups.select("group"), on="group", how="semi")
+                  .join(per_member.select("group", "member"), on=["group", "member"], how="anti")
+                  .group_by("group").agg(pl.col("member").filter(pl.col("from_start").fill_null(False)).alias("never_in"),
+                                         pl.col("member").filter(pl.col("from_start").is_null()).alias("no_input")))
+        groups = groups.join(absent, on="group", how="left")
+    else:
+        groups = groups.with_columns(pl.lit(None, pl.List(pl.String)).alias("never_in"), pl.lit(None, pl.List(pl.String)).alias("no_input"))
+    groups = groups.with_columns(pl.col("never_in", "no_input").fill_null([]))
+    # the seq the members that never called the group were waited for: the first one another member has not completed
+    groups = groups.join(per_member.group_by("group").agg(pl.col("first_open").min().alias("open_from")), on="group", how="left")
 
     out_groups: list[dict[str, Any]] = []
+    p2p_open = _p2p_open(rows.filter(p2p), members, rows.filter(pl.col("source") == "flight_recorder")["member"].unique())
     verdict, culprits, reason, summary, first_mismatch, frames_out = "ok", [], None, None, None, []
+    hang_group = None  # the group whose members behind gave the verdict "hang"
     findings = groups.filter(pl.col("mismatch_seq").is_not_null() | (pl.col("behindmost") < pl.col("furthest"))
-                             | pl.col("open_seq").is_not_null() | (pl.col("size") > pl.col("seen")))
+                             | pl.col("open_seq").is_not_null() | (pl.col("size") > pl.col("seen"))
+                             | (pl.col("never_in").list.len() > 0))
     for g in findings.head(MAX_GROUPS).iter_rows(named=True):
         name = g["group"]
         pm = per_member.filter(pl.col("group") == name)
         entry: dict[str, Any] = {"group": name, "group_desc": g["group_desc"], "size": g["size"], "members_seen": g["seen"],
                                  "furthest_seq": g["furthest"], "first_mismatch": None, "behind": [], "not_completed": None,
-                                 "missing_members": (g["size"] - g["seen"]) if g["size"] and g["size"] > g["seen"] else 0}
+                                 # (a member whose dump holds no record of the group is in the inputs: not missing)
+                                 "missing_members": max(0, g["size"] - g["seen"] - len(g["never_in"])) if g["size"] else 0,
+                                 "no_input": _members(g["no_input"]), "never_called": _members(g["never_in"])}
         if g["mismatch_seq"] is not None:
             calls = at.filter((pl.col("group") == name) & (pl.col("seq") == g["mismatch_seq"])).sort("n", "sig", descending=[True, False])
             cs = calls.to_dicts()
             majority = cs[0]["n"] > cs[1]["n"]
             odd = [m for c in (cs[1:] if majority else cs) for m in c["members"]]
             differ = [f for f in FIELDS if len({c[f] for c in cs}) > 1]
+            if len({c["ops"] for c in cs}) > 1 or not differ:  # the calls of a coalesced group differ past its first
+                differ.append("coalesced calls")
             entry["first_mismatch"] = {
                 "seq": g["mismatch_seq"], "fields": differ,
                 "calls": [{"call": _call(c), "members": _members(c["members"]), **{f: c[f] for f in FIELDS},
@@ -163,32 +246,78 @@ def diagnose(rows: pl.DataFrame, paths: list[str] | None = None) -> dict[str, An
                                      "members_in_it": _members(waited["members"]), "frames": _frames(waited["frames"])}
                                     if waited else None)
             if verdict in ("ok", "incomplete", "incomplete_inputs"):
-                verdict = "hang"
+                verdict, hang_group = "hang", name
                 culprits = _members(behind["member"].to_list())
                 last = behind["last_seq"].min()
                 reason = (f"group {name}" + (f" ({g['group_desc']})" if g["group_desc"] else "")
                           + f": {_label(culprits)} never entered seq {last + 1}"
-                          + (f" ({_call(waited)})" if waited else "")
-                          + f", which {_label(_members(ahead['member'].to_list()))} entered (furthest seq {g['furthest']});"
-                          f" {_label(culprits)} stopped at seq {last}")
+                          + (f" ({_call(waited)}), which {_label(_members(ahead['member'].to_list()))} entered (furthest seq "
+                             f"{g['furthest']}); {_label(culprits)} stopped at seq {last}" if waited else
+                             # the others' records start past it (their ring buffers wrapped, or they are of another run)
+                             f": {_label(culprits)} stopped at seq {last}, before the others' first recorded seq "
+                             f"({g['common_from']}; {_label(_members(ahead['member'].to_list()))} reached seq {g['furthest']}): "
+                             "a rank far behind, or a dump of another run (see the warnings)"))
                 frames_out = ([{"members": _members(waited["members"]), "call": _call(waited), "frames": _frames(waited["frames"])}]
                               if waited else [])
                 last_rows = coll.filter((pl.col("group") == name) & pl.col("member").is_in(behind["member"].to_list())
                                         & (pl.col("seq") == pl.col("seq").max().over("member")))
                 frames_out += [{"members": _members([r["member"]]), "call": f"(last recorded) {_call(r)}", "frames": _frames(r["frames"])}
                                for r in last_rows.head(4).iter_rows(named=True)]
+        if g["never_in"]:
+            # a member whose dump holds every entry it made and none of this group's: it never entered the group's first
+            # open collective (or the first one recorded) that the others did
+            never = _members(g["never_in"])
+            s_at = g["open_from"] if g["open_from"] is not None else g["common_from"]
+            waited = at.filter((pl.col("group") == name) & (pl.col("seq") == s_at)).sort("n", descending=True)
+            w0 = waited.row(0, named=True) if waited.height else None
+            entry["behind"] += [{"member": m, "rank": m if isinstance(m, int) else None, "last_seq": None} for m in never]
+            if entry.get("waiting_for") is None:
+                entry["waiting_for"] = ({"seq": int(s_at), "call": _call(w0), "members_in_it": _members(w0["members"]),
+                                         "frames": _frames(w0["frames"])} if w0 else None)
+            said = (f"{_label(never)} never entered seq {s_at}" + (f" ({_call(w0)})" if w0 else "")
+                    + (f", which {_label(_members(w0['members']))} entered" if w0 else "")
+                    + f"; {_label(never)}'s dump holds every entry from the first and none of this group's")
+            if verdict == "hang" and hang_group == name:
+                culprits = _members([str(m) for m in culprits + never])  # this group's members behind, and these
+                reason += "; " + said
+            elif verdict in ("ok", "incomplete", "incomplete_inputs"):
+                verdict, culprits = "hang", never
+                reason = f"group {name}" + (f" ({g['group_desc']})" if g["group_desc"] else "") + ": " + said
+                frames_out = [{"members": _members(w0["members"]), "call": _call(w0), "frames": _frames(w0["frames"])}] if w0 else []
         if g["open_seq"] is not None:
             o = stuck.filter((pl.col("group") == name) & (pl.col("seq") == g["open_seq"])).row(0, named=True)
             entry["not_completed"] = {"seq": g["open_seq"], "members": _members(o["open_members"])}
             if verdict in ("ok", "incomplete_inputs"):
                 verdict = "incomplete"
-                reason = (f"group {name}: every member seen entered seq {g['open_seq']} and "
+                reason = (f"group {name}" + (f" ({g['group_desc']})" if g["group_desc"] else "")
+                          + f": every member seen entered seq {g['open_seq']} and "
                           f"{_label(_members(o['open_members']))} never completed it: a hang inside the collective "
                           "(a peer not in the inputs, the network, a GPU), not a divergence of the program")
+                if g["no_input"]:  # the members whose dumps are missing: the others wait for one of them
+                    culprits = _members(g["no_input"])
+                    reason += (f"; {_label(culprits)} of the group left no dump in the inputs: the likely culprit(s) (a rank "
+                               "that crashed, or hung before it could dump)")
+                elif o["started"] and o["scheduled"]:
+                    # the others' kernels started (waiting for a peer); these never started theirs: their GPU is
+                    # stuck in earlier work (a kernel that never ends, a stream blocked), the likely culprits
+                    culprits = _members(o["scheduled"])
+                    reason += (f"; {_label(_members(o['started']))} started it (waiting for a peer), {_label(culprits)} only "
+                               "scheduled it (its GPU never started it: stuck in earlier work), the likely culprit(s)")
         if entry["missing_members"] and verdict == "ok":
             verdict = "incomplete_inputs"
-            reason = f"group {name} has {g['size']} members, the inputs hold {g['seen']}: the others' logs or dumps are missing"
+            reason = (f"group {name} has {g['size']} members, the inputs hold {g['seen']}: the others' logs or dumps are missing"
+                      + (f" ({_label(_members(g['no_input']))})" if g["no_input"] else ""))
         out_groups.append(entry)
+    if p2p_open and verdict in ("ok", "incomplete", "incomplete_inputs"):
+        # a send / recv never completed: its peer never posted the matching call (a hang, the peer the culprit), both
+        # sides sent (or received) to each other (a deadlock), or both posted the pair (stuck inside the transfer)
+        f0 = next((f for f in p2p_open if f["kind"] != "posted"), p2p_open[0])
+        if f0["kind"] != "posted":
+            verdict, culprits = "hang", f0["culprits"]
+        elif verdict == "ok":
+            verdict = "incomplete"
+        if f0["kind"] != "posted" or reason is None:
+            reason = f0["text"]
     if verdict == "ok":
         summary = f"consistent: {groups.height} group(s), every member at the same collectives ({coll.height} records)"
     else:
@@ -201,7 +330,59 @@ def diagnose(rows: pl.DataFrame, paths: list[str] | None = None) -> dict[str, An
     warnings += _mixed_runs(rows.filter(~p2p), paths)
     return {"verdict": verdict, "summary": summary, "culprits": culprits, "reason": reason, "first_mismatch": first_mismatch,
             "frames": frames_out, "groups": out_groups, "groups_checked": groups.height,
-            "groups_with_findings": findings.height, "p2p_rows": n_p2p, "records": coll.height, "timeline": timeline, "warnings": warnings}
+            "groups_with_findings": findings.height, "p2p_rows": n_p2p, "p2p_open": p2p_open, "records": coll.height, "timeline": timeline, "warnings": warnings}
+
+
+def _p2p_open(p2p: pl.DataFrame, members: pl.DataFrame | None, dumped: pl.Series) -> list[dict[str, Any]]:
+    """The point-to-point calls of Flight Recorder that never completed, each with what its peer
+    was doing: ``kind`` "never_posted" (the peer holds no open call with this member: it never
+    posted the matching recv / send, the culprit), "missing" (no input of the peer), "deadlock"
+    (both sides sent, or both received, to each other), "posted" (both posted the pair: stuck in
+    the transfer).  The peer is the profiling name's (``send 0->1``: a group rank, made a global
+    one by the group's config, else taken as one).  ``dumped``: the members the inputs' dumps hold
+    records of (a dump is a rank's, of all its groups).  ``MAX_P2P`` of them, the culprits' first."""
+    fr_rows = p2p.filter(pl.col("source") == "flight_recorder")
+    if fr_rows.height == 0:
+        return []
+    present = pl.DataFrame({"member": dumped}, schema={"member": pl.String})
+    if members is not None and members.height:
+        present = pl.concat([present, members.filter(pl.col("from_start").is_not_null()).select("member")]).unique()
+        ranks = members.select("group", "member", "group_rank")
+        to_global = (pl.col("root").cast(pl.Int64).alias("group_rank"))
+        opened = (fr_rows.filter(pl.col("state") != "completed").with_columns(to_global)
+                  .join(ranks.rename({"member": "peer"}), on=["group", "group_rank"], how="left")
+                  .with_columns(pl.col("peer").fill_null(pl.col("root").cast(pl.String))))
+    else:
+        opened = fr_rows.filter(pl.col("state") != "completed").with_columns(pl.col("root").cast(pl.String).alias("peer"))
+    opened = (opened.filter(pl.col("peer").is_not_null())
+              .sort("group", "member", "order").unique(["group", "member", "peer"], keep="first", maintain_order=True)
+              .select("group", "member", "peer", "collective", "p2p_seq", "op_name", "count", "dtype"))
+    if opened.height == 0:
+        return []
+    other = opened.select("group", pl.col("member").alias("peer"), pl.col("peer").alias("member"),
+                          pl.col("collective").alias("peer_call"))
+    there = present.select(pl.col("member").alias("peer"), pl.lit(True).alias("peer_in_inputs"))
+    got = (opened.join(other, on=["group", "member", "peer"], how="left").join(there, on="peer", how="left")
+           .with_columns(pl.when(pl.col("peer_call").is_not_null() & (pl.col("peer_call") == pl.col("collective"))).then(pl.lit("deadlock"))
+                         .when(pl.col("peer_call").is_not_null()).then(pl.lit("posted"))
+                         .when(pl.col("peer_in_inputs").is_null()).then(pl.lit("missing"))
+                         .otherwise(pl.lit("never_posted")).alias("kind"))
+           .with_columns(pl.col("kind").replace_strict({"never_posted": 0, "missing": 1, "deadlock": 2, "posted": 3}).alias("o"))
+           .sort("o", "group", "member").head(MAX_P2P))
+    out = []
+    for r in got.iter_rows(named=True):
+        me, peer = _members([r["member"]])[0], _members([r["peer"]])[0]
+        call = f"{r['op_name'] or r['collective']} (p2p seq {r['p2p_seq']})"
+        want = "recv" if r["collective"] == "send" else "send"
+        text = f"group {r['group']}: rank {me}'s {call} never completed; " + {
+            "never_posted": f"rank {peer} holds no open call with rank {me}: it never posted the matching {want}",
+            "missing": f"rank {peer} left no dump in the inputs (the likely culprit)",
+            "deadlock": f"rank {peer} is in a {r['peer_call']} to rank {me} too: both {r['collective']}, each waits for the other",
+            "posted": f"rank {peer} posted the matching {r['peer_call']}: stuck inside the transfer (the network, a GPU)"}[r["kind"]]
+        culprits = {"never_posted": [peer], "missing": [peer], "deadlock": _members([r["member"], r["peer"]]), "posted": []}[r["kind"]]
+        out.append({"group": r["group"], "member": me, "peer": peer, "call": call, "kind": r["kind"], "culprits": culprits,
+                    "text": text})
+    return out
 
 
 def _names(files: list, paths: list[str] | None) -> str:
@@ -282,3 +463,66 @@ def _timeline(coll: pl.DataFrame, per_member: pl.DataFrame, groups: pl.DataFrame
                     "seq_from": lo, "seq_to": hi, "seq_first": first, "seq_last": last,
                     "divergence": None if kind is None else {"kind": kind, "seq": int(at)}, "odd_members": odd})
     return out
+
+
+_WATCHDOG_SCHEMA = {"rank": pl.Int64, "seq": pl.Int64, "op": pl.String, "pg": pl.String, "last_enqueued": pl.Int64,
+                    "last_completed": pl.Int64}
+
+
+def diagnose_watchdog(items: list[dict[str, Any]], named: list[int], world: int | None = None) -> dict[str, Any] | None:
+    """The verdict of PyTorch's watchdog timeouts alone (the logs of a job whose NCCL lines hold no
+    collective: NCCL_DEBUG=INFO without the COLL subsystem, or no NCCL_DEBUG at all), or None when
+    they say nothing.  Per process group, the furthest seq a rank timed out on; the likely culprits
+    are the ranks behind it (timed out at an earlier seq of that group, or whose last enqueued work
+    is before it, as a rank that did not time out says on its dump signal's line: they never
+    entered it) and, where every timeout is of the default group, the ranks the logs name that
+    logged no timeout at all.  Without them the ranks all timed out in one collective (STUCK: a
+    hang inside it, or a rank whose log is not in the inputs, counted where ``world``, the largest
+    communicator's size, says more ranks exist than the logs name).  Timeouts that name no group are one group only where each rank timed out on one seq
+    (else the seqs of different groups would be compared: no verdict)."""
+    if not items:
+        return None
+    every = pl.from_dicts(items, schema=_WATCHDOG_SCHEMA).filter(
+        pl.col("rank").is_not_null())
+    w = every.filter(pl.col("seq").is_not_null()).unique(["rank", "seq", "pg"])
+    if w.height == 0:
+        return None
+    if w.filter(pl.col("pg").is_null()).group_by("rank").len().select((pl.col("len") > 1).any()).item():
+        return None  # a rank timed out on two seqs of unnamed groups: which group each is, the logs do not say
+    w = w.with_columns(pl.col("pg").fill_null("?"))
+    g = w.group_by("pg").agg(pl.col("seq").max().alias("at"), pl.col("rank").n_unique().alias("ranks")).sort("pg")
+    # the status of a rank that did not time out in a group (its dump signal's line: seq null), of a group named
+    status = (every.filter(pl.col("seq").is_null() & pl.col("pg").is_not_null() & pl.col("last_enqueued").is_not_null())
+              .join(g.select("pg"), on="pg", how="semi"))
+    w = pl.concat([w, status]).join(g, on="pg")
+    timed = w.group_by("pg", "rank").agg(pl.col("seq").max(), pl.col("last_enqueued").max(), pl.col("at").first())
+    behind = timed.filter((pl.col("seq") < pl.col("at")) | (pl.col("last_enqueued") < pl.col("at"))).sort("pg", "rank")
+    # ranks that logged no timeout: those the logs name, where the timeouts are of one group, the default one (PG 0,
+    # or one the lines do not name): a subgroup's members are not every rank the logs name.  The world's size says
+    # how many ranks there are, not that one is silent (the logs of a node, of some ranks only, are common inputs)
+    silent = sorted(set(named) - set(w["rank"].to_list())) if g.height == 1 and g["pg"][0] in ("0", "?") else []
+    seen = set(named) | set(w["rank"].to_list())
+    unseen = (f" (the logs hold {len(seen)} of the job's {world} ranks: the others' are not in the inputs)"
+              if world and world > len(seen) else "")
+    op = w.filter(pl.col("seq") == pl.col("at")).group_by("pg").agg(pl.col("op").drop_nulls().first())
+    g = g.join(op, on="pg", how="left").sort("pg")
+    first = behind.row(0, named=True) if behind.height else None
+    pg = first["pg"] if first else g["pg"][0]
+    gr = g.filter(pl.col("pg") == pg).row(0, named=True)
+    at_ranks = _members([str(r) for r in timed.filter((pl.col("pg") == pg) & (pl.col("seq") == gr["at"]))["rank"].to_list()])
+    where = ("a group the logs do not name" if pg == "?" else f"group {pg}")
+    what = f"seq {gr['at']}" + (f" ({gr['op']})" if gr["op"] else "")
+    if first is None and not silent:
+        return {"verdict": "incomplete", "culprits": [],
+                "reason": (f"PyTorch's watchdog: {_label(at_ranks)} timed out in {what} of {where}, none behind it: a hang "
+                           "inside the collective (the network, a GPU), or a rank whose log is not in the inputs" + unseen)}
+    late = behind.filter(pl.col("pg") == pg)
+    culprits = _members([str(r) for r in late["rank"].to_list()] + [str(r) for r in silent])
+    parts = [f"{_label(at_ranks)} timed out in {what} of {where}"]
+    for r in late.head(8).iter_rows(named=True):
+        parts.append(f"rank {r['rank']} " + (f"timed out at seq {r['seq']}" if r["seq"] is not None and r["seq"] < gr["at"] else
+                                             f"had enqueued only up to seq {r['last_enqueued']}") + ": it never entered it")
+    if silent:
+        parts.append(f"{_label(_members([str(r) for r in silent]))} logged no timeout (likely never entered it: stuck before it, "
+                     "outside NCCL, or dead)")
+    return {"verdict": "hang", "culprits": culprits, "reason": "PyTorch's watchdog: " + "; ".join(parts) + unseen}

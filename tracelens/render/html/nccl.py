@@ -43,7 +43,7 @@ def _verdict(v: dict[str, Any]) -> str:
     for g in v.get("groups") or []:
         bits = []
         if g.get("behind"):
-            bits.append("behind: " + ", ".join(f"{b['member']} (at seq {b['last_seq']})" for b in g["behind"][:16]))
+            bits.append("behind: " + nv.behind_text(g["behind"], 16))
         if g.get("not_completed"):
             nc = g["not_completed"]
             bits.append(f"seq {nc['seq']} never completed on " + ", ".join(str(x) for x in nc["members"][:16]))
