@@ -164,3 +164,19 @@ def test_standalone_directory_of_every_nccl_tool(capsys, tmp_path):
                                          "in_place", "time_us", "algbw_gbps", "busbw_gbps", "wrong"}
     text = cli.main(["report", "--no-cache", str(d)])
     assert text == 0 and "measured bandwidth (59 row(s)" in capsys.readouterr().out
+
+
+def test_bandwidth_tables_alone_say_there_is_nothing_to_align(capsys, tmp_path):
+    """nccl-tests tables alone: no per-call sequence, so the verdict says what the inputs are
+    (2 x (10 + 8 + 11) = 58 bandwidth rows: out-of-place and in-place), not 'no collective records'."""
+    import shutil
+
+    from tests.test_nccl_report import report
+
+    d = tmp_path / "nccl"
+    shutil.copytree(NCCL / "nccl-tests", d)
+    code, err, out = report(capsys, tmp_path, d)
+    assert code == 0, err
+    diag = json.loads(out.read_text())["job"]["nccl_diagnosis"]
+    assert diag["verdict"] == "no_collectives" and diag["culprits"] == []
+    assert diag["summary"].startswith("nothing to align: these inputs hold 58 bandwidth measurement(s)")

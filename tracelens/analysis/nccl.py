@@ -61,6 +61,11 @@ def analyze_nccl(found: list[tuple[Path, str]], warnings: list[str], strict: boo
             if agreed:
                 diag["reason"] = said["reason"] = said["reason"] + f" (the logs' collective lines are {agreed})"
             diag["summary"] = {"hang": "HANG", "incomplete": "STUCK"}[said["verdict"]] + ": " + said["reason"]
+    measured = sum(p.bandwidth.height for p in parses)
+    if diag["verdict"] == "no_collectives" and not diag["watchdog"] and measured:
+        # nccl-tests tables / Inspector records alone: bandwidths, no per-call sequence to align
+        diag["summary"] = (f"nothing to align: these inputs hold {measured} bandwidth measurement(s) (nccl-tests, Inspector), "
+                           "no per-call records of a job (logs with COLL lines, Flight Recorder dumps)")
     a = finish_job(Analysis(inputs=tuple(inputs), ranks=(), warnings=tuple(warnings)))
     d = a.to_dict()
     d["job"]["nccl_diagnosis"] = diag
