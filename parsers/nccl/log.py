@@ -334,14 +334,15 @@ def _assemble(path: str, file: int, got: dict, cut: str | None) -> NcclParse:
                 .drop("host_s", "comm_s"))
         j = (part.lazy()
                 .join(look, on=key4, how="left", nulls_equal=True, maintain_order="left")
-                .with_columns(pl.col("op", "host", "comm").cast(pl.String))
+                # (op, host and comm stay Categorical: the rows' dtype, no string per row)
                 .with_columns(collective.alias("collective"), nranks.alias("group_size"),
                               pl.coalesce(pl.col("rank"), "grank", "launcher_rank").cast(pl.String).alias("member"))
                 .collect())
         # the formats only on a part that needs them
         group = (pl.when(guessed).then(pl.format("nranks={}#{}", pl.col("group_size").cast(pl.String).fill_null("?"), "nth"))
                  .otherwise(pl.col("comm_id")) if j["comm_id"].null_count() else pl.col("comm_id"))
-        member = pl.col("member").fill_null(pl.format("{}:{}[{}]", "host", "pid", "dev")) if j["member"].null_count() else pl.col("member")
+        member = (pl.col("member").fill_null(pl.format("{}:{}[{}]", pl.col("host").cast(pl.String), "pid", "dev"))
+                  if j["member"].null_count() else pl.col("member"))
         return (j.lazy()
                 .select(
                     pl.lit(file, pl.Int32).alias("file"),
@@ -384,8 +385,8 @@ def _assemble(path: str, file: int, got: dict, cut: str | None) -> NcclParse:
         del part
     rows = pl.concat(built, rechunk=False)
     del built
-    if rows.height and rows["group"].str.starts_with("nranks=").any():
-        n = int(rows["group"].str.starts_with("nranks=").sum())
+    if rows.height and rows["group"].cat.starts_with("nranks=").any():
+        n = int(rows["group"].cat.starts_with("nranks=").sum())
         warnings.append(f"{n} collective line(s) name a communicator whose commId the log does not give (no INIT lines: "
                         "NCCL_DEBUG_SUBSYS without INIT, or an excerpt); grouped by size and order of first use (nranks=N#k), a guess")
     words = got["words"]
@@ -396,7 +397,7 @@ def _assemble(path: str, file: int, got: dict, cut: str | None) -> NcclParse:
         "lines": c["lines"], "nccl_lines": c["nccl_lines"], "collective_lines": rows.height,
         "warn_lines": c["warn_lines"], "unknown_lines": c["unknown_lines"], "other_nccl_lines": c["other_nccl_lines"],
         "interleaved_lines": c["interleaved_lines"],
-        "processes": (pl.concat([rows.select("host", "pid").unique(), got["comm"].select("host", "pid")])
+        "processes": (pl.concat([rows.select(pl.col("host").cast(pl.String), "pid").unique(), got["comm"].select("host", "pid")])
                       .unique().height),
         "communicators": comms.height,
         "networks": sorted(words["network"].explode().drop_nulls().unique().to_list()),
