@@ -177,3 +177,29 @@ def test_many_logs_read_by_worker_processes_are_the_same(tmp_path, monkeypatch):
     assert [p.path for p in here] == [p.path for p in pooled] == [str(p) for p, _ in found]
     for a, b in zip(here, pooled):
         assert a.rows.equals(b.rows) and a.comms.equals(b.comms) and a.facts == b.facts and a.warnings == b.warnings
+
+
+def test_categorical_rows_diagnose_and_concat_with_string_rows(tmp_path):
+    # 4 ranks, 3 AllReduce each, rank 3's last missing: a hang at seq 2 with rank 3 behind, whether the rows are
+    # the parser's (Categorical strings: 4-byte codes, no 16-byte views) or the same rows with String columns,
+    # alone or concatenated (a String frame and a Categorical one give String, they do not fail)
+    from tracelens.analysis.job.hang import MEMBERS_SCHEMA, diagnose
+    from tracelens.model.nccl import as_strings
+
+    f = tmp_path / "job.log"
+    f.write_text("\n".join(ln for r in range(4) for ln in rank_lines(r, skip_last=r == 3)) + "\n")
+    rows = log.read(f).rows
+    assert rows.height == 11
+    assert {c for c, t in rows.schema.items() if t == pl.Categorical} == {
+        "group", "group_desc", "collective", "member", "op_name", "dtype", "redop", "state", "comm", "host"}
+    plain = as_strings(rows)
+    assert plain.schema["group"] == pl.String and plain.schema["source"] == pl.String
+    half = pl.concat([rows.filter(pl.col("rank") < 2), plain.filter(pl.col("rank") >= 2)], how="diagonal_relaxed")
+    assert half.schema["member"] == pl.String and half.height == 11
+    # the group's config as a Flight Recorder dump would give it (String group and member: joined with the rows')
+    members = pl.DataFrame({"group": [CID] * 4, "member": ["0", "1", "2", "3"], "group_rank": [0, 1, 2, 3], "from_start": [None] * 4},
+                           schema=MEMBERS_SCHEMA)
+    for r in (rows, plain, half):
+        d = diagnose(r, members=members)
+        assert d["verdict"] == "hang" and d["culprits"] == [3], d["summary"]
+        assert d["groups"][0]["behind"] == [{"member": 3, "rank": 3, "last_seq": 1}]

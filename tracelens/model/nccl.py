@@ -1,21 +1,26 @@
 """What NCCL's own records hold: the rows its logs and PyTorch's Flight Recorder dumps give
 (``NCCL_ROW_SCHEMA``), and NCCL's enums (FORMATS.md 2.2).
 
-``NCCL_ROW_SCHEMA`` is ``COLLECTIVE_SCHEMA`` (its columns first, same dtypes: ``rows.select(
-COLLECTIVE_SCHEMA)`` gives plain collective rows) plus what a hang diagnosis compares across ranks:
+``NCCL_ROW_SCHEMA`` is ``COLLECTIVE_SCHEMA`` (its columns first, same dtypes but for the strings, held as
+Categorical: ``rows.cast(COLLECTIVE_SCHEMA)`` of its columns gives plain collective rows) plus what a hang
+diagnosis compares across ranks.  Every string column but ``frames`` is Categorical (4 bytes a row where a
+String is a 16-byte view, plus its heap past 12 bytes: a communicator's ``0x...`` id, a host name), ``source``
+the event table's Enum; a concat with a frame whose column is String (``how="diagonal_relaxed"``) gives String;
+a join on one of them with a String frame needs a cast (``as_strings``):
 
-source       String   ``nccl_log`` | ``flight_recorder``
-member       String   who issued it within the group: the rank when known, else ``host:pid[dev]``
-op_name      String   the name as recorded (``AllReduce``, ``gloo:all_reduce`` ...)
+group, group_desc, collective   Categorical   (``COLLECTIVE_SCHEMA``'s String columns)
+source       Enum     ``nccl_log`` | ``flight_recorder`` ... (``tracelens.model.schema.SOURCES``)
+member       Categorical  who issued it within the group: the rank when known, else ``host:pid[dev]``
+op_name      Categorical  the name as recorded (``AllReduce``, ``gloo:all_reduce`` ...)
 count        Int64    elements (NCCL's ``count``; Flight Recorder: the input's elements)
 out_count    Int64    output elements (Flight Recorder); null in logs
-dtype        String   element type (``float32``; torch names as recorded: ``Float``)
+dtype        Categorical  element type (``float32``; torch names as recorded: ``Float``)
 root         Int32    root (Broadcast/Reduce) or peer (Send/Recv); null when the source has none
-redop        String   reduction op (``sum`` ...); null when not logged
-state        String   ``scheduled`` | ``started`` | ``completed`` (a log line: ``scheduled``)
+redop        Categorical  reduction op (``sum`` ...); null when not logged
+state        Categorical  ``scheduled`` | ``started`` | ``completed`` (a log line: ``scheduled``)
 p2p_seq      Int64    Flight Recorder ``p2p_seq_id``; null in logs
-comm         String   the communicator in its process (log ``comm`` pointer; FR ``pg_id``)
-host, pid    String, Int64   the process (logs); null when unknown
+comm         Categorical  the communicator in its process (log ``comm`` pointer; FR ``pg_id``)
+host, pid    Categorical, Int64   the process (logs); null when unknown
 order        Int64    the row's place in its file (line number, FR ``record_id``)
 frames       String   stack frames, JSON list of ``[name, filename, line]`` (FR pickles); null elsewhere
 """
@@ -26,26 +31,36 @@ from typing import Any
 
 import polars as pl
 
-from tracelens.model.schema import COLLECTIVE_SCHEMA
+from tracelens.model.schema import COLLECTIVE_SCHEMA, SOURCES
 
+_CAT = pl.Categorical()
 NCCL_ROW_SCHEMA: dict[str, pl.DataType] = {
     **COLLECTIVE_SCHEMA,
-    "source": pl.String(),
-    "member": pl.String(),
-    "op_name": pl.String(),
+    "group": _CAT,
+    "group_desc": _CAT,
+    "collective": _CAT,
+    "source": pl.Enum(SOURCES),
+    "member": _CAT,
+    "op_name": _CAT,
     "count": pl.Int64(),
     "out_count": pl.Int64(),
-    "dtype": pl.String(),
+    "dtype": _CAT,
     "root": pl.Int32(),
-    "redop": pl.String(),
-    "state": pl.String(),
+    "redop": _CAT,
+    "state": _CAT,
     "p2p_seq": pl.Int64(),
-    "comm": pl.String(),
-    "host": pl.String(),
+    "comm": _CAT,
+    "host": _CAT,
     "pid": pl.Int64(),
     "order": pl.Int64(),
     "frames": pl.String(),
 }
+
+
+def as_strings(rows: pl.DataFrame) -> pl.DataFrame:
+    """``rows`` with its Categorical and Enum columns as String: for code that joins them with String frames."""
+    return rows.with_columns(pl.col(pl.Categorical, pl.Enum).cast(pl.String))
+
 
 # the communicators an NCCL log names: one row per (file, host, pid, comm pointer)
 COMM_SCHEMA: dict[str, pl.DataType] = {

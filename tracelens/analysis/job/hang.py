@@ -26,6 +26,7 @@ from typing import Any
 import polars as pl
 
 from tracelens.model.collectives import P2P
+from tracelens.model.nccl import as_strings
 
 FIELDS = ("collective", "count", "dtype", "root", "redop")  # what must agree across members at one seq
 MAX_GROUPS = 20  # groups reported in full (the others counted)
@@ -139,7 +140,9 @@ def diagnose(rows: pl.DataFrame, paths: list[str] | None = None, members: pl.Dat
     if rows.height == 0:
         return {"verdict": "no_collectives", "summary": "no collective records in the inputs", "culprits": [], "reason": None,
                 "groups": [], "p2p_rows": 0, "p2p_open": [], "groups_checked": 0, "first_mismatch": None, "frames": [], "timeline": []}
-    rows = rows.with_columns(pl.col("member").fill_null(pl.format("file{}", "file")))
+    # (the rows' Categorical columns as String: the diagnosis joins them with String frames, the groups' configs and
+    # its timeline grid)
+    rows = as_strings(rows).with_columns(pl.col("member").fill_null(pl.format("file{}", "file")))
     p2p = pl.col("collective").is_in(list(P2P))
     n_p2p = int(rows.select(p2p.sum()).item())
     coll = rows.filter(~p2p)
