@@ -358,10 +358,23 @@ class Replay:
             D0 = D0.zip_with(D0 >= floor_off, floor_off)
             lay = [(vi, ui, wi + offW[vi]) for vi, ui, wi in layers]
             a0 = D0[lay[0][0]] if lay else None
+            # a dense first layer (a quarter of the key rows or more) as whole columns: every row's term
+            # gathered (a row without an edge: from row 0, far below any D0, which is >= 0), no scatter
+            dense = bool(lay) and 4 * lay[0][0].len() >= D0.len()
+            if dense:
+                vi0, ui0, wo0 = lay[0]
+                uf = pl.repeat(0, D0.len(), dtype=ui0.dtype, eager=True).scatter(vi0, ui0)
+                wf = pl.repeat(-(1 << 61), D0.len(), dtype=pl.Int64, eager=True).scatter(vi0, wo0)
             while rounds < MAX_ROUNDS:
                 rounds += 1
-                D = D0.clone()  # (scatter writes in place)
+                if dense:
+                    b = T[uf] + wf
+                    D = D0.zip_with(D0 >= b, b)
+                else:
+                    D = D0.clone()  # (scatter writes in place)
                 for j, (vi, ui, wo) in enumerate(lay):
+                    if j == 0 and dense:
+                        continue
                     a, b = a0 if j == 0 else D[vi], T[ui] + wo
                     D = D.scatter(vi, a.zip_with(a >= b, b))
                 Tn = D.cum_max() - offW
