@@ -175,7 +175,8 @@ class Replay:
                            (last["ei"].gather(v) == pl.int_range(0, e.height, dtype=pl.Int64, eager=True)).alias("bind"),
                            last["kind"].gather(v).alias("bkind"), t.gather(last["u"].gather(v)).alias("btu")).with_row_index("ei")
         e = e.with_columns((pl.col("tv") - pl.col("tu")).alias("gap"))
-        typical = dict(e.filter("bind").group_by("kind").agg(pl.col("gap").median()).select(pl.col("kind").cast(pl.String), "gap").iter_rows())
+        # (only the kinds that take it: not the thread and act edges, most of the bound ones)
+        typical = dict(e.filter(pl.col("bind") & ~kind.is_in(["thread", "act"])).group_by("kind").agg(pl.col("gap").median()).select(pl.col("kind").cast(pl.String), "gap").iter_rows())
 
         # per kind (by its Enum code): its typical delay (thread and act edges never take it)
         typ = pl.Series([int(typical.get(k) or 0) for k in critical.EDGE_KINDS], dtype=pl.Int64)
@@ -245,7 +246,8 @@ class Replay:
         po = self.P.get_column("o")
         ends = self.P.select("k", "i", "o")
         if main_tid is not None:
-            ends = ends.filter(nodes.get_column("dev")[po] | (nodes.get_column("tid")[po] == main_tid).fill_null(False))
+            ok = nodes.select(pl.col("dev") | (pl.col("tid") == main_tid).fill_null(False)).to_series()  # by node, then by row
+            ends = ends.filter(ok.gather(po))
         self.ends = ends.group_by("k").agg(pl.col("i").get(pl.col("o").arg_min()).alias("a"),
                                            pl.col("i").get(pl.col("o").arg_max()).alias("z")).sort("k")
         # the rounds run on the key rows only: those a cross edge enters or leaves, those with their own
