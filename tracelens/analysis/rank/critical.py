@@ -213,16 +213,30 @@ def _nodes(host: pl.DataFrame, gpu: pl.DataFrame) -> pl.DataFrame:
     phase = pl.when(~pl.col("end")).then(2).when(pl.col("dur_ns") > 0).then(1).otherwise(3)
     lane = pl.when(pl.col("end")).then(pl.col("dev").not_()).otherwise(pl.col("dev")).cast(pl.Int8)
     durkey = pl.when(pl.col("end")).then(pl.col("dur_ns")).otherwise(-pl.col("dur_ns"))
-    return (
-        pts.with_columns(phase.alias("_ph"), lane.alias("_ln"), durkey.alias("_dk"))
-        # then what the events are, not where the file put them (identical kernels launched at one
-        # time: the launch's correlation id tells them apart, whatever the file's order), the row last
-        .sort("t", "_ph", "_ln", "_dk", "dev", "correlation", "stream", "pid", "tid", "_row", nulls_last=True,
-              maintain_order=True)  # the keys are unique: the same order, the stable sort is cheaper
-        .with_row_index("o")
-        .select(pl.col("o").cast(pl.Int64), "t", "_row", "dev", "end", "ts_ns", "dur_ns", *cols)
-        .collect(engine="in-memory")
-    )
+    pts = pts.with_columns(phase.alias("_ph"), lane.alias("_ln"), durkey.alias("_dk")).collect(engine="in-memory").rechunk()
+    # then what the events are, not where the file put them (identical kernels launched at one
+    # time: the launch's correlation id tells them apart, whatever the file's order), the row last
+    keys = ["t", "_ph", "_ln", "_dk", "dev", "correlation", "stream", "pid", "tid", "_row"]
+    out = ["t", "_row", "dev", "end", "ts_ns", "dur_ns", *cols]
+    span, dmax = pts.select((pl.col("t").max() - pl.col("t").min()).alias("s"), pl.col("_dk").abs().max().alias("d")).row(0)
+    if span is None or ((span * 8 + 7) * (2 * dmax + 1) + 2 * dmax) >= (1 << 63):  # no room to pack the keys: sort by all of them
+        return pts.sort(keys, nulls_last=True, maintain_order=True).select(out).with_row_index("o").with_columns(pl.col("o").cast(pl.Int64))
+    # the same order, cheaper: (t, _ph, _ln, _dk) packed into one integer (dev follows from _ph and
+    # _ln: a start's lane is its dev, an end's the other), sorted; only the points that tie on it
+    # (events at one time, phase, lane and duration: a few percent) sorted again by the other keys.
+    # The keys are unique (an event's start and end differ in t or _ph), so no order is left to stability
+    packed = (((pl.col("t") - pl.col("t").min()) * 8 + pl.col("_ph") * 2 + pl.col("_ln").cast(pl.Int64)) * (2 * dmax + 1)
+              + pl.col("_dk") + dmax)
+    k = pts.select(packed).to_series()
+    perm = k.arg_sort()
+    kp = k.gather(perm)
+    tie = (kp == kp.shift(1)).fill_null(False) | (kp == kp.shift(-1)).fill_null(False)
+    if tie.any():
+        at = perm.filter(tie)
+        rest = pts.select(keys[5:])[at].with_columns(kp.filter(tie).alias("_k"))
+        perm = perm.scatter(pl.int_range(0, k.len(), dtype=pl.UInt32, eager=True).filter(tie),
+                            at.gather(rest.select(pl.arg_sort_by(["_k", *keys[5:]], nulls_last=True)).to_series()))
+    return pts.select(out)[perm].with_row_index("o").with_columns(pl.col("o").cast(pl.Int64))
 
 
 def candidate_edges(host: pl.DataFrame, gpu: pl.DataFrame, dsync: pl.DataFrame, nodes: pl.DataFrame,
@@ -243,7 +257,8 @@ def candidate_edges(host: pl.DataFrame, gpu: pl.DataFrame, dsync: pl.DataFrame, 
     # per thread: the previous point.  The interval after a start is its event's; after an end, the
     # event that ends next when the next point is an end (the innermost one open), else its parent's
     # self time or untraced host time between top-level events (cpu); inside a DataLoader span, data loading
-    th = hn.sort("pid", "tid", maintain_order=True)  # hn is in node order: a stable sort by thread is by (thread, o), 4x cheaper
+    # hn is in node order: a stable sort by thread is by (thread, o), 4x cheaper (of the columns read here)
+    th = hn.select("o", "pid", "tid", "end", "cat", "_row", "kind", "autograd").sort("pid", "tid", maintain_order=True)
     same_prev = (pl.col("tid") == pl.col("tid").shift(1)) & (pl.col("pid") == pl.col("pid").shift(1))
     same_next = (pl.col("tid") == pl.col("tid").shift(-1)) & (pl.col("pid") == pl.col("pid").shift(-1))
     after_cat = (pl.when(~pl.col("end")).then(pl.col("cat"))
@@ -305,7 +320,10 @@ def candidate_edges(host: pl.DataFrame, gpu: pl.DataFrame, dsync: pl.DataFrame, 
     # an activity's end after its start
     gs = gn.filter(~pl.col("end")).select(pl.col("o").alias("_s"), "_row", "stream", "ts_ns", "dur_ns", "correlation", "cat")
     ge = gn.filter(pl.col("end")).select(pl.col("o").alias("_e"), "_row")
-    acts = gs.join(ge, on="_row")  # one row per activity: its start and end nodes
+    # one row per activity: its start and end nodes (its end by its row: a scatter and a gather, no join)
+    e_of = pl.repeat(None, int(ge.get_column("_row").max() or 0) + 1, dtype=pl.Int64, eager=True).scatter(
+        ge.get_column("_row"), ge.get_column("_e")) if ge.height else pl.Series([None], dtype=pl.Int64)
+    acts = gs.with_columns(e_of.gather(gs.get_column("_row")).alias("_e"))
     out.append(acts.lazy().select(pl.col("_e").alias("v"), pl.col("_s").alias("u"), "cat", pl.col("_row").alias("owner"), _k("act")))
     # launch -> activity (the call's start), and a call that returns after its activity ends: after that end
     calls = hn.filter(pl.col("correlation").is_not_null() & pl.col("kind").is_in(["runtime", "sync"]))
@@ -467,12 +485,15 @@ def step_paths(df: pl.DataFrame, device: int | None, windows: list[tuple[int, in
     hop = pc.gather(head).gather(pos)  # each node's jump: its run head's dependency (null: none)
     # the jump table over the nodes a path can land on (the heads' dependencies and the windows' last
     # nodes), compacted; one without a dependency points at a sentinel that is before every window
-    ends_ok = (nodes if main_tid is None else nodes.filter(pl.col("dev") | (pl.col("tid") == main_tid))).select("o", "t")
+    ends_ok = nodes.select("o", "t") if main_tid is None else \
+        nodes.select("o", "t", "dev", "tid").filter(pl.col("dev") | (pl.col("tid") == main_tid)).select("o", "t")
     win = pl.DataFrame({"k": list(range(n_win)), "t0": [s for s, _ in windows], "t1": [e for _, e in windows]},
                        schema={"k": pl.Int64, "t0": pl.Int64, "t1": pl.Int64})
     z = win.sort("t1").join_asof(ends_ok.rename({"t": "_zt"}), left_on="t1", right_on="_zt", strategy="backward") \
         .filter(pl.col("o").is_not_null() & (pl.col("_zt") >= pl.col("t0"))).select("k", pl.col("o").alias("node"))
-    land = pl.concat([hop.drop_nulls(), z.get_column("node")]).unique()
+    # (in node order: a mask scattered, cheaper than a hash unique)
+    land = pl.int_range(0, n, dtype=pl.Int64, eager=True).filter(
+        pl.repeat(False, n, eager=True).scatter(hop.drop_nulls(), True).scatter(z.get_column("node"), True))
     m = land.len()
     idx = pl.repeat(m, n, dtype=pl.Int64, eager=True).scatter(land, pl.int_range(0, m, dtype=pl.Int64, eager=True))
     jump = idx.gather(hop.gather(land).fill_null(0)).zip_with(hop.gather(land).is_not_null(), pl.Series([m] * m, dtype=pl.Int64)) \

@@ -175,24 +175,25 @@ class Replay:
                            (last["ei"].gather(v) == pl.int_range(0, e.height, dtype=pl.Int64, eager=True)).alias("bind"),
                            last["kind"].gather(v).alias("bkind"), t.gather(last["u"].gather(v)).alias("btu")).with_row_index("ei")
         e = e.with_columns((pl.col("tv") - pl.col("tu")).alias("gap"))
-        typical = dict(e.filter("bind").group_by("kind").agg(pl.col("gap").median()).select(pl.col("kind").cast(pl.String), "gap").iter_rows())
+        # (only the kinds that take it: not the thread and act edges, most of the bound ones)
+        typical = dict(e.filter(pl.col("bind") & ~kind.is_in(["thread", "act"])).group_by("kind").agg(pl.col("gap").median()).select(pl.col("kind").cast(pl.String), "gap").iter_rows())
 
-        def typ(k: str) -> pl.Expr:
-            return pl.min_horizontal(pl.col("gap"), pl.lit(int(typical.get(k) or 0), pl.Int64))
-
+        # per kind (by its Enum code): its typical delay (thread and act edges never take it)
+        typ = pl.Series([int(typical.get(k) or 0) for k in critical.EDGE_KINDS], dtype=pl.Int64)
         blocked = pl.col("bkind").is_in(["sync", "return_sync", "handoff", "coll_wait", "flow"]) & ~pl.col("bind")
         w = (pl.when(kind == "thread").then(pl.when(blocked).then(pl.col("tv") - pl.col("btu")).otherwise(pl.col("gap")))
-             .when(kind == "act").then(pl.col("gap"))
-             .when(pl.col("bind")).then(pl.col("gap")))
-        for k in critical.EDGE_KINDS:
-            if k not in ("thread", "act"):
-                w = w.when(kind == k).then(typ(k))
-        self.e = e.with_columns(w.otherwise(pl.col("gap")).alias("w")).select("ei", "v", "u", "kind", "cat", "owner", "gap", "w")
+             .when((kind == "act") | pl.col("bind")).then(pl.col("gap"))
+             .otherwise(pl.min_horizontal(pl.col("gap"), pl.lit(typ).gather(kind.to_physical()))))
+        self.e = e.with_columns(w.alias("w")).select("ei", "v", "u", "kind", "cat", "owner", "gap", "w")
         chain_kinds = ["thread", "act", "stream"]
         ch = self.e.filter(kind.is_in(chain_kinds)).select("v", pl.col("u").alias("cu"), pl.col("ei").alias("ci"))
         cross = self.e.filter(~kind.is_in(chain_kinds)).select("v", "u", "ei")
-        # each node's chain: its thread, or its stream (a stream's points in activity order: start, end, ...)
-        nd = nodes.select("o", "dev", "end", "pid", "tid", "stream").join(ch, left_on="o", right_on="v", how="left").sort("o")
+        # each node's chain: its thread, or its stream (a stream's points in activity order: start, end, ...);
+        # its chain edge (``cu``, ``ci``: a node has at most one, thread, act or stream) scattered by node
+        chv = ch.get_column("v")
+        nd = nodes.select("o", "dev", "end").with_columns(
+            pl.repeat(None, n, dtype=pl.Int64, eager=True).scatter(chv, ch.get_column("cu")).alias("cu"),
+            pl.repeat(None, n, dtype=pl.UInt32, eager=True).scatter(chv, ch.get_column("ci")).alias("ci"))
         nd = nd.with_columns(
             _chain_ids(nodes, g.chain).alias("chain"),
             pl.when(pl.col("dev") & pl.col("end")).then(pl.col("cu") * 2 + 1).otherwise(pl.col("o") * 2).alias("pos"),
@@ -214,7 +215,8 @@ class Replay:
         span = 2 * n + 2
         nchain = int(nd.get_column("chain").max() or 0) + 1
         P = P.with_row_index("f").with_columns(*(nd.get_column(c).gather(at) for c in ("chain", "pos", "cu", "ci")))
-        P = P.sort((pl.col("k") * nchain + pl.col("chain").cast(pl.Int64)) * span + pl.col("pos"))
+        # (unique: an arg_sort of the key, then one gather of the contiguous columns)
+        P = P.rechunk()[P.select((pl.col("k") * nchain + pl.col("chain").cast(pl.Int64)) * span + pl.col("pos")).to_series().arg_sort()]
         P = P.with_columns(pl.Series("t", t.gather(P.get_column("o"))),
                            pl.Series("tcu", t.gather(P.get_column("cu").fill_null(0))),
                            pl.Series("hin", has_in.gather(P.get_column("o")))).with_row_index("i")
@@ -244,7 +246,8 @@ class Replay:
         po = self.P.get_column("o")
         ends = self.P.select("k", "i", "o")
         if main_tid is not None:
-            ends = ends.filter(nodes.get_column("dev")[po] | (nodes.get_column("tid")[po] == main_tid).fill_null(False))
+            ok = nodes.select(pl.col("dev") | (pl.col("tid") == main_tid).fill_null(False)).to_series()  # by node, then by row
+            ends = ends.filter(ok.gather(po))
         self.ends = ends.group_by("k").agg(pl.col("i").get(pl.col("o").arg_min()).alias("a"),
                                            pl.col("i").get(pl.col("o").arg_max()).alias("z")).sort("k")
         # the rounds run on the key rows only: those a cross edge enters or leaves, those with their own
@@ -357,10 +360,23 @@ class Replay:
             D0 = D0.zip_with(D0 >= floor_off, floor_off)
             lay = [(vi, ui, wi + offW[vi]) for vi, ui, wi in layers]
             a0 = D0[lay[0][0]] if lay else None
+            # a dense first layer (a quarter of the key rows or more) as whole columns: every row's term
+            # gathered (a row without an edge: from row 0, far below any D0, which is >= 0), no scatter
+            dense = bool(lay) and 4 * lay[0][0].len() >= D0.len()
+            if dense:
+                vi0, ui0, wo0 = lay[0]
+                uf = pl.repeat(0, D0.len(), dtype=ui0.dtype, eager=True).scatter(vi0, ui0)
+                wf = pl.repeat(-(1 << 61), D0.len(), dtype=pl.Int64, eager=True).scatter(vi0, wo0)
             while rounds < MAX_ROUNDS:
                 rounds += 1
-                D = D0.clone()  # (scatter writes in place)
+                if dense:
+                    b = T[uf] + wf
+                    D = D0.zip_with(D0 >= b, b)
+                else:
+                    D = D0.clone()  # (scatter writes in place)
                 for j, (vi, ui, wo) in enumerate(lay):
+                    if j == 0 and dense:
+                        continue
                     a, b = a0 if j == 0 else D[vi], T[ui] + wo
                     D = D.scatter(vi, a.zip_with(a >= b, b))
                 Tn = D.cum_max() - offW
@@ -385,10 +401,12 @@ class Replay:
 def _chain_ids(nodes: pl.DataFrame, chain: pl.Series) -> pl.Series:
     """Each node's chain (its thread, or its stream) as a number: ``chain`` (the graph's) lists the
     nodes thread by thread, then stream by stream; a new number where the thread or stream changes."""
-    f = nodes.select("dev", pl.when(pl.col("dev")).then(None).otherwise(pl.col("pid")).alias("p"),
-                     pl.when(pl.col("dev")).then(None).otherwise(pl.col("tid")).alias("h"),
-                     pl.when(pl.col("dev")).then(pl.col("stream")).alias("s"))[chain]
-    new = f.select(pl.any_horizontal(pl.all().ne_missing(pl.all().shift(1)))).to_series().fill_null(True)
+    hn = int((~nodes.get_column("dev")).sum())  # the host nodes come first in ``chain``
+    hc, dc = chain.head(hn), chain.slice(hn)
+    pid, tid, stream = (nodes.get_column(c) for c in ("pid", "tid", "stream"))
+    p, h, s = pid.gather(hc), tid.gather(hc), stream.gather(dc)
+    new = pl.concat([(p.ne_missing(p.shift(1)) | h.ne_missing(h.shift(1))).fill_null(True),
+                     s.ne_missing(s.shift(1)).fill_null(True).scatter(0, True) if dc.len() else pl.Series([], dtype=pl.Boolean)])
     return pl.repeat(0, nodes.height, dtype=pl.UInt32, eager=True).scatter(chain, new.cast(pl.UInt32).cum_sum())
 
 
