@@ -366,7 +366,9 @@ def load(
     or the format ``prefer`` names ("kineto", "nsys"); the other file is left out with a
     warning naming both.
     """
+    paths = list(paths)
     files, from_dirs, warnings = discover(paths, strict=strict)
+    skipped: list[str] = []  # why each file found in a directory was left out
     if not files:
         raise TraceInputError(".", "no input files")
     handles: dict[int, RankHandle] = {}  # by item: a file, or one rank of a file that holds several
@@ -393,6 +395,7 @@ def load(
                 said = f"{err.path}: skipped ({err.problem})"
                 if said not in warnings:  # once for a file, however many of its parts met it
                     warnings.append(said)
+                    skipped.append(said)
                 return
             raise err
         assert handle is not None and j is not None
@@ -468,7 +471,11 @@ def load(
     cache_warnings += next(([text] for kind, text in said if kind == "cache"), [])  # one, however many files met it
     warnings.extend(cache_warnings)
     if not handles:
-        raise TraceInputError(str(files[0].parent if len(files) > 1 else files[0]), "no traces among the inputs")
+        # the inputs as given (the first file's folder once named a subfolder of the input), and why
+        # the files found were skipped (the error is the one line a command prints)
+        where = ", ".join(map(str, paths[:3])) + (f" (+{len(paths) - 3} more)" if len(paths) > 3 else "")
+        why = f": {len(files)} file(s) found, each skipped (the first: {skipped[0]})" if skipped else ""
+        raise TraceInputError(where, f"no traces among the inputs{why}")
     order = sorted(handles)
     kept = [handles[i] for i in order]
     for fi, h in enumerate(kept):
