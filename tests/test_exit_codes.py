@@ -634,3 +634,14 @@ def test_options_that_a_saved_report_cannot_use_are_refused_with_load(tmp_path, 
     code, lines, _ = run(capsys, "report", "--load", saved, "--nccl", tmp_path, "--compare", saved)
     assert code == EXIT_USAGE and "--nccl does not apply to --load" in error_line(lines)
     assert run(capsys, "report", "--load", saved, "--compare", saved, "-o", tmp_path / "c.html")[0] == EXIT_OK
+
+
+@pytest.mark.parametrize("argv", [["report", "--gpu", ""], ["report", "--step-range", " "], ["open", "--data-range", ""],
+                                  ["export-trace", "--step-range", "", "-o", "{t}/x.json"]])
+def test_an_empty_option_value_is_a_usage_error(tmp_path, capsys, argv):
+    """``--gpu "$GPU"`` with GPU unset once ran as if no --gpu were given (the MFU silently unknown);
+    now exit 2 naming the option, before anything is read."""
+    cmd, flag, *rest = argv
+    code, lines, out = run(capsys, cmd, trace(tmp_path), flag, *(a.format(t=tmp_path) for a in rest))
+    assert code == EXIT_USAGE and out == "" and not (tmp_path / "x.json").exists()
+    assert error_line(lines) == f"tracelens: error: {flag.split()[0]} is empty: give a value, or leave the option out"

@@ -255,6 +255,7 @@ def _cmd_export_trace(args: argparse.Namespace) -> int:
 
     try:
         steps = parse_steps(args.steps) if args.steps else None
+        _refuse_empty(args)
         if args.step_range:
             re.compile(args.step_range)
     except (ValueError, re.error) as e:
@@ -481,6 +482,15 @@ def _apply_job_settings(args: argparse.Namespace) -> None:
         setattr(args, key, value)
 
 
+def _refuse_empty(args: argparse.Namespace, where=lambda k: "--" + k.replace("_", "-")) -> None:
+    """ValueError on an empty --gpu, --step-range or --data-range: an empty value (``--gpu "$GPU"``
+    with GPU unset) was once taken for no option, without a word."""
+    for key in ("step_range", "data_range", "gpu"):
+        v = getattr(args, key, None)
+        if v is not None and not v.strip():
+            raise ValueError(f"{where(key)} is empty: give a value, or leave the option out")
+
+
 def _check_options(args: argparse.Namespace) -> tuple[int, int] | None:
     """--steps parsed and the regexes compiled; the numbers that MFU is built on finite and
     positive, and given together where they only mean something together; ValueError/re.error
@@ -495,11 +505,12 @@ def _check_options(args: argparse.Namespace) -> tuple[int, int] | None:
         from tracelens.model.options import parse_steps  # (dataclasses: ~8 ms that a cached report does without)
 
         steps = parse_steps(args.steps)
+    given = dict(getattr(args, "given", ()))
+    where = lambda k: given.get(k, "--" + k.replace("_", "-"))  # noqa: E731
+    _refuse_empty(args, where)
     for rx in (args.step_range, args.data_range):
         if rx:
             re.compile(rx)
-    given = dict(getattr(args, "given", ()))
-    where = lambda k: given.get(k, "--" + k.replace("_", "-"))  # noqa: E731
     for key in POSITIVE:
         v = getattr(args, key, None)
         if v is not None and not (math.isfinite(v) and v > 0):
