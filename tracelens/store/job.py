@@ -558,12 +558,15 @@ def _fmt_gap(ns: int) -> str:
 
 def _separate_runs(metas: list[TraceMeta], span_of: list[Callable[[], tuple[int | None, int | None]]]) -> str | None:
     """Why the files look like separate runs rather than the ranks of one job, or None.  Only
-    without distributedInfo in any file (a job's ranks that say so are believed), and only on
+    when some file lacks distributedInfo (a job's ranks that all say so are believed), and only on
     evidence: different GPU models, or traced spans that do not overlap and lie more than a
     minute apart (a job's ranks are traced together; clocks of one cluster agree far better)."""
     import datetime as dt
 
-    if len(metas) < 2 or any(m.distributed for m in metas):
+    said = sum(1 for m in metas if m.distributed)
+    # every file saying it is a rank of a job is believed; some saying so is not enough (a rank's
+    # Kineto trace with another run's nsys export beside it was once taken for one job)
+    if len(metas) < 2 or said == len(metas):
         return None
     evidence = []
     gpus = list(dict.fromkeys(str(m.device_name) for m in metas if m.device_name))
@@ -593,7 +596,8 @@ def _separate_runs(metas: list[TraceMeta], span_of: list[Callable[[], tuple[int 
         return None
     ranks = ", ".join(str(m.rank) for m in metas)
     return (
-        f"the {len(metas)} files look like separate runs, not one {len(metas)}-rank job: no file has distributedInfo, and "
+        f"the {len(metas)} files look like separate runs, not one {len(metas)}-rank job: "
+        + (f"only {said} of them {'has' if said == 1 else 'have'} distributedInfo" if said else "no file has distributedInfo") + ", and "
         + "; and ".join(evidence)
         + f". They are analysed side by side as ranks {ranks}, but the job's numbers across them (job MFU, step times,"
         " clock alignment, stragglers) mix separate runs: load each run on its own"
