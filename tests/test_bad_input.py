@@ -66,6 +66,22 @@ def test_directory_without_traces(tmp_path):
     assert r.returncode == 3 and "no trace files" in r.stderr and str(tmp_path) in r.stderr
 
 
+def test_a_job_of_only_skipped_files_names_the_input_and_why(tmp_path):
+    """``info DIR`` whose only files (in a subfolder) are Flight Recorder dumps: the error once
+    named the subfolder ('DIR/sub: no traces among the inputs'), not the input, and not why."""
+    import shutil
+
+    sub = tmp_path / "job" / "sub"
+    sub.mkdir(parents=True)
+    for r in (0, 1):
+        shutil.copyfile(real_traces() / f"nccl/flight_recorder/fr_gloo_rank_{r}.json", sub / f"fr_{r}.json")
+    r = run_cli("info", tmp_path / "job", cache=tmp_path / "cache")
+    (line,) = r.stderr.strip().splitlines()
+    assert r.returncode == 3 and line.startswith(f"tracelens: error: {tmp_path / 'job'}: no traces among the inputs: "
+                                                 "2 file(s) found, each skipped (the first: "), line
+    assert "Flight Recorder" in line and "--nccl" in line
+
+
 def test_missing_path(tmp_path):
     r = run_cli("info", tmp_path / "nope")
     assert r.returncode == 3 and "no such file" in r.stderr

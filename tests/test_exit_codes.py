@@ -598,3 +598,50 @@ def test_real_process_format_and_usage_errors(tmp_path):
 def test_argparse_errors_are_one_line(capsys, argv):
     code, lines, out = run(capsys, *argv)
     assert code == EXIT_USAGE and len(lines) == 1 and " error: " in lines[0] and "--help" in lines[0] and out == "", lines
+
+
+def test_a_command_that_does_not_exist_is_a_usage_error(capsys, tmp_path, monkeypatch):
+    """``tracelens compare a b`` once said 'compare: no such file or directory' (exit 3): the
+    word was taken for a trace path; a missing trace path (it has a dot) keeps its exit 3."""
+    monkeypatch.chdir(tmp_path)
+    code, lines, out = run(capsys, "compare", "a.json", "b.json")
+    assert code == EXIT_USAGE and len(lines) == 1 and "'compare' is neither a command" in lines[0]
+    assert "--compare BASELINE" in lines[0] and out == ""
+    code, lines, _ = run(capsys, "a.json")
+    assert code == EXIT_BAD_INPUT and "no such file" in error_line(lines)
+
+
+def test_open_without_a_terminal_refuses_instead_of_waiting(tmp_path):
+    """``tracelens open`` with stdin from /dev/null and stdout a pipe once started the UI and
+    waited for keys forever (found by running every command unattended); now exit 2, one line,
+    before anything is loaded."""
+    r = subprocess.run([sys.executable, "-m", "tracelens", "open", str(SAMPLE_TRACES / "job_2ranks")], capture_output=True,
+                       text=True, cwd=ROOT, stdin=subprocess.DEVNULL, timeout=60)
+    assert r.returncode == EXIT_USAGE and r.stdout == ""
+    assert r.stderr.strip().splitlines() == ["tracelens: error: open needs a terminal (stdin and stdout); without one: "
+                                             "tracelens report PATH [-o report.html]"]
+
+
+def test_options_that_a_saved_report_cannot_use_are_refused_with_load(tmp_path, capsys):
+    """``report --load r.json --gpu H100`` (or --critical-path, --nccl, --steps) once re-rendered the
+    saved report without a word, as if the option had been applied; now a usage error naming them."""
+    saved = tmp_path / "r.json"
+    assert run(capsys, "report", trace(tmp_path), "-o", saved)[0] == EXIT_OK
+    code, lines, out = run(capsys, "report", "--load", saved, "--gpu", "H100", "--critical-path")
+    assert code == EXIT_USAGE and out == ""
+    assert error_line(lines) == ("tracelens: error: --critical-path, --gpu do not apply to --load: a saved report is shown "
+                                 "as it was analysed (analyse its traces again to change that)")
+    code, lines, _ = run(capsys, "report", "--load", saved, "--nccl", tmp_path, "--compare", saved)
+    assert code == EXIT_USAGE and "--nccl does not apply to --load" in error_line(lines)
+    assert run(capsys, "report", "--load", saved, "--compare", saved, "-o", tmp_path / "c.html")[0] == EXIT_OK
+
+
+@pytest.mark.parametrize("argv", [["report", "--gpu", ""], ["report", "--step-range", " "], ["open", "--data-range", ""],
+                                  ["export-trace", "--step-range", "", "-o", "{t}/x.json"]])
+def test_an_empty_option_value_is_a_usage_error(tmp_path, capsys, argv):
+    """``--gpu "$GPU"`` with GPU unset once ran as if no --gpu were given (the MFU silently unknown);
+    now exit 2 naming the option, before anything is read."""
+    cmd, flag, *rest = argv
+    code, lines, out = run(capsys, cmd, trace(tmp_path), flag, *(a.format(t=tmp_path) for a in rest))
+    assert code == EXIT_USAGE and out == "" and not (tmp_path / "x.json").exists()
+    assert error_line(lines) == f"tracelens: error: {flag.split()[0]} is empty: give a value, or leave the option out"

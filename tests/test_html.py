@@ -208,6 +208,26 @@ def test_compare_same_run_changes_nothing():
     assert all(k["delta_ns"] == 0 for k in c["kernels"])
 
 
+def test_compare_with_a_run_without_gpu_activity_compares_no_bars():
+    """A CPU-only trace (no GPU-time waterfall) against a GPU job: its bars were once taken as 0,
+    every bar of the job 'moved' (compute 19% -> -, '-19 points, worse'); now no bar is compared
+    and a warning says why; the step times are still compared."""
+    from tests.conftest import real_traces
+
+    cpu = report_of(real_traces() / "hta/cpu_only/rank-34.Jul_15_10_52_41.1074.pt.trace.json.gz")
+    gpu = report_of(JOB)
+    assert not cpu["job"]["waterfall"] and gpu["job"]["waterfall"]
+    for base, new, who in ((gpu, cpu, "new run"), (cpu, gpu, "baseline")):
+        c = compare(base, new)
+        assert c["waterfall"] == [] and c["step_time_ns"]["mean"]["delta"] is not None
+        assert f"the {who} has no GPU-time waterfall (no GPU activity in its window): the waterfall bars are not compared" in c["warnings"]
+        d = {**new, "comparison": c}
+        validate(d)
+        text = render(d, "text").decode()
+        assert "waterfall bars (share of the window" not in text and "the waterfall bars are not compared" in text
+        render(d, "html")
+
+
 def test_compare_finds_the_kernel_that_changed():
     base = report_of(JOB)
     new = copy.deepcopy(base)

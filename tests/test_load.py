@@ -247,6 +247,16 @@ def test_same_time_but_different_gpus_is_evidence_too(tmp_path):
     assert "different GPUs (NVIDIA H100 80GB HBM3, NVIDIA A100-SXM4-80GB)" in w and "apart" not in w
 
 
+def test_one_file_with_distributed_info_does_not_make_a_job_of_another_run():
+    # rank 0 of a 128-rank job (distributedInfo, recorded 2023-04-28) beside an nsys export of an
+    # unrelated H200 run (2024-12-11, no rank): once believed one 2-rank job because one file
+    # said it was a rank; now the times are evidence as without distributedInfo
+    a = real_traces() / "hta/trace_filter/sampled_rank-0.json.gz"
+    b = real_traces() / "nsys/nvfuser_test_matmul_h200_nsys2024.6.2.sqlite"
+    (w,) = _separate(load([a, b], use_cache=False))
+    assert "only 1 of them has distributedInfo" in w and "2023-04-28" in w and "2024-12-11" in w and "592.0 days apart" in w
+
+
 def test_separate_runs_reach_the_report():
     base = real_traces() / "kineto-tbplugin/samples"
     from tracelens.analysis import analyze

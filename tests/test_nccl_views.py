@@ -162,3 +162,24 @@ def test_tui_profiled_job_with_a_diagnosis_has_the_nccl_tab():
     active, rows = asyncio.run(go(_report_of(diagnose(_mismatch_rows()))))
     assert active == "nccl" and [r[12:] for r in rows[2:]] == ["███▌", "███▌", "███▌"] and rows[2].startswith("rank 1") is False
     assert rows[3].startswith("rank 1")
+
+
+def test_tui_shows_a_group_name_that_looks_like_markup():
+    """A process group named '[/]<b>pg' (Flight Recorder dumps carry any name) in a saved report
+    once crashed the NCCL view (Textual MarkupError: the group's title was parsed as markup)."""
+    from tests.tui_pilot import open_view, settle
+    from tracelens.tui import make_app
+
+    d = _report_of(diagnose(_mismatch_rows()))
+    for g in d["job"]["nccl_diagnosis"]["timeline"]:
+        g["group"], g["group_desc"] = "[/]<b>pg", "[bold]x[/bold]"
+
+    async def go():
+        app = make_app(report=d)
+        async with app.run_test(size=(140, 45)) as pilot:
+            await settle(app, pilot)
+            await open_view(app, pilot, "n")
+            return [str(lb.render()) for lb in app.query(".section")]
+
+    labels = asyncio.run(go())
+    assert any(t.startswith("group [/]<b>pg ([bold]x[/bold]):") for t in labels), labels

@@ -410,6 +410,7 @@ def _open_in_a_stand_in_app(monkeypatch, tui, path) -> dict:
             pass
 
     monkeypatch.setattr(tui, "make_app", lambda *a, **kw: Fake(**kw))
+    monkeypatch.setattr(cli, "_has_terminal", lambda: True)  # pytest's stdin is none: open would refuse
     assert cli.main(["open", str(path)]) == 3
     return built
 

@@ -689,3 +689,21 @@ def test_overview_shows_the_same_headline_numbers_as_the_text_and_html():
                 assert x in head, x
 
     run(go())
+
+
+def test_a_path_that_looks_like_markup_is_shown_as_text(tmp_path):
+    """A trace at 'x[/]t.json.gz' (a folder 'x[' holding ']t.json.gz'): the loading screen's
+    'opening PATH' once parsed the path as markup (Textual MarkupError, a traceback)."""
+    import shutil
+
+    (tmp_path / "x[").mkdir()
+    path = f"{tmp_path}/x[/]t.json.gz"
+    shutil.copyfile(JOB / "rank-0.json.gz", path)
+
+    async def go():
+        app = make_app([path], use_cache=False)
+        async with app.run_test(size=(100, 30)) as pilot:
+            await settle(app, pilot)
+            return app.error, app.report is not None
+
+    assert run(go()) == (None, True)

@@ -117,12 +117,30 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _has_terminal() -> bool:
+    """Whether the terminal UI can run here: keys come from stdin and the screen goes to stdout
+    (without both, the UI would wait for keys that never come)."""
+    return sys.stdin.isatty() and sys.stdout.isatty()
+
+
+def _looks_like_a_command(word: str) -> bool:
+    """A first argument that is no path and reads as a command name (``tracelens compare a b``):
+    a usage error, not 'compare: no such file' (a missing trace keeps its exit 3: it has a dot
+    or a slash)."""
+    return word.replace("-", "").isalpha() and not os.path.exists(word)
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     parser = build_parser()
     # ``tracelens PATH...``: the terminal UI when a terminal is attached, else the text report
     if argv and argv[0] not in COMMANDS and not argv[0].startswith("-"):
-        argv = ["open" if (sys.stdin.isatty() and sys.stdout.isatty()) else "report", *argv]
+        if _looks_like_a_command(argv[0]):
+            print(f"tracelens: error: '{_clean(argv[0])}' is neither a command ({', '.join(COMMANDS)}) nor a trace path"
+                  + (" (two runs: tracelens report NEW --compare BASELINE)" if argv[0] in ("compare", "diff") else "")
+                  + " (see tracelens --help)", file=sys.stderr)
+            return EXIT_USAGE
+        argv = ["open" if _has_terminal() else "report", *argv]
     try:
         args = parser.parse_args(argv)
     except SystemExit as e:
@@ -153,7 +171,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.command == "demo":
             from tracelens.demo import run
 
-            return run(args.output, tui=not args.no_tui and sys.stdin.isatty() and sys.stdout.isatty())
+            return run(args.output, tui=not args.no_tui and _has_terminal())
     except KeyboardInterrupt:
         print("tracelens: interrupted", file=sys.stderr)
         return EXIT_INTERRUPTED
@@ -237,6 +255,7 @@ def _cmd_export_trace(args: argparse.Namespace) -> int:
 
     try:
         steps = parse_steps(args.steps) if args.steps else None
+        _refuse_empty(args)
         if args.step_range:
             re.compile(args.step_range)
     except (ValueError, re.error) as e:
@@ -249,6 +268,20 @@ def _cmd_export_trace(args: argparse.Namespace) -> int:
     for w in done.warnings:
         print(f"tracelens: warning: {_clean(w)}", file=sys.stderr)
     return EXIT_OK
+
+
+# the options that shape an analysis of traces (the flags as the user spells them)
+ANALYSIS_FLAGS = ("steps", "step_range", "data_range", "include_warmup", "critical_path", "gpu", "peak_tflops",
+                  "model_flops_per_step", "params", "tokens_per_step", "seq_len", "layers", "hidden", "prefer",
+                  "keep_python", "config")  # not --no-cache, --jobs, --strict: how traces are read, harmless
+
+
+def _unused_by_load(args: argparse.Namespace) -> list[str]:
+    """The options given with ``--load`` that nothing would use (they were once ignored without a
+    word: ``--load r.json --gpu H100`` showed the saved MFU as if the GPU had been applied).  With
+    ``--compare`` of traces the analysis options shape the baseline, so only ``--nccl`` is unused."""
+    keys = ("nccl",) if args.compare else ("nccl", *ANALYSIS_FLAGS)
+    return ["--" + k.replace("_", "-") for k in keys if getattr(args, k, None) not in (None, False, [], ())]
 
 
 def _cmd_report(args: argparse.Namespace) -> int:
@@ -264,6 +297,10 @@ def _cmd_report(args: argparse.Namespace) -> int:
         problem = f"{args.output}: unknown report format (use .json, .html or .txt)"
     elif bool(args.paths) == bool(args.load):
         problem = "give trace paths or --load REPORT.json (one of the two)"
+    elif args.load and _unused_by_load(args):
+        unused = _unused_by_load(args)
+        problem = (f"{', '.join(unused)} {'does' if len(unused) == 1 else 'do'} not apply to --load: a saved report is shown "
+                   "as it was analysed (analyse its traces again to change that)")
     elif args.fail_under_mfu is not None and not 0 <= args.fail_under_mfu <= 1:
         problem = f"--fail-under-mfu {args.fail_under_mfu:g}: give the MFU as a fraction between 0 and 1 (0.35 for 35%)"
     elif args.fail_over_step_ms is not None and not (math.isfinite(args.fail_over_step_ms) and args.fail_over_step_ms > 0):
@@ -445,6 +482,15 @@ def _apply_job_settings(args: argparse.Namespace) -> None:
         setattr(args, key, value)
 
 
+def _refuse_empty(args: argparse.Namespace, where=lambda k: "--" + k.replace("_", "-")) -> None:
+    """ValueError on an empty --gpu, --step-range or --data-range: an empty value (``--gpu "$GPU"``
+    with GPU unset) was once taken for no option, without a word."""
+    for key in ("step_range", "data_range", "gpu"):
+        v = getattr(args, key, None)
+        if v is not None and not v.strip():
+            raise ValueError(f"{where(key)} is empty: give a value, or leave the option out")
+
+
 def _check_options(args: argparse.Namespace) -> tuple[int, int] | None:
     """--steps parsed and the regexes compiled; the numbers that MFU is built on finite and
     positive, and given together where they only mean something together; ValueError/re.error
@@ -459,11 +505,12 @@ def _check_options(args: argparse.Namespace) -> tuple[int, int] | None:
         from tracelens.model.options import parse_steps  # (dataclasses: ~8 ms that a cached report does without)
 
         steps = parse_steps(args.steps)
+    given = dict(getattr(args, "given", ()))
+    where = lambda k: given.get(k, "--" + k.replace("_", "-"))  # noqa: E731
+    _refuse_empty(args, where)
     for rx in (args.step_range, args.data_range):
         if rx:
             re.compile(rx)
-    given = dict(getattr(args, "given", ()))
-    where = lambda k: given.get(k, "--" + k.replace("_", "-"))  # noqa: E731
     for key in POSITIVE:
         v = getattr(args, key, None)
         if v is not None and not (math.isfinite(v) and v > 0):
@@ -496,6 +543,10 @@ def _cmd_open(args: argparse.Namespace) -> int:
         steps = _check_options(args)
     except (ValueError, re.error) as e:
         print(f"tracelens: error: {e}", file=sys.stderr)
+        return EXIT_USAGE
+    if not _has_terminal():
+        print("tracelens: error: open needs a terminal (stdin and stdout); without one: tracelens report PATH "
+              "[-o report.html]", file=sys.stderr)
         return EXIT_USAGE
     from tracelens.model.errors import TraceInputError
 

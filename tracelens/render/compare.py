@@ -47,9 +47,12 @@ def _gpus(d: dict[str, Any]) -> list[str]:
     return out
 
 
-def _warnings(base: dict[str, Any], new: dict[str, Any]) -> list[str]:
-    """What makes the two runs not like for like."""
+def _warnings(base: dict[str, Any], new: dict[str, Any], bars: tuple[dict, dict]) -> list[str]:
+    """What makes the two runs not like for like; ``bars``: the two runs' waterfall bars."""
     out = []
+    for run, got in (("baseline", bars[0]), ("new run", bars[1])):
+        if not got:
+            out.append(f"the {run} has no GPU-time waterfall (no GPU activity in its window): the waterfall bars are not compared")
     bg, ng = _gpus(base), _gpus(new)
     models = lambda g: {x.split(" (")[0] for x in g}  # noqa: E731
     known_b, known_n = models(bg) - {"unknown GPU"}, models(ng) - {"unknown GPU"}
@@ -105,10 +108,13 @@ def _cut(d: dict[str, Any], key: str) -> bool:
 def compare(base: dict[str, Any], new: dict[str, Any], top: int = 15) -> dict[str, Any]:
     kind = "mfu" if views.waterfall(base)[1] == views.waterfall(new)[1] == "mfu" else "time"
     bb, nb = _bars(base, kind), _bars(new, kind)
+    # a bar one waterfall lacks is 0 of that window; a run with no waterfall at all (no GPU
+    # activity: a CPU-only trace) has no shares, so no bar is compared (it once read 19% -> -,
+    # "-19 points, worse" for every bar)
     bars = [{"key": k, "label": (nb.get(k) or bb.get(k))["label"], "base": bb[k]["fraction"] if k in bb else None,
              "new": nb[k]["fraction"] if k in nb else None,
              "delta": (nb[k]["fraction"] if k in nb else 0.0) - (bb[k]["fraction"] if k in bb else 0.0)}
-            for k in list(dict.fromkeys([*bb, *nb]))]
+            for k in list(dict.fromkeys([*bb, *nb]))] if bb and nb else []
     bs, ns = views.step_stats(base), views.step_stats(new)
     brs, nrs = _rank_steps(base), _rank_steps(new)
 
@@ -138,7 +144,7 @@ def compare(base: dict[str, Any], new: dict[str, Any], top: int = 15) -> dict[st
         "mfu": {"base": bm, "new": nm, "delta": (nm - bm) if (bm is not None and nm is not None) else None},
         "step_time_ns": {k: {"base": bs[k], "new": ns[k], "delta": (ns[k] - bs[k]) if (bs[k] is not None and ns[k] is not None) else None,
                              "ratio": (ns[k] / bs[k]) if (bs[k] and ns[k] is not None) else None} for k in ("mean", "p50", "max")},
-        "warnings": _warnings(base, new),
+        "warnings": _warnings(base, new, (bb, nb)),
         "gpus": {"base": _gpus(base), "new": _gpus(new)},
         "waterfall_kind": kind,
         "waterfall": bars,

@@ -366,7 +366,9 @@ def load(
     or the format ``prefer`` names ("kineto", "nsys"); the other file is left out with a
     warning naming both.
     """
+    paths = list(paths)
     files, from_dirs, warnings = discover(paths, strict=strict)
+    skipped: list[str] = []  # why each file found in a directory was left out
     if not files:
         raise TraceInputError(".", "no input files")
     handles: dict[int, RankHandle] = {}  # by item: a file, or one rank of a file that holds several
@@ -393,6 +395,7 @@ def load(
                 said = f"{err.path}: skipped ({err.problem})"
                 if said not in warnings:  # once for a file, however many of its parts met it
                     warnings.append(said)
+                    skipped.append(said)
                 return
             raise err
         assert handle is not None and j is not None
@@ -468,7 +471,11 @@ def load(
     cache_warnings += next(([text] for kind, text in said if kind == "cache"), [])  # one, however many files met it
     warnings.extend(cache_warnings)
     if not handles:
-        raise TraceInputError(str(files[0].parent if len(files) > 1 else files[0]), "no traces among the inputs")
+        # the inputs as given (the first file's folder once named a subfolder of the input), and why
+        # the files found were skipped (the error is the one line a command prints)
+        where = ", ".join(map(str, paths[:3])) + (f" (+{len(paths) - 3} more)" if len(paths) > 3 else "")
+        why = f": {len(files)} file(s) found, each skipped (the first: {skipped[0]})" if skipped else ""
+        raise TraceInputError(where, f"no traces among the inputs{why}")
     order = sorted(handles)
     kept = [handles[i] for i in order]
     for fi, h in enumerate(kept):
@@ -551,12 +558,15 @@ def _fmt_gap(ns: int) -> str:
 
 def _separate_runs(metas: list[TraceMeta], span_of: list[Callable[[], tuple[int | None, int | None]]]) -> str | None:
     """Why the files look like separate runs rather than the ranks of one job, or None.  Only
-    without distributedInfo in any file (a job's ranks that say so are believed), and only on
+    when some file lacks distributedInfo (a job's ranks that all say so are believed), and only on
     evidence: different GPU models, or traced spans that do not overlap and lie more than a
     minute apart (a job's ranks are traced together; clocks of one cluster agree far better)."""
     import datetime as dt
 
-    if len(metas) < 2 or any(m.distributed for m in metas):
+    said = sum(1 for m in metas if m.distributed)
+    # every file saying it is a rank of a job is believed; some saying so is not enough (a rank's
+    # Kineto trace with another run's nsys export beside it was once taken for one job)
+    if len(metas) < 2 or said == len(metas):
         return None
     evidence = []
     gpus = list(dict.fromkeys(str(m.device_name) for m in metas if m.device_name))
@@ -586,7 +596,8 @@ def _separate_runs(metas: list[TraceMeta], span_of: list[Callable[[], tuple[int 
         return None
     ranks = ", ".join(str(m.rank) for m in metas)
     return (
-        f"the {len(metas)} files look like separate runs, not one {len(metas)}-rank job: no file has distributedInfo, and "
+        f"the {len(metas)} files look like separate runs, not one {len(metas)}-rank job: "
+        + (f"only {said} of them {'has' if said == 1 else 'have'} distributedInfo" if said else "no file has distributedInfo") + ", and "
         + "; and ".join(evidence)
         + f". They are analysed side by side as ranks {ranks}, but the job's numbers across them (job MFU, step times,"
         " clock alignment, stragglers) mix separate runs: load each run on its own"

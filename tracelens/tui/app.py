@@ -74,7 +74,7 @@ class LoadingPane(Vertical):
         self.what = what
 
     def compose(self) -> ComposeResult:
-        yield Label(f"opening {self.what}", id="loading-title")
+        yield Label(Text(f"opening {self.what}"), id="loading-title")  # a path is data, not markup ("run[/]" crashed it)
         yield ProgressBar(total=None, show_eta=False, id="loading-bar")
         yield Label("", id="loading-status")
 

@@ -77,7 +77,7 @@ class NcclPane(VerticalScroll):
             yield Label("collective timeline per process group (members x sequence numbers)", classes="section")
             yield Static(legend(), id="nccl-legend")
         for i, g in enumerate(grids):
-            yield Label(views.printable(nv.group_title(g)), classes="section")
+            yield Label(Text(views.printable(nv.group_title(g))), classes="section")  # a group name is data, not markup
             yield Static(grid_text(g), id=f"nccl-grid-{i}")
         comms = ((self.report.get("job") or {}).get("nccl") or {}).get("communicators") or []
         if comms:
