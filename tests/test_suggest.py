@@ -564,3 +564,22 @@ def test_the_tui_shows_a_count_rules_step_as_a_count():
     assert item["evidence"]["where"]["value"] == 5 == item["evidence"]["worst"]
     text = SuggestionsPane(d)._detail(item).plain
     assert "(5 in that step)" in text and "500" not in text
+
+
+def test_a_replay_past_its_bars_bound_is_said_not_shown_as_bounded():
+    """MI250 minitoy (hta/amd_trace): two rules share the change launch=0 (host launch time and
+    launch latency): its replay removes both bars' time, 3.8x, past the host-launch bar's own
+    1/(1-bar) of ~1.21x.  That suggestion's what_if says so (beyond_bound) and the text report
+    says it beside the numbers; a replay within its bound carries no such note."""
+    from tracelens.model.options import Options
+    from tracelens.render.text import render_text as text_render
+
+    d = analyze(load(sorted((real_traces() / "hta" / "amd_trace").glob("*.json.gz")), use_cache=False),
+                Options(critical_path=True)).to_dict()
+    wis = {s["id"]: (s["est_speedup"], s["what_if"]) for s in d["suggestions"] if s.get("what_if")}
+    for est, wi in wis.values():
+        past = est is not None and wi["predicted_speedup"] > est * 1.02  # (suggest.BOUND_SLACK)
+        assert ("beyond_bound" in wi) == past
+    est, wi = wis["host_launch_bound"]
+    assert wi["change"] == "launch=0" and wi["predicted_speedup"] > 2 * est and "not bounded" in wi["beyond_bound"]
+    assert "beyond this bar's bound" in text_render(d)

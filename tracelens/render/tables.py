@@ -741,7 +741,9 @@ def what_if_rows(report: dict[str, Any]) -> list[dict[str, Any]]:
             return v if isinstance(v, (int, float)) and not isinstance(v, bool) else None
         rows.append({"id": str(sg.get("id", "")), "title": str(sg.get("title", "")), "change": change,
                      "upper": num(sg.get("est_speedup")), "predicted_speedup": float(sp),
-                     "predicted_step_ns": num(wi.get("predicted_step_ns")), "predicted_mfu": num(wi.get("predicted_mfu"))})
+                     "predicted_step_ns": num(wi.get("predicted_step_ns")), "predicted_mfu": num(wi.get("predicted_mfu")),
+                     # a replay past the bar's bound: said beside it (analysis.suggest._bounded)
+                     "note": "beyond the bar's bound: the change removes more" if wi.get("beyond_bound") else ""})
     return rows
 
 

@@ -144,6 +144,8 @@ def render_text(d: dict[str, Any]) -> str:
             wi = sg.get("what_if")  # with --critical-path: the change replayed on the graph
             if wi:
                 up += f"{',' if up else ' —'} {fmt_speedup(wi['predicted_speedup'])} faster replayed on the graph ({wi['change']})"
+                if wi.get("beyond_bound"):
+                    up += " (beyond this bar's bound: the change also removes time other bars hold)"
             ev = sg["evidence"]
             num = ""
             if "worst" in ev:

@@ -415,6 +415,7 @@ class CriticalPathPane(Vertical):
                 Column("predicted_speedup", "replayed", views.fmt_speedup, True),
                 Column("predicted_step_ns", "predicted step", fmt_ns, True),
                 Column("predicted_mfu", "predicted MFU", lambda v: "-" if v is None else fmt_pct(v), True),
+                Column("note", "note"),
             ], wis, id="critical-whatif-table")
             t.styles.height = min(len(wis), 6) + 3  # its rows, the title and the header: the tables above keep the rest
             yield t

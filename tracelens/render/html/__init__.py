@@ -298,12 +298,13 @@ def _critical_path(d: dict[str, Any]) -> str:
                + _td(w["upper"], views.fmt_speedup(w["upper"]) if w["upper"] is not None else None)
                + _td(w["predicted_speedup"], views.fmt_speedup(w["predicted_speedup"]))
                + _td(w["predicted_step_ns"], fmt_ns(w["predicted_step_ns"]) if w["predicted_step_ns"] is not None else None)
-               + _td(w["predicted_mfu"], fmt_pct(w["predicted_mfu"]) if w["predicted_mfu"] is not None else None) + "</tr>"
+               + _td(w["predicted_mfu"], fmt_pct(w["predicted_mfu"]) if w["predicted_mfu"] is not None else None)
+               + _td(None, w["note"], "") + "</tr>"
                for w in wis]
         out.append("<h3 id='what-if'>What-if, replayed on the graph</h3><p class='muted'>each suggestion's change applied to "
                    "every kept step's dependency graph: the predicted speed-up next to the upper bound 1 / (1 - bar)</p>"
                    + _table([("suggestion", False), ("change", False), ("up to", True), ("replayed", True),
-                             ("predicted step", True), ("predicted MFU", True)], trs))
+                             ("predicted step", True), ("predicted MFU", True), ("note", False)], trs))
     out.append(_job_path(d["job"].get("critical_path")))
     for r in ranks:
         cp = r["critical_path"]
