@@ -195,6 +195,35 @@ def _with_sizes(rows: pl.DataFrame) -> pl.DataFrame:
         pl.when(fr & (pl.col("end_ns") >= pl.col("start_ns"))).then(pl.col("end_ns") - pl.col("start_ns")).alias("n_dur_ns"))
 
 
+def _occurrences(job: pl.DataFrame, theirs: pl.DataFrame, ranks: set, order: str) -> list[tuple]:
+    """Per rank with calls on both sides (in rank order; up to the first rank where it fails): where
+    the job's calls of the group, in start order, occur as a run of the records' collectives in
+    their ``order`` (``seq``: one record per (seq, collective)): (rank, the job's calls, the
+    records, the first offset or -1, the next offset or -1, how many calls, how many records).
+    One character per collective, the runs found by a string search (no per-row Python)."""
+    codes: dict[str, str] = {}
+
+    def word(names: pl.Series) -> str:  # polars' replace and join
+        names = names.fill_null("?")
+        for n in names.unique().to_list():  # the distinct collectives: a few
+            codes.setdefault(n, chr(0x4E00 + len(codes)))
+        return names.replace_strict(codes, return_dtype=pl.String).str.join("").item()
+
+    out = []
+    for r in sorted(ranks):  # the job's ranks: a bounded loop
+        a = job.filter(pl.col("rank") == r).sort("start_ns")
+        b = theirs.filter(pl.col("rank") == r)
+        b = (b.sort(order).unique([order, "collective"], keep="first", maintain_order=True) if order == "seq" else b.sort(order))
+        if not a.height or not b.height:
+            continue
+        wa, wb = word(a["collective"]), word(b["collective"])
+        at = wb.find(wa)
+        out.append((r, a, b, at, wb.find(wa, at + 1) if at >= 0 else -1, len(wa), len(wb)))
+        if at < 0:
+            break
+    return out
+
+
 def _pair(job: pl.DataFrame, theirs: pl.DataFrame, ranks: set, order: str, exact: bool,
           what: str = "the communicator's sequence") -> tuple[bool, pl.DataFrame | None, str]:
     """Pair the job's calls of one process group (``_job_calls``) with one communicator's (or
@@ -213,28 +242,12 @@ def _pair(job: pl.DataFrame, theirs: pl.DataFrame, ranks: set, order: str, exact
         if not pairs.height:
             return True, None, "not paired: no record with the job's (rank, sequence number)"
         return True, pairs, "by process group and sequence number"
-    codes: dict[str, str] = {}
-
-    def word(names: pl.Series) -> str:  # one character per collective, in order (polars' replace and join, no per-row Python)
-        names = names.fill_null("?")
-        for n in names.unique().to_list():  # the distinct collectives: a few
-            codes.setdefault(n, chr(0x4E00 + len(codes)))
-        return names.replace_strict(codes, return_dtype=pl.String).str.join("").item()
-
     parts, offsets = [], {}
-    for r in sorted(ranks):  # the job's ranks: a bounded loop
-        a = job.filter(pl.col("rank") == r).sort("start_ns")
-        b = theirs.filter(pl.col("rank") == r)
-        b = (b.sort(order).unique([order, "collective"], keep="first", maintain_order=True) if order == "seq" else b.sort(order))
-        if not a.height or not b.height:
-            continue
-        wa, wb = word(a["collective"]), word(b["collective"])
-        at = wb.find(wa)
+    for r, a, b, at, again, na, nb in _occurrences(job, theirs, ranks, order):
         if at < 0:
-            return False, None, f"rank {r}'s {len(wa)} collective(s) do not occur in that order among its {len(wb)} records"
-        again = wb.find(wa, at + 1)
+            return False, None, f"rank {r}'s {na} collective(s) do not occur in that order among its {nb} records"
         if again >= 0:
-            return True, None, (f"not paired: rank {r}'s {len(wa)} collective(s) occur at several offsets among its {len(wb)} "
+            return True, None, (f"not paired: rank {r}'s {na} collective(s) occur at several offsets among its {nb} "
                                 f"records ({at}, {again}, ...: a repeated pattern, the offset is not known)")
         offsets[r] = at
         parts.append(a.with_row_index("_k").with_columns(pl.col("_k").cast(pl.Int64) + at)
@@ -382,28 +395,12 @@ def _aligned(table: pl.DataFrame | None, rows: pl.DataFrame, group: str | None, 
     if table is None or not table.height:
         return True, "not checked (no collective table): joined by rank, group size and collective"
     job = table.filter(pl.col("group").is_null() if group is None else (pl.col("group") == group))
-    theirs = rows.filter(pl.col("group") == comm)
-    codes: dict[str, str] = {}
-
-    def word(frame: pl.DataFrame, by: str) -> str:  # one character per collective, in order (a string op, no per-row Python)
-        names = frame.sort(by)["collective"].fill_null("?").to_list()
-        for n in set(names):
-            codes.setdefault(n, chr(0x4E00 + len(codes)))
-        return "".join(codes[n] for n in names)
-
     found = []
-    for r in sorted(ranks):  # the job's ranks: a bounded loop
-        # the job's in start order on the rank's own clock (its seq may be derived per collective type),
-        # NCCL's by its own sequence number
-        a = job.filter(pl.col("rank") == r)
-        b = theirs.filter(pl.col("rank") == r).unique(["seq", "collective"])
-        if not a.height or not b.height:
-            continue
-        wa, wb = word(a, "start_ns"), word(b, "seq")
-        at = wb.find(wa)
+    # the job's in start order on the rank's own clock (its seq may be derived per collective type), NCCL's by its own sequence number
+    for r, _, _, at, again, na, nb in _occurrences(job, rows.filter(pl.col("group") == comm), ranks, "seq"):
         if at < 0:
-            return False, f"rank {r}'s {len(wa)} collective(s) do not occur in that order among its {len(wb)} NCCL records"
-        found.append((r, at, 2 if wb.find(wa, at + 1) >= 0 else 1))  # overlapping occurrences count (str.count does not)
+            return False, f"rank {r}'s {na} collective(s) do not occur in that order among its {nb} NCCL records"
+        found.append((r, at, 2 if again >= 0 else 1))  # overlapping occurrences count (str.count does not)
     if not found:
         return True, "no rank with records on both sides: joined by rank, group size and collective"
     unique = all(n == 1 for _, _, n in found)
