@@ -196,11 +196,29 @@ def test_export_of_a_gpu_job(tmp_path):
         return min(c, key=lambda x: x["dur"])["name"].split("(")[0][:12]
     pts = {}
     for e in evs:
-        if e["ph"] in "sf" and e["pid"] == 2:
+        if e["ph"] in "sf" and e["pid"] == 2 and e["name"] == "critical path":  # the rank's own arrows
             pts.setdefault(e["id"], {})[e["ph"]] = holder(e)
     arrows = {(p["s"], p["f"]) for p in pts.values()}
     assert {("sm90_xmma_ge", "void at::nat"), ("void at::nat", "sm90_xmma_ge"), ("sm90_xmma_ge", "ncclDevKerne"),
             ("ncclDevKerne", "cudaStreamSy")} <= arrows, arrows
+    # the job's path across ranks: each step's one hop (the job's path starts on the rank whose
+    # window ends last, at its end, and crosses to late rank 1 at the all-reduce) is one arrow from
+    # rank 1's path track (pid 2), just before its start of the all-reduce (its clock 3 s ahead),
+    # to the waiting rank's path track at rank 1's arrival on that rank's clock: 200 µs into its
+    # 260 µs all-reduce kernel (tests/test_critical_gpu_ranks' module text)
+    d = analyze(load([str(p) for p in sorted((tmp_path / "job").iterdir())], use_cache=False, jobs=1), ON).to_dict()
+    hops = [h for st in d["job"]["critical_path"]["steps"] for h in st["hops"]]
+    assert len(hops) == 4 and all(h["waited_for"] == 1 and h["rank"] in (0, 2) and h["collective"] == "allreduce" for h in hops)
+    assert all(h["wait_ns"] == 200_000 for h in hops)
+    cross = [e for e in evs if e["ph"] in "sf" and e["name"] == "critical path across ranks"]
+    by_id: dict = {}
+    for e in cross:
+        by_id.setdefault(e["id"], {})[e["ph"]] = e
+    assert len(by_id) == 4 and all(set(v) == {"s", "f"} for v in by_id.values())
+    path_tid = {e["pid"]: e["tid"] for e in evs if e["ph"] == "M" and e["name"] == "thread_name" and e["args"]["name"] == "critical path"}
+    for (s, f), h in zip(sorted(((v["s"], v["f"]) for v in by_id.values()), key=lambda sf: sf[0]["ts"]), hops):
+        assert s["pid"] == 2 and f["pid"] == h["rank"] + 1 and s["tid"] == path_tid[2] and f["tid"] == path_tid[f["pid"]]
+        assert f["bp"] == "e"
 
 
 def test_export_of_two_gpus_in_one_file_keeps_their_streams_apart(tmp_path):

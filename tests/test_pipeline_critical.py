@@ -64,6 +64,11 @@ def test_slow_last_stage_sets_the_1f1b_step(tmp_path):
     assert st["path_ns_by_stage"]["1"] == sim.answer["ranks"][1]["compute_ns"]
     (job_st,) = [s for s in d["job"]["critical_path"]["steps"] if s["step"] == 2]
     assert job_st["ranks"] == [0, 1, 0]  # earliest first: stage 0's F0, stage 1, stage 0's B3
+    # the two hops in time order: stage 1's recv of F0 waited for stage 0's send (posted at 1 ms),
+    # stage 0's recv of B3's grads for stage 1's send (posted at 19 ms): 18 ms apart on the one clock
+    hops = job_st["hops"]
+    assert [(h["rank"], h["waited_for"], h["collective"]) for h in hops] == [(1, 0, "recv"), (0, 1, "recv")], hops
+    assert hops[1]["arrival_ns"] - hops[0]["arrival_ns"] == 18_000_000
     _sums_hold(d)
     # the text report says it: kept steps 2 and 3 (the closing one: 2 us on stage 0)
     # stage 1: 18 ms of 21.062 ms = 85%, stage 0: 3.062 ms = 15%
@@ -138,3 +143,26 @@ def test_real_pipeline_names_the_stage(pipeline_traces, schedule):
         assert st["stage"] in raw and set(st["path_ns_by_stage"]) <= {str(g) for g in raw}, (st, raw)
         assert sum(st["path_ns_by_stage"].values()) + st["off_pipeline_ns"] == job_st["length_ns"], (st, job_st)
     _sums_hold(d)
+
+
+def test_export_draws_the_hops_between_stages(tmp_path):
+    # The 1F1B job above exported: one arrow between the ranks' path tracks per hop of the job's
+    # path (2 per step: stage 0 -> stage 1 at F0, stage 1 -> stage 0 at B3's grads), each end inside
+    # a path slice of its rank (tests/test_perfetto_export.check_trace), from the late rank's track
+    # to the waiting rank's
+    from tests.test_perfetto_export import check_trace, read
+    from tracelens.export.perfetto import CROSS_FLOW_NAME, CROSS_ID, export_trace
+
+    sim = ps.simulate("1f1b", 2, 4, latency_ns=0, slow_stage=1, annotations="none", steps=2)
+    paths = ps.write(sim, tmp_path / "job", stream_waits=True)
+    d = _report(paths)
+    hops = [h for st in d["job"]["critical_path"]["steps"] for h in st["hops"]]
+    assert hops and all(h["rank"] != h["waited_for"] for h in hops)
+    out = tmp_path / "out.json"
+    done = export_trace(paths, out, use_cache=False)
+    evs = check_trace(read(out))
+    cross = [e for e in evs if e["ph"] in "sf" and e["name"] == CROSS_FLOW_NAME]
+    assert done.cross_flows == len(hops) == len(cross) // 2
+    pid_of = {r["rank"]: r["file"] + 1 for r in d["ranks"]}
+    ends = {(e["id"] - CROSS_ID, e["ph"]): e["pid"] for e in cross}  # every hop kept: the n-th arrow is the n-th hop
+    assert ends == {x: v for n, h in enumerate(hops) for x, v in [((n, "s"), pid_of[h["waited_for"]]), ((n, "f"), pid_of[h["rank"]])]}

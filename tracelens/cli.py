@@ -264,7 +264,7 @@ def _cmd_export_trace(args: argparse.Namespace) -> int:
     done = export_trace(args.paths, args.output, align_clocks=args.align_clocks, options=Options(steps=steps, step_range=args.step_range),
                         use_cache=not args.no_cache, keep_python=args.keep_python, strict=args.strict, prefer=args.prefer, jobs=args.jobs)
     print(f"tracelens: wrote {done.ranks} rank(s), {done.events:,} events, {done.segments:,} critical-path slices and "
-          f"{done.flows:,} arrows to {_clean(done.out)}")
+          f"{done.flows:,} arrows{f' ({done.cross_flows:,} between ranks)' if done.cross_flows else ''} to {_clean(done.out)}")
     for w in done.warnings:
         print(f"tracelens: warning: {_clean(w)}", file=sys.stderr)
     return EXIT_OK

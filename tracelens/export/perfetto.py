@@ -18,6 +18,10 @@ ends in ``.gz``) that opens in ui.perfetto.dev and in ``chrome://tracing``:
   on the source event's thread at a time inside it and a ``ph:"f"`` with ``bp:"e"`` (bind to the
   enclosing slice) inside the destination, both with the same ``id``, ``cat`` and ``name`` (the
   importer keys a v1 flow by all three);
+* where a multi-rank job's path is stitched across ranks (``job.critical_path.steps[].hops``), an
+  arrow per hop between the ranks' path tracks: from the late rank just before its start of the
+  call to the rank that waited for it, at the arrival ("critical path across ranks", ids from
+  ``CROSS_ID``);
 * a what-if track per rank ("what-if: <change>") when ``tracelens.analysis.rank.replay`` is
   importable and offers ``export_tracks`` (see ``_what_if``); omitted otherwise.  In a job whose
   ranks wait for each other at collectives the tracks show the job's predicted steps
@@ -63,6 +67,7 @@ class Written:
     events: int = 0  # complete and instant events of the traces
     segments: int = 0  # critical-path slices
     flows: int = 0  # flow arrows (each one "s" and one "f")
+    cross_flows: int = 0  # of them, the arrows between ranks (the job's path from a late rank to one that waited)
     warnings: list[str] = field(default_factory=list)
 
 
@@ -108,12 +113,16 @@ def export_trace(paths: Iterable[str | Path], out: str | Path, *, align_clocks: 
                 f.write(b'{"displayTimeUnit":"ns","otherData":' + orjson.dumps(other) + b',"traceEvents":[\n')
                 first = True
                 coupled = _job_predictions(a)
+                tracks: dict[int, tuple[int, int, int, pl.DataFrame]] = {}
                 for r in a.ranks:
-                    for part in _rank_events(job, r, options, origin, offsets.get(r.file, 0), result, coupled):
+                    for part in _rank_events(job, r, options, origin, offsets.get(r.file, 0), result, coupled, tracks):
                         if part:
                             f.write(part if first else b",\n" + part)
                             first = False
                     result.ranks += 1
+                part = _cross_rank_arrows(a, tracks, result)
+                if part:
+                    f.write(part if first else b",\n" + part)
                 f.write(b"\n]}\n")
             finally:
                 if f is not raw:
@@ -152,7 +161,8 @@ def _job_predictions(a) -> dict[str, list[int | None] | None] | None:
     return {c: suggest.job_step_predictions(c, cp, ranks, waits) for c in changes}
 
 
-def _rank_events(job, r, options, origin: int, offset: int, result: Written, coupled=None) -> Iterable[bytes]:
+def _rank_events(job, r, options, origin: int, offset: int, result: Written, coupled=None,
+                 tracks: dict[int, tuple[int, int, int, pl.DataFrame]] | None = None) -> Iterable[bytes]:
     """The JSON text of one rank's events, in chunks: metadata, the trace's events, the path's
     slices and flows, the what-if tracks."""
     from tracelens.analysis.rank import critical_paths
@@ -214,7 +224,10 @@ def _rank_events(job, r, options, origin: int, offset: int, result: Written, cou
     paths = critical_paths(df, meta, options, r.steps)
     segs = [p.segments.with_columns(pl.lit(k, pl.Int64).alias("step_index")) for k, p in enumerate(paths) if p.segments is not None]
     if segs:
-        yield from _path_events(pl.concat(segs), r, df, ev.select("_row", "_tid", "ts_ns", "dur_ns"), pid, path_tid, shift, result)
+        seg = pl.concat(segs)
+        if tracks is not None:  # the path track's slices of this rank: where arrows from other ranks land
+            tracks[r.file] = (pid, path_tid, shift, seg.select("start_ns", "end_ns").sort("start_ns"))
+        yield from _path_events(seg, r, df, ev.select("_row", "_tid", "ts_ns", "dur_ns"), pid, path_tid, shift, result)
     yield from _what_if(r, df, pid, path_tid, shift, result, coupled)
 
 
@@ -265,6 +278,64 @@ def _path_events(seg: pl.DataFrame, r, df: pl.DataFrame, where: pl.DataFrame, pi
     j = pairs.select(pl.concat_str(flow("s", "_stid", "_sat", {}), pl.lit(",\n"), flow("f", "_ftid", "_fat", {"bp": "e"})).alias("j"))
     yield j.get_column("j").str.join(",\n").item().encode()
     result.flows += pairs.height
+
+
+CROSS_FLOW_NAME = "critical path across ranks"
+CROSS_ID = 1 << 50  # above every rank's own flow ids (pid << 32 + k), below 2^53 (a JSON number a browser reads exactly)
+
+
+def _cross_rank_arrows(a, tracks: dict[int, tuple[int, int, int, pl.DataFrame]], result: Written) -> bytes | None:
+    """The job's path where it crosses ranks (``job.critical_path.steps[].hops``): one arrow per hop,
+    from the late rank's path track just before its start of the call (where its part of the path
+    ends) to the waiting rank's path track at the arrival (where its part resumes), each end inside
+    a path slice of its track (an end that falls outside every slice, a window's edge, is dropped
+    with its arrow).  None without a stitched path."""
+    cp = a.job.critical_path if a.job is not None else None
+    hops = [h for st in (cp or {}).get("steps") or () for h in st.get("hops") or ()]
+    if not hops or not tracks:
+        return None
+    seen: dict[int, list[int]] = {}
+    for r in a.ranks:
+        if r.rank is not None:
+            seen.setdefault(r.rank, []).append(r.file)
+    file_of = {rk: fs[0] for rk, fs in seen.items() if len(fs) == 1 and fs[0] in tracks}  # a rank in two files: no arrow
+    if not file_of:
+        return None
+    h = pl.DataFrame(hops, schema_overrides={"rank": pl.Int64, "waited_for": pl.Int64, "arrival_ns": pl.Int64,
+                                             "late_start_ns": pl.Int64}).with_row_index("_k")
+
+    def end(rank: str, at: pl.Expr, side: str) -> pl.DataFrame:
+        """Each hop's end on ``rank``'s path track at ``at`` (its file's clock): pid, tid and the
+        output's time, where a path slice of that track holds it."""
+        pts = (h.select("_k", pl.col(rank).replace_strict(list(file_of), list(file_of.values()), default=None,
+                                                             return_dtype=pl.Int64).alias("_f"), at.alias("_t"))
+               .filter(pl.col("_f").is_not_null()))
+        got = []
+        for f, (pid, tid, shift, slices) in tracks.items():  # one per rank
+            mine = pts.filter(pl.col("_f") == f).sort("_t")
+            if not mine.height:
+                continue
+            held = (mine.join_asof(slices, left_on="_t", right_on="start_ns", strategy="backward")
+                    .filter(pl.col("end_ns").is_not_null() & (pl.col("_t") < pl.col("end_ns"))))
+            got.append(held.select("_k", pl.lit(pid, pl.Int64).alias(f"{side}pid"), pl.lit(tid, pl.Int64).alias(f"{side}tid"),
+                                   _us(pl.col("_t") + shift).alias(f"{side}ts")))
+        return pl.concat(got) if got else pl.DataFrame(schema={"_k": pl.UInt32, f"{side}pid": pl.Int64, f"{side}tid": pl.Int64,
+                                                               f"{side}ts": pl.Float64})
+    src = end("waited_for", pl.col("late_start_ns") - 1, "s")
+    dst = end("rank", pl.col("arrival_ns"), "f")
+    pairs = src.join(dst, on="_k").sort("_k").with_row_index("_n")
+    if not pairs.height:
+        return None
+    fid = pl.col("_n").cast(pl.Int64) + CROSS_ID
+
+    def flow(ph: str, extra: dict[str, str]) -> pl.Expr:
+        return pl.struct(pl.lit(CROSS_FLOW_NAME).alias("name"), pl.lit(FLOW_CAT).alias("cat"), pl.lit(ph).alias("ph"), fid.alias("id"),
+                         pl.col(f"{ph}pid").alias("pid"), pl.col(f"{ph}tid").alias("tid"), pl.col(f"{ph}ts").alias("ts"),
+                         *(pl.lit(v).alias(k) for k, v in extra.items())).struct.json_encode()
+    j = pairs.select(pl.concat_str(flow("s", {}), pl.lit(",\n"), flow("f", {"bp": "e"})).alias("j"))
+    result.flows += pairs.height
+    result.cross_flows += pairs.height
+    return j.get_column("j").str.join(",\n").item().encode()
 
 
 def _what_if(r, df: pl.DataFrame, pid: int, path_tid: int, shift: int, result: Written, coupled=None) -> Iterable[bytes]:

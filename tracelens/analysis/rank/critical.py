@@ -752,7 +752,7 @@ def _stitch(parts: list[dict[str, Any] | None], table: pl.DataFrame, ranks: list
             .with_columns((pl.col("A") - pl.col("off") - pl.col("start_ns")).alias("wait")))
     p2p = _p2p_hops(rows, win, cats, pairs or [], ranks, set(have))
     if p2p is not None:
-        cols = ["file", "step_index", "start_ns", "end_ns", "off", "A", "R", "k_r", "s_r", "wait",
+        cols = [*key, "file", "step_index", "start_ns", "end_ns", "off", "A", "R", "k_r", "s_r", "wait",
                 *[f"p_{x}" for x in cats], *[f"r_{x}" for x in cats]]
         hops = pl.concat([hops.select(cols), p2p.select(cols)], how="vertical_relaxed")
     hops = hops.sort("file", "step_index", "end_ns", "A").with_row_index("h").with_columns(pl.col("h").cast(pl.Int64))
@@ -807,10 +807,11 @@ def _stitch(parts: list[dict[str, Any] | None], table: pl.DataFrame, ranks: list
     wait_rank: dict[str, dict[str, int]] = {}
     for w, late, ns in waits.iter_rows():
         wait_rank.setdefault(w, {})[late] = int(ns)
+    hops_of = _chain_hops(members, rank_of)
     ref = have[min(have)][1]["steps"]
     steps = [{"step": ref[k]["step"], "length_ns": int(lengths[k]), "by_category_ns": cat_of.get(k, {}),
               "ranks": [None if r == "None" else int(r) for r in ranks_of.get(k, [])], "ns_by_rank": ns_rank.get(k, {}),
-              "kept": k in kept} for k in range(n_steps)]
+              "hops": hops_of.get(k, []), "kept": k in kept} for k in range(n_steps)]
     total: dict[str, int] = {}
     for st in steps:
         if st["kept"]:
@@ -823,6 +824,26 @@ def _stitch(parts: list[dict[str, Any] | None], table: pl.DataFrame, ranks: list
 
 
 _P2P = ("send", "recv", "sendrecv")
+
+
+def _chain_hops(members: pl.DataFrame, rank_of: pl.DataFrame) -> dict[int, list[dict[str, Any]]]:
+    """Per job step, the hops of its chain in time order: where the path left the late rank for a
+    rank that had waited for it (``_stitch``'s chain members).  Each: the waiting ``rank``, the
+    rank it ``waited_for``, the collective (``collective``/``group``/``seq``; a P2P pair's recv or
+    send), ``wait_ns`` (the waiting rank's time in it before the arrival), ``arrival_ns`` (the late
+    rank's arrival on the waiting rank's clock) and ``late_start_ns`` (where the late rank's part of
+    the path ends, on its own clock): the export's arrows between ranks."""
+    if not members.height:
+        return {}
+    as_int = {c: pl.when(pl.col(c) == "None").then(None).otherwise(pl.col(c)).cast(pl.Int64) for c in ("rank", "waited_for")}
+    got = (members.join(rank_of, on="file").join(rank_of.rename({"file": "R", "rank": "waited_for"}), on="R")
+           .sort("k", "A", "file")
+           .group_by("k", maintain_order=True)
+           .agg(pl.struct(as_int["rank"].alias("rank"), as_int["waited_for"].alias("waited_for"), "collective",
+                          pl.when(pl.col("group") == "").then(None).otherwise(pl.col("group")).alias("group"), "seq",
+                          pl.col("wait").alias("wait_ns"), (pl.col("A") - pl.col("off")).alias("arrival_ns"),
+                          pl.col("s_r").alias("late_start_ns")).alias("hops")))
+    return dict(zip(got.get_column("k").to_list(), got.get_column("hops").to_list()))
 
 
 def _p2p_hops(rows: pl.DataFrame, win: pl.DataFrame, cats: list[str], pairs: list[dict[str, list] | None],
