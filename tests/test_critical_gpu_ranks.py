@@ -88,6 +88,43 @@ def test_exposed_comm_what_if_does_not_count_a_wait_as_communication(tmp_path):
     assert got["steps"][:4] == [543_000] * 4
 
 
+def test_one_rank_of_a_job_alone_withholds_the_comm_what_if(tmp_path):
+    # Rank 0 of the 4-rank job above loaded alone: its 260 µs all-reduce kernel is 200 µs of waiting
+    # for rank 1 (not loaded) and 60 µs of work; the group's other 3 members are absent.  Its own
+    # replay of comm=0 says 483 µs (743 - 260: the wait removed as if it were transfer), against
+    # 743 - 60 = 683 µs once the all-reduce's work is gone: the prediction is withheld with a
+    # warning naming why, the bar's upper bound stays.  Other changes keep the rank's replay.
+    specs = [G.RankSpec(), G.RankSpec(kernels=LATE), G.RankSpec(), G.RankSpec()]
+    sim = G.simulate(specs, 4)
+    paths = G.write(sim, tmp_path / "job")
+    a, got = _rank_replays(_MP(), [paths[0]], "comm=0")
+    assert [x for x in got[0][1:3]] == [483_000, 483_000]  # what the replay alone predicts (steps 1, 2)
+    d = a.to_dict()
+    cp = d["job"]["critical_path"]
+    assert cp["unstitched"]["members_absent"] == 4 and cp["unstitched"]["rows_on_path"] >= 3
+    sg = _what_if(d, "exposed_communication")
+    assert sg.get("what_if") is None and sg["est_speedup"] > 1
+    assert any(w.startswith("what-if of removing communication withheld") for w in d["warnings"])
+    # every rank loaded: the job's prediction (the test above holds it to run B) and no such warning
+    d4 = analyze(load(paths, use_cache=False, jobs=1), ON).to_dict()
+    assert _what_if(d4, "exposed_communication")["what_if"]["predicted_step_ns"] > 483_000
+    assert "unstitched" not in d4["job"]["critical_path"] or not d4["job"]["critical_path"]["unstitched"]["rows_on_path"]
+    assert not any(w.startswith("what-if of removing communication withheld") for w in d4["warnings"])
+
+
+class _MP:
+    """A monkeypatch for a test that spies without pytest's fixture (undone at once: the spy's
+    analysis has run when ``_rank_replays`` returns)."""
+
+    def setattr(self, obj, name, value):
+        self._undo = (obj, name, getattr(obj, name))
+        setattr(obj, name, value)
+
+    def __del__(self):
+        if hasattr(self, "_undo"):
+            setattr(*self._undo)
+
+
 def _rank_replays(monkeypatch, paths, change):
     """Each rank's replay of ``change`` per step, as the analysis built its graph."""
     got = {}

@@ -90,6 +90,8 @@ def what_if(rule_id: str, ranks, job_path: dict[str, Any] | None = None, every_r
             return _job_what_if(change, job_path, every_rank, waits)
     elif change and job_path and every_rank:
         return None
+    if change and lone_comm(change, job_path, every_rank or ranks):
+        return None
     got = [r for r in ranks if change and getattr(r, "what_if", None) and change in r.what_if]
     if not got:
         return None
@@ -110,6 +112,24 @@ def what_if(rule_id: str, ranks, job_path: dict[str, Any] | None = None, every_r
 UNSTITCHED_WHAT_IF = ("what-if predictions withheld: collectives on the ranks' critical paths could not be matched across "
                       "ranks (members not loaded or match refused), so a rank's wait for another inside them cannot be told "
                       "from its own work")
+
+
+LONE_COMM_WHAT_IF = ("what-if of removing communication withheld: the one rank's collectives on its critical path have "
+                     "members that are not loaded (or a group size the trace does not say), so its wait for them inside "
+                     "its collectives cannot be told from the transfer; load every rank of the job")
+
+
+def lone_comm(change: str, job_path: dict[str, Any] | None, ranks) -> bool:
+    """Whether ``change`` takes time off the collectives (``comm=0``, ``comm/K``) of a lone rank's
+    path whose collectives have members not loaded (``critical.combine``'s ``unstitched`` for one
+    rank): its own replay would remove its wait for the absent ranks as if it were transfer."""
+    from tracelens.analysis.rank.replay import parse
+
+    if not job_path or not (job_path.get("unstitched") or {}).get("rows_on_path"):
+        return False
+    if len([r for r in ranks if (getattr(r, "critical_path", None) or {}).get("collectives")]) != 1:
+        return False
+    return any(c.what == "comm" and not c.target for c in parse(change))
 
 
 def withheld(job_path: dict[str, Any] | None, ranks) -> bool:

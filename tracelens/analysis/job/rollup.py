@@ -19,7 +19,7 @@ from tracelens.analysis.job import comm, pipeline
 from tracelens.analysis.job import stragglers as strag
 from tracelens.analysis.rank import critical
 from tracelens.analysis.report import Analysis, JobResult, gpu_dict
-from tracelens.analysis.suggest import UNSTITCHED_WHAT_IF, WHAT_IF, suggest, withheld
+from tracelens.analysis.suggest import LONE_COMM_WHAT_IF, UNSTITCHED_WHAT_IF, WHAT_IF, lone_comm, suggest, withheld
 from tracelens.model.summary import ZERO, RankResult, kept_steps
 
 
@@ -42,6 +42,9 @@ def finish_job(a: Analysis) -> Analysis:
     sgs = suggest(a, pipe, pipe_ranks, late, cp, critical.step_waits(parts, table, files) if cp and cp.get("steps") else None)
     if withheld(cp, ranks) and any(sg.id in WHAT_IF for sg in sgs):
         a = replace(a, warnings=(*a.warnings, UNSTITCHED_WHAT_IF))
+    if any(sg.id in WHAT_IF and lone_comm(WHAT_IF[sg.id], cp, ranks) and any(WHAT_IF[sg.id] in (r.what_if or {}) for r in ranks)
+           for sg in sgs):  # a prediction the rank's replay made, not shown
+        a = replace(a, warnings=(*a.warnings, LONE_COMM_WHAT_IF))
     return replace(a, job=JobResult(
         mfu=job_mfu(ranks),
         step_time_ns={

@@ -707,12 +707,38 @@ def combine(parts: list[dict[str, Any] | None], table: pl.DataFrame | None = Non
             total[c] = total.get(c, 0) + ns
     out: dict[str, Any] = {"length_ns": sum(p["length_ns"] for p in got),
                            "by_category_ns": dict(sorted(total.items(), key=lambda kv: (-kv[1], kv[0])))}
-    if table is None or ranks is None or len(got) < 2 or table.height == 0:
+    if table is None or ranks is None or table.height == 0:
         return out
+    if len(got) < 2:
+        lone = _lone_unstitched(parts, table, ranks)
+        return {**out, "unstitched": lone} if lone else out
     stitched = _stitch(parts, table, ranks, pairs)
     if stitched is not None:  # the job's own path (every step's); the ranks' sums kept beside it
         out = {"ranks_length_ns": out["length_ns"], "ranks_by_category_ns": out["by_category_ns"], **stitched}
     return out
+
+
+def _lone_unstitched(parts: list[dict[str, Any] | None], table: pl.DataFrame, ranks: list[tuple[int, int | None]]) -> dict[str, int] | None:
+    """With one rank's path alone: its collectives whose other members are not loaded (the table's
+    ``complete`` not true: absent, or the group's size unknown) and how many of their rows lie on
+    its path (``combine``'s ``unstitched``, ``members_absent`` / ``rows_on_path``): the time the
+    rank waited in them for ranks not loaded cannot be told from the transfer.  None without any."""
+    have = [(f, p) for (f, _), p in zip(ranks, parts) if p and p.get("collectives")]
+    if len(have) != 1:
+        return None
+    f, p = have[0]
+    c = p["collectives"]
+    key = [pl.col("group").cast(pl.String).fill_null(""), pl.col("seq").cast(pl.Int64), pl.col("collective").cast(pl.String).fill_null("")]
+    mine = pl.DataFrame({k: c[k] for k in ("group", "seq", "collective", "on_path")},
+                        schema_overrides={"seq": pl.Int64, "on_path": pl.Boolean}).select(*key, "on_path")
+    # a group of one (its size said) has nobody to wait for: never absent
+    t = (table.filter((pl.col("file") == f) & ~pl.col("complete").fill_null(False) & (pl.col("group_size").fill_null(0) != 1))
+         .select(*key).unique())
+    if not t.height:
+        return None
+    absent = t
+    rows = mine.join(absent, on=["group", "seq", "collective"], nulls_equal=True).filter(pl.col("on_path"))
+    return {"members_absent": absent.height, "match_refused": 0, "rows_on_path": rows.height}
 
 
 def _stitch(parts: list[dict[str, Any] | None], table: pl.DataFrame, ranks: list[tuple[int, int | None]],
