@@ -98,6 +98,8 @@ _CPU, _DL, _LAUNCH, _SYNC, _IDLE = "cpu", "data_loading", "launch_overhead", "sy
 CAT = pl.Enum([*CATEGORIES, *(f"compute_{k}" for k in KCLASSES if k not in ("comm", "memcpy", "memset"))])
 
 
+IDX = pl.get_index_type()  # polars' index type (UInt32; UInt64 in its 64-bit-index build)
+
 _NO_MARKS = pl.DataFrame(schema={"m": pl.Int64, "cat": CAT, "ns": pl.Int64})
 
 
@@ -113,12 +115,18 @@ EDGE_KIND = pl.Enum(EDGE_KINDS)
 EDGE_SCHEMA = {"v": pl.Int64, "u": pl.Int64, "cat": CAT, "owner": pl.UInt32, "kind": EDGE_KIND}
 
 
+CAT_NAMES = frozenset(CAT.categories.to_list())
+# (the Enum literals made once: a literal of an Enum dtype takes ~50 us to build, and the graph uses dozens)
+_CATS = {c: pl.lit(c, dtype=CAT) for c in CAT_NAMES}
+_KINDS = {k: pl.lit(k, dtype=EDGE_KIND).alias("kind") for k in EDGE_KINDS}
+
+
 def _c(cat: str) -> pl.Expr:
-    return pl.lit(cat, dtype=CAT)
+    return _CATS[cat] if cat in _CATS else pl.lit(cat, dtype=CAT)
 
 
 def _k(kind: str) -> pl.Expr:
-    return pl.lit(kind, dtype=EDGE_KIND).alias("kind")
+    return _KINDS[kind] if kind in _KINDS else pl.lit(kind, dtype=EDGE_KIND).alias("kind")
 
 
 # a dependency on another thread's point (the hand-off, a host collective's queue and wait) is one
@@ -407,10 +415,12 @@ def _last_arrivals(thread: pl.DataFrame, others: pl.DataFrame, n: int) -> dict[s
     the other, as a stable sort of all of them would put it last); by scatters into the arrays, only
     the other edges that can win sorted (by node, then dependency), never the thread edges."""
     tv = thread.get_column("v")
-    cols = {k: pl.repeat(None, n, dtype=t, eager=True).scatter(tv, thread.get_column(k)) for k, t in EDGE_SCHEMA.items() if k != "v"}
-    cols["ei"] = pl.repeat(None, n, dtype=pl.Int64, eager=True).scatter(tv, pl.int_range(0, thread.height, dtype=pl.Int64, eager=True))
+    # (one scatter of each node's thread edge row, then one gather of the frame: a null row where none)
+    at = pl.repeat(None, n, dtype=IDX, eager=True).scatter(tv, pl.int_range(0, thread.height, dtype=IDX, eager=True))
+    got = thread.select([k for k in EDGE_SCHEMA if k != "v"]).with_columns(pl.int_range(0, thread.height, dtype=pl.Int64).alias("ei"))[at]
+    cols = {k: got.get_column(k) for k in got.columns}
     ov = others.get_column("v")
-    cur = cols["u"].gather(ov)
+    cur = cols["u"][ov.cast(IDX)]
     wins = (
         others.with_columns(pl.int_range(thread.height, thread.height + others.height, dtype=pl.Int64).alias("ei"))
         .filter(cur.is_null() | (others.get_column("u") >= cur))  # (most edges into host points lose to the thread's)
@@ -478,11 +488,12 @@ def step_paths(df: pl.DataFrame, device: int | None, windows: list[tuple[int, in
     # thread's ops between two cross-thread edges, back-to-back activities on a stream); a path that
     # reaches a node of a run walks back to the run's head, then jumps to the head's dependency
     chain = g.chain
-    pc = p0.gather(chain)  # the dependency of the node at each chain position
-    cpos = pl.int_range(0, n, dtype=pl.Int64, eager=True)
+    # (index arrays in polars' index type: ``a[i]`` gathers with no cast and no query, ``gather`` plans one)
+    cpos = pl.int_range(0, n, dtype=IDX, eager=True)
+    pc = p0[chain.cast(IDX)]  # the dependency of the node at each chain position
     head = pl.select(pl.when(pc.is_null() | (pc != chain.shift(1))).then(cpos).forward_fill()).to_series()
-    pos = pl.repeat(0, n, dtype=pl.Int64, eager=True).scatter(chain, cpos)  # each node's chain position
-    hop = pc.gather(head).gather(pos)  # each node's jump: its run head's dependency (null: none)
+    pos = pl.repeat(0, n, dtype=IDX, eager=True).scatter(chain, cpos)  # each node's chain position
+    hop = pc[head][pos]  # each node's jump: its run head's dependency (null: none)
     # the jump table over the nodes a path can land on (the heads' dependencies and the windows' last
     # nodes), compacted; one without a dependency points at a sentinel that is before every window
     ends_ok = nodes.select("o", "t") if main_tid is None else \
@@ -492,39 +503,39 @@ def step_paths(df: pl.DataFrame, device: int | None, windows: list[tuple[int, in
     z = win.sort("t1").join_asof(ends_ok.rename({"t": "_zt"}), left_on="t1", right_on="_zt", strategy="backward") \
         .filter(pl.col("o").is_not_null() & (pl.col("_zt") >= pl.col("t0"))).select("k", pl.col("o").alias("node"))
     # (in node order: a mask scattered, cheaper than a hash unique)
-    land = pl.int_range(0, n, dtype=pl.Int64, eager=True).filter(
-        pl.repeat(False, n, eager=True).scatter(hop.drop_nulls(), True).scatter(z.get_column("node"), True))
+    land = cpos.filter(pl.repeat(False, n, eager=True).scatter(hop.drop_nulls(), True).scatter(z.get_column("node"), True))
     m = land.len()
-    idx = pl.repeat(m, n, dtype=pl.Int64, eager=True).scatter(land, pl.int_range(0, m, dtype=pl.Int64, eager=True))
-    jump = idx.gather(hop.gather(land).fill_null(0)).zip_with(hop.gather(land).is_not_null(), pl.Series([m] * m, dtype=pl.Int64)) \
-        .append(pl.Series([m], dtype=pl.Int64))
-    tj = t.gather(land).append(pl.Series([-(1 << 62)], dtype=pl.Int64))
+    idx = pl.repeat(m, n, dtype=IDX, eager=True).scatter(land, cpos.head(m))
+    hl = hop[land]
+    jump = idx[hl.fill_null(0).cast(IDX)].zip_with(hl.is_not_null(), pl.Series([m], dtype=IDX)).append(pl.Series([m], dtype=IDX))
+    tj = t[land].append(pl.Series([-(1 << 62)], dtype=pl.Int64))
     # the landings of each window's path back to its start, by pointer doubling: after round j
     # ``members`` holds the first 2^j landings of each path (those before t0 dropped); a round's jumps
     # land on nodes no earlier round held (the path's nodes strictly decrease in the order)
     # (on Series: a round is four gathers and a filter, no query plan)
     members = z.join(win.select("k", "t0"), on="k")
-    mk, mt0, mnode = members.get_column("k"), members.get_column("t0"), idx.gather(members.get_column("node"))
+    mk, mt0, mnode = members.get_column("k"), members.get_column("t0"), idx[members.get_column("node").cast(IDX)]
     while True:
-        nxt = jump.gather(mnode)
-        keep = tj.gather(nxt) >= mt0
+        nxt = jump[mnode]
+        keep = tj[nxt] >= mt0
         if not keep.any():
             break
         mk, mt0, mnode = (pl.concat([a, b], rechunk=True) for a, b in ((mk, mk.filter(keep)), (mt0, mt0.filter(keep)), (mnode, nxt.filter(keep))))
-        jump = jump.gather(jump)
+        jump = jump[jump]
     # each landing's stretch of its run, from the head to it: the path's nodes (those before t0 dropped)
-    at = pos.gather(land.gather(mnode))
-    seg_nodes = pl.DataFrame({"k": mk, "t0": mt0, "_p": pl.int_ranges(head.gather(at), at + 1, eager=True)}).explode("_p")
-    mnode = chain.gather(seg_nodes.get_column("_p"))
-    keep = t.gather(mnode) >= seg_nodes.get_column("t0")
+    at = pos[land[mnode]]
+    seg_nodes = pl.DataFrame({"k": mk, "t0": mt0, "_p": pl.int_ranges(head[at], at + 1, dtype=IDX, eager=True)}).explode("_p")
+    mnode = chain[seg_nodes.get_column("_p")]
+    keep = t[mnode.cast(IDX)] >= seg_nodes.get_column("t0")
     mk, mt0, mnode = seg_nodes.get_column("k").filter(keep), seg_nodes.get_column("t0").filter(keep), mnode.filter(keep)
     members = pl.DataFrame({"k": mk, "node": mnode})
     # the segments: each path node from its dependency (cut at t0), the lead-in and the tail idle
     # (columns by gathers on the node arrays; the summaries in one collect_all)
-    su = p0.gather(mnode)
-    ut = t.gather(su.fill_null(0))
-    seg = pl.DataFrame({"k": mk, "t0": mt0, "_t": t.gather(mnode), "_u": su, "_ut": ut, "cat": cat.gather(mnode),
-                        "owner": owner.gather(mnode), "node": mnode}).lazy().select(
+    mi = mnode.cast(IDX)
+    su = p0[mi]
+    ut = t[su.fill_null(0).cast(IDX)]
+    seg = pl.DataFrame({"k": mk, "t0": mt0, "_t": t[mi], "_u": su, "_ut": ut, "cat": cat[mi],
+                        "owner": owner[mi], "node": mnode}).lazy().select(
         "k", "owner", "node", "_t", pl.col("_t").alias("_e"),
         (pl.col("_t") - pl.max_horizontal(pl.when(pl.col("_u").is_not_null()).then(pl.col("_ut")).otherwise(pl.col("t0")),
                                           pl.col("t0"))).alias("ns"),

@@ -171,9 +171,11 @@ class Replay:
         # node's other edges): no sort of the edges here
         e = g.edges()
         v, u = e.get_column("v"), e.get_column("u")
-        e = e.with_columns(t.gather(v).alias("tv"), t.gather(u).alias("tu"),
-                           (last["ei"].gather(v) == pl.int_range(0, e.height, dtype=pl.Int64, eager=True)).alias("bind"),
-                           last["kind"].gather(v).alias("bkind"), t.gather(last["u"].gather(v)).alias("btu")).with_row_index("ei")
+        # (gathers by index-typed Series, ``a[i]``: no cast or query per gather)
+        vx, ux = v.cast(critical.IDX), u.cast(critical.IDX)
+        e = e.with_columns(t[vx].alias("tv"), t[ux].alias("tu"),
+                           (last["ei"][vx] == pl.int_range(0, e.height, dtype=pl.Int64, eager=True)).alias("bind"),
+                           last["kind"][vx].alias("bkind"), t[last["u"][vx].cast(critical.IDX)].alias("btu")).with_row_index("ei")
         e = e.with_columns((pl.col("tv") - pl.col("tu")).alias("gap"))
         # (only the kinds that take it: not the thread and act edges, most of the bound ones)
         typical = dict(e.filter(pl.col("bind") & ~kind.is_in(["thread", "act"])).group_by("kind").agg(pl.col("gap").median()).select(pl.col("kind").cast(pl.String), "gap").iter_rows())
@@ -214,12 +216,13 @@ class Replay:
         # by window, chain and position on it, as one integer key (unique: a node's pos is), cheaper to sort than three
         span = 2 * n + 2
         nchain = int(nd.get_column("chain").max() or 0) + 1
-        P = P.with_row_index("f").with_columns(*(nd.get_column(c).gather(at) for c in ("chain", "pos", "cu", "ci")))
+        P = P.with_row_index("f").hstack(nd.select("chain", "pos", "cu", "ci")[at.cast(critical.IDX)])
         # (unique: an arg_sort of the key, then one gather of the contiguous columns)
         P = P.rechunk()[P.select((pl.col("k") * nchain + pl.col("chain").cast(pl.Int64)) * span + pl.col("pos")).to_series().arg_sort()]
-        P = P.with_columns(pl.Series("t", t.gather(P.get_column("o"))),
-                           pl.Series("tcu", t.gather(P.get_column("cu").fill_null(0))),
-                           pl.Series("hin", has_in.gather(P.get_column("o")))).with_row_index("i")
+        po = P.get_column("o").cast(critical.IDX)
+        P = P.with_columns(pl.Series("t", t[po]),
+                           pl.Series("tcu", t[P.get_column("cu").fill_null(0).cast(critical.IDX)]),
+                           pl.Series("hin", has_in[po])).with_row_index("i")
         prev_same = (pl.col("k") == pl.col("k").shift(1)) & (pl.col("chain") == pl.col("chain").shift(1)) & (pl.col("cu") == pl.col("o").shift(1))
         inside = pl.col("cu").is_not_null() & (pl.col("tcu") >= pl.col("t0"))
         P = P.with_columns((prev_same.fill_null(False) & inside).alias("_ln"),
@@ -311,7 +314,7 @@ class Replay:
                     if change.target:
                         sel = sel & pl.lit(self._names(change.target))
                 elif change.what == "kclass":
-                    known = [c for c in (f"compute_{k}" for k in change.target) if c in critical.CAT.categories]
+                    known = [c for c in (f"compute_{k}" for k in change.target) if c in critical.CAT_NAMES]
                     sel = cat.is_in(known) & pl.lit(self._kernel())
                 elif change.what == "kernel":
                     sel = pl.lit(self._kernel()) & pl.lit(self._names(change.target))
@@ -403,8 +406,8 @@ def _chain_ids(nodes: pl.DataFrame, chain: pl.Series) -> pl.Series:
     nodes thread by thread, then stream by stream; a new number where the thread or stream changes."""
     hn = int((~nodes.get_column("dev")).sum())  # the host nodes come first in ``chain``
     hc, dc = chain.head(hn), chain.slice(hn)
-    pid, tid, stream = (nodes.get_column(c) for c in ("pid", "tid", "stream"))
-    p, h, s = pid.gather(hc), tid.gather(hc), stream.gather(dc)
+    ph = nodes.select("pid", "tid")[hc.cast(critical.IDX)]
+    p, h, s = ph.get_column("pid"), ph.get_column("tid"), nodes.get_column("stream")[dc.cast(critical.IDX)]
     new = pl.concat([(p.ne_missing(p.shift(1)) | h.ne_missing(h.shift(1))).fill_null(True),
                      s.ne_missing(s.shift(1)).fill_null(True).scatter(0, True) if dc.len() else pl.Series([], dtype=pl.Boolean)])
     return pl.repeat(0, nodes.height, dtype=pl.UInt32, eager=True).scatter(chain, new.cast(pl.UInt32).cum_sum())
