@@ -131,9 +131,23 @@ def _split(df: pl.DataFrame, device: int | None, names: Names) -> _Frames:
     return _Frames(gpu, other or 0, s, e, hs, he)
 
 
+def _name_patterns() -> tuple[str, ...]:
+    """The name regexes the stages of ``_analyze_rank`` test (each through ``Names``), whatever
+    the trace holds: matched together up front (``Names.prefetch``), the same names as one by one."""
+    from tracelens.analysis.rank import flops as fl
+    from tracelens.analysis.rank import idle
+    from tracelens.analysis.rank import kernels as kt
+    from tracelens.analysis.rank import pipeline as pp
+
+    return (idle._BLOCKING, idle._ASYNC_COPY, _GRAPH_LAUNCH, "(?i)pageable", "DtoH", _BACKWARD_KERNELS, _BACKWARD_OPS,
+            fl.MOE_NO_WEIGHTS, fl.SAGE_ATTN, fl._BWD_NODE, fl._TRANSPOSE_OP, kt.TF32_KERNEL, pp._SENDRECV_KERNEL,
+            pp._ACTION_TORCH, pp._ACTION_PP, pp._OVERLAP_PP, pp._ACTION_MARKER, pp._ACTION_PY)
+
+
 def _analyze_rank(df: pl.DataFrame, fi: int, meta, options: Options) -> RankResult:
     warnings: list[str] = []
     names = Names(df)  # the rank's distinct names: every name test runs on them
+    names.prefetch(_name_patterns())  # the patterns the stages below ask for, in one query
     frames = _split(df, meta.device_id, names)
     gpu_rows = frames.gpu
     if frames.other_devices:
