@@ -808,19 +808,23 @@ def _step_flops(
             return None, {}, {}, None, "model FLOPs and MFU unknown (give --model-flops-per-step): " + "; ".join(
                 fl.unknown_notes(counted, lower_bound=False))
         return None, {}, {}, None, f"the shapes of all {unknown} matmul/conv/attention ops are unreadable: model FLOPs unknown"
-    ops = df.select("pid", "tid", "ts_ns").with_row_index("_row").join(counted, on="_row").drop_nulls("flops")
+    # one lazy query up to the ops' steps (each eager step would be a query of its own)
+    with_flops = counted.drop_nulls("flops")
+    ops = df.lazy().select("pid", "tid", "ts_ns").with_row_index("_row").join(with_flops.lazy(), on="_row")
     if recomp.height:  # ops inside a recomputed forward op are not model FLOPs (PaLM's MFU)
         inside = (
             ops.select("_row", "pid", "tid", "ts_ns").sort("ts_ns")
-            .join_asof(recomp.select("pid", "tid", pl.col("ts_ns").alias("_rs"), "end").sort("_rs"),
+            .join_asof(recomp.lazy().select("pid", "tid", pl.col("ts_ns").alias("_rs"), "end").sort("_rs"),
                        left_on="ts_ns", right_on="_rs", by=["pid", "tid"], strategy="backward", check_sortedness=False)
             .filter(pl.col("_rs").is_not_null() & (pl.col("ts_ns") < pl.col("end")))
+            .collect(engine="in-memory")
             .get_column("_row")
         )
         ops = ops.with_columns(pl.col("_row").is_in(inside.implode()).alias("_recompute"))
     else:
         ops = ops.with_columns(pl.lit(False).alias("_recompute"))
-    peaks = spec.op_peaks(ops.get_column("dtype").unique().to_list()) if spec else {}
+    # the ops' dtypes: those of the counted rows with FLOPs (every one is a row of df)
+    peaks = spec.op_peaks(with_flops.get_column("dtype").unique().to_list()) if spec else {}
     ops = ops.with_columns(
         (pl.col("flops") / pl.col("dtype").replace_strict(peaks, default=ref, return_dtype=pl.Float64) * 1e9).alias("ideal_ns")
         if spec
@@ -830,7 +834,7 @@ def _step_flops(
     if tied:
         from tracelens.analysis.rank import kernels as kt
 
-        ops = ops.join(kt.op_matmul_ns(linked), on="_row", how="left")
+        ops = ops.join(kt.op_matmul_ns(linked).lazy(), on="_row", how="left")
     else:
         ops = ops.with_columns(pl.lit(None, pl.Int64).alias("_mmk"))
     ops = ops.with_columns(
@@ -842,10 +846,11 @@ def _step_flops(
     else:
         ops = (
             ops.sort("ts_ns")
-            .join_asof(spans.with_row_index("_step").select(pl.col("_step").cast(pl.Int64), "start", "end"),
+            .join_asof(spans.lazy().with_row_index("_step").select(pl.col("_step").cast(pl.Int64), "start", "end"),
                        left_on="ts_ns", right_on="start", strategy="backward")
             .filter(pl.col("_step").is_not_null() & (pl.col("ts_ns") <= pl.col("end")))
         )
+    ops = ops.collect(engine="in-memory")
     model = ops.filter(~pl.col("_recompute"))
     # exact float sums (math.fsum, exactly rounded whatever the order), so that the same trace
     # always gives the same report to the last bit: one group per step, dtype and recompute flag
