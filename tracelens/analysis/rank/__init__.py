@@ -56,18 +56,19 @@ NSYS_NO_SHAPES = ("an nsys export records no op shapes: model FLOPs and MFU unkn
 def _step_spans(df: pl.DataFrame, options: Options) -> tuple[pl.DataFrame, int | None]:
     """(name, step, start, end) of the steps, on the thread that records them."""
     if options.step_range:
-        spans = df.filter(
+        spans = df.lazy().filter(
             pl.col("kind").is_in(["annotation", "cpu_op", "step", "dataloader"])
             & pl.col("tid").is_not_null()
             & pl.col("name").cast(pl.String).str.contains(options.step_range)
         )
     else:
-        spans = df.filter((pl.col("kind") == "step") & pl.col("tid").is_not_null())
+        spans = df.lazy().filter((pl.col("kind") == "step") & pl.col("tid").is_not_null())
+    # the span columns only (lazy chains: each eager step would be a query of its own)
+    spans = spans.select("pid", "tid", "name", "ts_ns", "dur_ns").collect(engine="in-memory")
     if spans.height == 0:
         return pl.DataFrame(schema={"name": pl.String, "step": pl.Int64, "start": pl.Int64, "end": pl.Int64}), None
-    main = spans.group_by("pid", "tid").len().sort("len", "tid", descending=[True, False]).row(0, named=True)
-    spans = spans.filter((pl.col("pid") == main["pid"]) & (pl.col("tid") == main["tid"]))
-    out = spans.select(
+    main = spans.lazy().group_by("pid", "tid").len().sort("len", "tid", descending=[True, False]).collect(engine="in-memory").row(0, named=True)
+    out = spans.lazy().filter((pl.col("pid") == main["pid"]) & (pl.col("tid") == main["tid"])).select(
         pl.col("name").cast(pl.String),
         pl.col("name").cast(pl.String).str.extract(r"#(\d+)$").cast(pl.Int64).alias("step"),
         pl.col("ts_ns").alias("start"),
@@ -77,7 +78,7 @@ def _step_spans(df: pl.DataFrame, options: Options) -> tuple[pl.DataFrame, int |
     if options.steps is not None:
         a, b = options.steps
         out = out.filter(pl.col("step").is_between(a, b))
-    return out, main["tid"]
+    return out.collect(engine="in-memory"), main["tid"]
 
 
 # the columns of the GPU rows the stages read (segments, idle, kernels, facts): the rank's

@@ -192,11 +192,15 @@ class _IdleAttribution:
                                               ("_dany", "_dtid"))),
             )
         )
-        block = self.block.lazy()
-        g = iv.covered(iv.covered(g.with_columns(tid.fill_null(0).alias("_btid")), "_bx", block.rename({"tid": "_btid"}), "_c0",
-                                  by=["_btid"]), "b", block.rename({"tid": "_btid"}), "_c1", by=["_btid"])
-        dl = self.dl.lazy().rename({"_any": "_dany", "tid": "_dtid"})
-        g = iv.covered(iv.covered(g, "a", dl, "_d0", by=["_dany", "_dtid"]), "_dy", dl, "_d1", by=["_dany", "_dtid"])
+        def covered(q: pl.LazyFrame, at: str, runs: pl.DataFrame, alias: str, rename: dict[str, str]) -> pl.LazyFrame:
+            if runs.height == 0:  # no blocking call or no DataLoader span in the trace: nothing covered (no as-of join to plan)
+                return q.with_columns(pl.lit(0, pl.Int64).alias(alias))
+            return iv.covered(q, at, runs.lazy().rename(rename), alias, by=list(rename.values()))
+
+        g = g.with_columns(tid.fill_null(0).alias("_btid"))
+        g = covered(covered(g, "_bx", self.block, "_c0", {"tid": "_btid"}), "b", self.block, "_c1", {"tid": "_btid"})
+        dl_key = {"_any": "_dany", "tid": "_dtid"}
+        g = covered(covered(g, "a", self.dl, "_d0", dl_key), "_dy", self.dl, "_d1", dl_key)
         blocked = pl.col("_c1") - pl.col("_c0")
         dl_ns = pl.col("_d1") - pl.col("_d0")
         g = g.with_columns(
