@@ -170,9 +170,9 @@ def matmul_efficiency(
     counted = counted.drop_nulls("flops")
     if counted.height == 0:
         return []
-    k = linked.group_by("_row").agg(pl.col("dur_ns").sum().alias("kernel_ns"))
+    k = linked.lazy().group_by("_row").agg(pl.col("dur_ns").sum().alias("kernel_ns"))
     ops = counted.with_columns(df.get_column("name").gather(counted.get_column("_row")).cast(pl.String).alias("name"))
-    joined = ops.join(k, on="_row", how="inner").filter(pl.col("kernel_ns") > 0)
+    joined = ops.lazy().join(k, on="_row", how="inner").filter(pl.col("kernel_ns") > 0).collect(engine="in-memory")  # one query
     if joined.height == 0:
         return []
     g = (
