@@ -72,7 +72,8 @@ def union_frame(df: pl.DataFrame, start: str = "ts_ns", dur: str = "dur_ns") -> 
     """``union_of`` as a frame: columns ``s``, ``e`` (Int64), sorted, disjoint, non-touching."""
     if df.height == 0:
         return pl.DataFrame(schema={"s": pl.Int64, "e": pl.Int64})
-    return merged(df.select(pl.col(start).alias("s"), (pl.col(start) + pl.col(dur)).alias("e")))
+    # lazy: one query (on a DataFrame each of merged's steps would be a query of its own)
+    return merged(df.lazy().select(pl.col(start).alias("s"), (pl.col(start) + pl.col(dur)).alias("e"))).collect(engine="in-memory")
 
 
 def outside_by(df: pl.LazyFrame, by: list[str], within: pl.DataFrame) -> pl.LazyFrame:

@@ -56,18 +56,19 @@ NSYS_NO_SHAPES = ("an nsys export records no op shapes: model FLOPs and MFU unkn
 def _step_spans(df: pl.DataFrame, options: Options) -> tuple[pl.DataFrame, int | None]:
     """(name, step, start, end) of the steps, on the thread that records them."""
     if options.step_range:
-        spans = df.filter(
+        spans = df.lazy().filter(
             pl.col("kind").is_in(["annotation", "cpu_op", "step", "dataloader"])
             & pl.col("tid").is_not_null()
             & pl.col("name").cast(pl.String).str.contains(options.step_range)
         )
     else:
-        spans = df.filter((pl.col("kind") == "step") & pl.col("tid").is_not_null())
+        spans = df.lazy().filter((pl.col("kind") == "step") & pl.col("tid").is_not_null())
+    # the span columns only (lazy chains: each eager step would be a query of its own)
+    spans = spans.select("pid", "tid", "name", "ts_ns", "dur_ns").collect(engine="in-memory")
     if spans.height == 0:
         return pl.DataFrame(schema={"name": pl.String, "step": pl.Int64, "start": pl.Int64, "end": pl.Int64}), None
-    main = spans.group_by("pid", "tid").len().sort("len", "tid", descending=[True, False]).row(0, named=True)
-    spans = spans.filter((pl.col("pid") == main["pid"]) & (pl.col("tid") == main["tid"]))
-    out = spans.select(
+    main = spans.lazy().group_by("pid", "tid").len().sort("len", "tid", descending=[True, False]).collect(engine="in-memory").row(0, named=True)
+    out = spans.lazy().filter((pl.col("pid") == main["pid"]) & (pl.col("tid") == main["tid"])).select(
         pl.col("name").cast(pl.String),
         pl.col("name").cast(pl.String).str.extract(r"#(\d+)$").cast(pl.Int64).alias("step"),
         pl.col("ts_ns").alias("start"),
@@ -77,7 +78,7 @@ def _step_spans(df: pl.DataFrame, options: Options) -> tuple[pl.DataFrame, int |
     if options.steps is not None:
         a, b = options.steps
         out = out.filter(pl.col("step").is_between(a, b))
-    return out, main["tid"]
+    return out.collect(engine="in-memory"), main["tid"]
 
 
 # the columns of the GPU rows the stages read (segments, idle, kernels, facts): the rank's
@@ -131,9 +132,23 @@ def _split(df: pl.DataFrame, device: int | None, names: Names) -> _Frames:
     return _Frames(gpu, other or 0, s, e, hs, he)
 
 
+def _name_patterns() -> tuple[str, ...]:
+    """The name regexes the stages of ``_analyze_rank`` test (each through ``Names``), whatever
+    the trace holds: matched together up front (``Names.prefetch``), the same names as one by one."""
+    from tracelens.analysis.rank import flops as fl
+    from tracelens.analysis.rank import idle
+    from tracelens.analysis.rank import kernels as kt
+    from tracelens.analysis.rank import pipeline as pp
+
+    return (idle._BLOCKING, idle._ASYNC_COPY, _GRAPH_LAUNCH, "(?i)pageable", "DtoH", _BACKWARD_KERNELS, _BACKWARD_OPS,
+            fl.MOE_NO_WEIGHTS, fl.SAGE_ATTN, fl._BWD_NODE, fl._TRANSPOSE_OP, kt.TF32_KERNEL, pp._SENDRECV_KERNEL,
+            pp._ACTION_TORCH, pp._ACTION_PP, pp._OVERLAP_PP, pp._ACTION_MARKER, pp._ACTION_PY)
+
+
 def _analyze_rank(df: pl.DataFrame, fi: int, meta, options: Options) -> RankResult:
     warnings: list[str] = []
     names = Names(df)  # the rank's distinct names: every name test runs on them
+    names.prefetch(_name_patterns())  # the patterns the stages below ask for, in one query
     frames = _split(df, meta.device_id, names)
     gpu_rows = frames.gpu
     if frames.other_devices:
@@ -794,19 +809,23 @@ def _step_flops(
             return None, {}, {}, None, "model FLOPs and MFU unknown (give --model-flops-per-step): " + "; ".join(
                 fl.unknown_notes(counted, lower_bound=False))
         return None, {}, {}, None, f"the shapes of all {unknown} matmul/conv/attention ops are unreadable: model FLOPs unknown"
-    ops = df.select("pid", "tid", "ts_ns").with_row_index("_row").join(counted, on="_row").drop_nulls("flops")
+    # one lazy query up to the ops' steps (each eager step would be a query of its own)
+    with_flops = counted.drop_nulls("flops")
+    ops = df.lazy().select("pid", "tid", "ts_ns").with_row_index("_row").join(with_flops.lazy(), on="_row")
     if recomp.height:  # ops inside a recomputed forward op are not model FLOPs (PaLM's MFU)
         inside = (
             ops.select("_row", "pid", "tid", "ts_ns").sort("ts_ns")
-            .join_asof(recomp.select("pid", "tid", pl.col("ts_ns").alias("_rs"), "end").sort("_rs"),
+            .join_asof(recomp.lazy().select("pid", "tid", pl.col("ts_ns").alias("_rs"), "end").sort("_rs"),
                        left_on="ts_ns", right_on="_rs", by=["pid", "tid"], strategy="backward", check_sortedness=False)
             .filter(pl.col("_rs").is_not_null() & (pl.col("ts_ns") < pl.col("end")))
+            .collect(engine="in-memory")
             .get_column("_row")
         )
         ops = ops.with_columns(pl.col("_row").is_in(inside.implode()).alias("_recompute"))
     else:
         ops = ops.with_columns(pl.lit(False).alias("_recompute"))
-    peaks = spec.op_peaks(ops.get_column("dtype").unique().to_list()) if spec else {}
+    # the ops' dtypes: those of the counted rows with FLOPs (every one is a row of df)
+    peaks = spec.op_peaks(with_flops.get_column("dtype").unique().to_list()) if spec else {}
     ops = ops.with_columns(
         (pl.col("flops") / pl.col("dtype").replace_strict(peaks, default=ref, return_dtype=pl.Float64) * 1e9).alias("ideal_ns")
         if spec
@@ -816,7 +835,7 @@ def _step_flops(
     if tied:
         from tracelens.analysis.rank import kernels as kt
 
-        ops = ops.join(kt.op_matmul_ns(linked), on="_row", how="left")
+        ops = ops.join(kt.op_matmul_ns(linked).lazy(), on="_row", how="left")
     else:
         ops = ops.with_columns(pl.lit(None, pl.Int64).alias("_mmk"))
     ops = ops.with_columns(
@@ -828,10 +847,11 @@ def _step_flops(
     else:
         ops = (
             ops.sort("ts_ns")
-            .join_asof(spans.with_row_index("_step").select(pl.col("_step").cast(pl.Int64), "start", "end"),
+            .join_asof(spans.lazy().with_row_index("_step").select(pl.col("_step").cast(pl.Int64), "start", "end"),
                        left_on="ts_ns", right_on="start", strategy="backward")
             .filter(pl.col("_step").is_not_null() & (pl.col("ts_ns") <= pl.col("end")))
         )
+    ops = ops.collect(engine="in-memory")
     model = ops.filter(~pl.col("_recompute"))
     # exact float sums (math.fsum, exactly rounded whatever the order), so that the same trace
     # always gives the same report to the last bit: one group per step, dtype and recompute flag

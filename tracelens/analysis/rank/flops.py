@@ -360,11 +360,12 @@ def count(events: pl.DataFrame, names: Names | None = None) -> pl.DataFrame:
     # per distinct combination (a model has a few hundred, whatever the trace's length), the
     # autograd "Sequence number" that every op has a different one of left out of the key
     keys = ["name", "_key", "_out", "_tr", "_mi", "_mw"]
-    distinct = (
-        ops.select("_row", "name", "args", "_out", "_tr", "_mi", "_mw")
+    distinct = (  # one lazy query (each eager step would be a query of its own)
+        ops.lazy().select("_row", "name", "args", "_out", "_tr", "_mi", "_mw")
         .with_columns(pl.col("args").str.replace_all(_SEQ_KEY, "").alias("_key"))
         .group_by(keys, maintain_order=True)
         .agg(pl.col("args").first(), pl.col("_row"))
+        .collect(engine="in-memory")
     )
     flops, dtypes, shapes, nbytes, whys = [], [], [], [], []
     decoded = _decode_all(distinct.get_column("args"))
@@ -383,11 +384,12 @@ def count(events: pl.DataFrame, names: Names | None = None) -> pl.DataFrame:
                 "why": pl.String},
     )
     # back to one row per op, in the order of ``ops``
-    order = ops.select("_row").with_row_index("_pos")
+    order = ops.lazy().select("_row").with_row_index("_pos")
     return (
-        per.explode("_rows").rename({"_rows": "_row"})
+        per.lazy().explode("_rows").rename({"_rows": "_row"})
         .join(order, on="_row").sort("_pos")
         .select("_row", "flops", "dtype", "shapes", "gemm_bytes", "why")
+        .collect(engine="in-memory")
     )
 
 
@@ -436,11 +438,12 @@ def _inside(inner: pl.DataFrame, outer: pl.DataFrame) -> pl.DataFrame:
     them on their thread: the last outer row to start at or before the inner one, if it ends at
     or after the inner one ends.  Both need file, pid, tid, ts_ns and _end; outer rows must not
     nest among themselves (outermost ops, or backward nodes)."""
-    o = outer.rename({"ts_ns": "_ots", "_end": "_oend"}).sort("_ots")
-    return (
-        inner.sort("ts_ns")
+    o = outer.lazy().rename({"ts_ns": "_ots", "_end": "_oend"}).sort("_ots")
+    return (  # one lazy query (each eager step would be a query of its own)
+        inner.lazy().sort("ts_ns")
         .join_asof(o, left_on="ts_ns", right_on="_ots", by=["file", "pid", "tid"], strategy="backward", check_sortedness=False)
         .filter(pl.col("_ots").is_not_null() & (pl.col("_end") <= pl.col("_oend")))
+        .collect(engine="in-memory")
     )
 
 
@@ -482,10 +485,11 @@ def _conv_hints(events: pl.DataFrame, ops: pl.DataFrame, names: Names | None = N
         )
         parts.append(mask)
     if fwd.height:
-        fx = fwd.select("_row", "file", "pid", "tid", "ts_ns", end, pl.col("args").str.extract_groups(_DIMS).alias("_d"),
-                        pl.col("args").str.extract(_SEQ, 1).cast(pl.Int64, strict=False).alias("_seq"))
+        fx = fwd.lazy().select("_row", "file", "pid", "tid", "ts_ns", end, pl.col("args").str.extract_groups(_DIMS).alias("_d"),
+                               pl.col("args").str.extract(_SEQ, 1).cast(pl.Int64, strict=False).alias("_seq"))
         fx = fx.with_columns(_shape(1).alias("_x"), _shape(2).alias("_w")).drop("_d").filter(pl.col("_x").list.len() >= 3)
-        tops = host.filter(names.like(_TRANSPOSE_OP)).select("file", "pid", "tid", "ts_ns", "_end")
+        fx = fx.collect(engine="in-memory")  # one query (each eager step would be one of its own)
+        tops = host.lazy().filter(names.like(_TRANSPOSE_OP)).select("file", "pid", "tid", "ts_ns", "_end").collect(engine="in-memory")
         trans = pl.concat([  # a transposed backend op under the convolution, or aten::conv_transpose2d over it
             _inside(tops, fx.select("file", "pid", "tid", "ts_ns", "_end", pl.col("_row").alias("_o"))).select("_o"),
             _inside(fx.select("file", "pid", "tid", "ts_ns", "_end", pl.col("_row").alias("_o")), tops).select("_o"),
@@ -527,27 +531,29 @@ def _backward_of(host: pl.DataFrame, ops: pl.DataFrame, fx: pl.DataFrame, names:
         return empty
     name = pl.col("name")
     found = names.matching(_BWD_NODE)
-    nodes = (
-        host.filter(name.is_in(found.filter(~found.str.starts_with("aten::")).implode()))
+    nodes = (  # one lazy query (each eager step would be a query of its own)
+        host.lazy().filter(name.is_in(found.filter(~found.str.starts_with("aten::")).implode()))
         .select("file", "pid", "tid", "ts_ns", "_end", pl.col("args").str.extract(_SEQ, 1).cast(pl.Int64, strict=False).alias("_seq"))
         .drop_nulls("_seq")
+        .collect(engine="in-memory")
     )
     if nodes.height == 0:
         return empty
     layout = {n: a[:3] for n, a in _CONV_BWD_ARGS.items()}
-    b = ops.filter(name.is_in(list(CONV_BWD))).select(
+    b = ops.lazy().filter(name.is_in(list(CONV_BWD))).select(
         pl.col("_row").alias("_b"), "file", "pid", "tid", "ts_ns", END.alias("_end"), "name",
         pl.col("args").str.extract_groups(_DIMS).alias("_d"))
     pick = lambda k: pl.col("name").replace_strict({n: v[k] for n, v in layout.items()}, return_dtype=pl.Int64)  # noqa: E731
     shapes = [_shape(i) for i in (1, 2, 3)]
     b = b.with_columns(*(pl.coalesce(*[pl.when(pick(k) == i).then(shapes[i]) for i in range(3)]).alias(c)
-                         for k, c in enumerate(("_go", "_bx", "_bw"))))
+                         for k, c in enumerate(("_go", "_bx", "_bw")))).collect(engine="in-memory")
     linked = _inside(b.select("_b", "file", "pid", "tid", "ts_ns", "_end", "_go", "_bx", "_bw"), nodes)
     return (
-        fx.select("_row", "file", "pid", "_seq", "_x", "_w")
-        .join(linked.select("_b", "file", "pid", "_seq", "_go", "_bx", "_bw"), on=["file", "pid", "_seq"])
+        fx.lazy().select("_row", "file", "pid", "_seq", "_x", "_w")
+        .join(linked.lazy().select("_b", "file", "pid", "_seq", "_go", "_bx", "_bw"), on=["file", "pid", "_seq"])
         .filter((pl.col("_bx") == pl.col("_x")) & (pl.col("_bw") == pl.col("_w")) & (pl.col("_go").list.len() == pl.col("_x").list.len()))
         .select("_row", "_b", "_go")
+        .collect(engine="in-memory")
     )
 
 
@@ -587,11 +593,13 @@ def _out_from_consumer(host: pl.DataFrame, fx: pl.DataFrame) -> pl.DataFrame:
     are read, whatever the trace's length."""
     keys = ["file", "pid", "tid"]
     ops = (  # the convolutions' threads' ops in order, without their args (fetched for the few near ones)
-        host.select(*keys, "ts_ns").with_row_index("_h").join(fx.select(keys).unique(), on=keys, how="semi")
+        host.lazy().select(*keys, "ts_ns").with_row_index("_h").join(fx.lazy().select(keys).unique(), on=keys, how="semi")
         .sort(*keys, "ts_ns").with_row_index("_pos")
+        .collect(engine="in-memory").lazy()
     )
+    # lazy chains, one query each (each eager step would be a query of its own)
     first = (
-        fx.select("_row", *keys, "_end", "_x", "_w").sort("_end")
+        fx.lazy().select("_row", *keys, "_end", "_x", "_w").sort("_end")
         .join_asof(ops.select(*keys, "ts_ns", "_pos").sort("ts_ns"), left_on="_end", right_on="ts_ns", by=keys,
                    strategy="forward", check_sortedness=False)
         .drop_nulls("_pos")
@@ -601,9 +609,10 @@ def _out_from_consumer(host: pl.DataFrame, fx: pl.DataFrame) -> pl.DataFrame:
         .explode("_p").drop("_pos")
         .join(ops.select(pl.col("_pos").alias("_p"), *[pl.col(k).alias(f"_{k}") for k in keys], "_h"), on="_p")
         .filter(pl.all_horizontal(pl.col(k) == pl.col(f"_{k}") for k in keys))  # still on the convolution's thread
+        .collect(engine="in-memory")
     )
     near = (  # the first op whose first input has the convolution's rank (its commas + 1), then parsed
-        near.with_columns(host.get_column("args").gather(near.get_column("_h")).str.extract(_DIMS, 1).alias("_ct"))
+        near.with_columns(host.get_column("args").gather(near.get_column("_h")).str.extract(_DIMS, 1).alias("_ct")).lazy()
         .filter(pl.col("_ct").str.count_matches(",", literal=True) + 1 == pl.col("_x").list.len())
         .sort("_row", "_p").unique("_row", keep="first")
         .with_columns(pl.col("_ct").str.json_decode(pl.List(pl.Int64)).alias("_c"))
@@ -612,6 +621,7 @@ def _out_from_consumer(host: pl.DataFrame, fx: pl.DataFrame) -> pl.DataFrame:
         near.filter((pl.col("_c").list.get(0) == pl.col("_x").list.get(0)) & (pl.col("_c").list.get(1) == pl.col("_w").list.get(0)))
         .select("_row", pl.col("_x").list.slice(2).alias("_xs"), pl.col("_w").list.slice(2).alias("_k"),
                 pl.col("_c").list.slice(2).alias("_out"))
+        .collect(engine="in-memory")
     )
     # a handful of distinct (input, kernel, output) sizes per model, whatever the trace's length
     ok = [(xs, k, out) for xs, k, out in m.select("_xs", "_k", "_out").unique().iter_rows() if _reachable(xs, k, out)]

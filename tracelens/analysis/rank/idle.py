@@ -58,7 +58,6 @@ def _blocking_spans(df: pl.DataFrame, gpu_rows: pl.DataFrame, names: Names | Non
         df.lazy().filter(pl.col("tid").is_not_null() & pl.col("kind").is_in(["runtime", "sync", "cpu_op"]))
         .select("tid", "kind", "name", pl.col("ts_ns").alias("s"), END.alias("e"),
                 pl.col("kind").is_in(["runtime", "sync"]).alias("leaf"), "correlation")
-        .collect(engine="in-memory")
     )
     # the regexes run over the distinct names, not over a String copy of every host row's name
     blocking_names = names.matching(_BLOCKING).implode()
@@ -71,21 +70,25 @@ def _blocking_spans(df: pl.DataFrame, gpu_rows: pl.DataFrame, names: Names | Non
     ).select("tid", "s", "e", name.cast(pl.String), "leaf")
     copies = host.filter((pl.col("kind") == "cpu_op") & name.is_in(list(_COPY_OPS))).select(
         "tid", pl.col("s").alias("_cs"), pl.col("e").alias("_ce"), name.cast(pl.String).alias("_cn")).sort("_cs")
-    found, inner = [], blocking.filter(pl.col("leaf")).select("tid", "s", "e")
+    # one batch (the host rows read once), lazy chains below: each eager step would be a query of its own
+    blocking, copies = pl.collect_all([blocking, copies], engine="in-memory")
+    found, inner = [], blocking.lazy().filter(pl.col("leaf")).select("tid", "s", "e").collect(engine="in-memory")
     for level in range(3):  # each copy op that holds a blocking call (or a copy op found before)
         if not inner.height or not copies.height:
             break
         held = (
-            inner.sort("s")
-            .join_asof(copies, left_on="s", right_on="_cs", by="tid", strategy="backward",
+            inner.lazy().sort("s")
+            .join_asof(copies.lazy(), left_on="s", right_on="_cs", by="tid", strategy="backward",
                        allow_exact_matches=level == 0, check_sortedness=False)
             .filter(pl.col("_cs").is_not_null() & (pl.col("_ce") >= pl.col("e")))
             .select("tid", pl.col("_cs").alias("s"), pl.col("_ce").alias("e"), pl.col("_cn").alias("name"))
             .unique()
+            .collect(engine="in-memory")
         )
-        found.append(held.with_columns(pl.lit(False).alias("leaf")))
+        found.append(held.lazy().with_columns(pl.lit(False).alias("leaf")))
         inner = held.select("tid", "s", "e")
-    return pl.concat([blocking, *found]).unique().filter(pl.col("e") > pl.col("s")).sort("tid", "s", "e", "name", "leaf")
+    return (pl.concat([blocking.lazy(), *found]).unique().filter(pl.col("e") > pl.col("s")).sort("tid", "s", "e", "name", "leaf")
+            .collect(engine="in-memory"))
 
 
 class _IdleAttribution:
@@ -189,11 +192,15 @@ class _IdleAttribution:
                                               ("_dany", "_dtid"))),
             )
         )
-        block = self.block.lazy()
-        g = iv.covered(iv.covered(g.with_columns(tid.fill_null(0).alias("_btid")), "_bx", block.rename({"tid": "_btid"}), "_c0",
-                                  by=["_btid"]), "b", block.rename({"tid": "_btid"}), "_c1", by=["_btid"])
-        dl = self.dl.lazy().rename({"_any": "_dany", "tid": "_dtid"})
-        g = iv.covered(iv.covered(g, "a", dl, "_d0", by=["_dany", "_dtid"]), "_dy", dl, "_d1", by=["_dany", "_dtid"])
+        def covered(q: pl.LazyFrame, at: str, runs: pl.DataFrame, alias: str, rename: dict[str, str]) -> pl.LazyFrame:
+            if runs.height == 0:  # no blocking call or no DataLoader span in the trace: nothing covered (no as-of join to plan)
+                return q.with_columns(pl.lit(0, pl.Int64).alias(alias))
+            return iv.covered(q, at, runs.lazy().rename(rename), alias, by=list(rename.values()))
+
+        g = g.with_columns(tid.fill_null(0).alias("_btid"))
+        g = covered(covered(g, "_bx", self.block, "_c0", {"tid": "_btid"}), "b", self.block, "_c1", {"tid": "_btid"})
+        dl_key = {"_any": "_dany", "tid": "_dtid"}
+        g = covered(covered(g, "a", self.dl, "_d0", dl_key), "_dy", self.dl, "_d1", dl_key)
         blocked = pl.col("_c1") - pl.col("_c0")
         dl_ns = pl.col("_d1") - pl.col("_d0")
         g = g.with_columns(
@@ -236,11 +243,11 @@ class _IdleAttribution:
             step = row.pop("step")
             self.graph_latency[step], self.graph_host[step] = row.pop("_glat"), row.pop("_ghost")
             self.splits[step] = IdleSplit(**row)
-        where = pl.concat([
-            g.join(blockers, on="_g", how="left").filter(pl.col("_blocked") > 0)
+        where = pl.concat([  # one lazy query
+            g.lazy().join(blockers.lazy(), on="_g", how="left").filter(pl.col("_blocked") > 0)
             .select("step", pl.col("_bn").fill_null("synchronize").alias("name"), pl.col("_blocked").alias("ns")),
-            g.filter(pl.col("_after_sync")).select("step", pl.col("_sn").alias("name"), pl.col("_rest").alias("ns")),
-        ]).group_by("step", "name").agg(pl.col("ns").sum())
+            g.lazy().filter(pl.col("_after_sync")).select("step", pl.col("_sn").alias("name"), pl.col("_rest").alias("ns")),
+        ]).group_by("step", "name").agg(pl.col("ns").sum()).collect(engine="in-memory")
         for step, name, ns in where.iter_rows():  # one per step and blocking call
             self.sync_by.setdefault(step, {})[name] = ns
 

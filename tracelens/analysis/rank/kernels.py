@@ -97,17 +97,18 @@ def _launched_in(df: pl.DataFrame, ops: pl.DataFrame, kernels: pl.DataFrame, ker
     """Kernels joined to the op (a row of ``ops``, with its ``_row`` and any other columns) that
     launched them: on the launching thread, the op whose span holds the launch.  ``kernels``
     needs the launch columns the analysis adds (launch_ns, launch_tid, launch_known)."""
-    spans = (
-        df.select("tid", "ts_ns", "dur_ns").with_row_index("_row").join(ops, on="_row")
+    spans = (  # one lazy query (each eager step would be a query of its own, with its fixed cost)
+        df.lazy().select("tid", "ts_ns", "dur_ns").with_row_index("_row").join(ops.lazy(), on="_row")
         .with_columns(pl.col("tid").alias("launch_tid"), pl.col("ts_ns").alias("_ots"), END.alias("_oend"))
         .drop("tid", "ts_ns", "dur_ns")
         .sort("_ots")
     )
     return (
-        kernels.filter(pl.col("launch_known") & pl.col("launch_tid").is_not_null())
+        kernels.lazy().filter(pl.col("launch_known") & pl.col("launch_tid").is_not_null())
         .select("launch_ns", "launch_tid", *kernel_cols).sort("launch_ns")
         .join_asof(spans, left_on="launch_ns", right_on="_ots", by="launch_tid", strategy="backward", check_sortedness=False)
         .filter(pl.col("_ots").is_not_null() & (pl.col("launch_ns") < pl.col("_oend")))
+        .collect(engine="in-memory")
     )
 
 
@@ -169,9 +170,9 @@ def matmul_efficiency(
     counted = counted.drop_nulls("flops")
     if counted.height == 0:
         return []
-    k = linked.group_by("_row").agg(pl.col("dur_ns").sum().alias("kernel_ns"))
+    k = linked.lazy().group_by("_row").agg(pl.col("dur_ns").sum().alias("kernel_ns"))
     ops = counted.with_columns(df.get_column("name").gather(counted.get_column("_row")).cast(pl.String).alias("name"))
-    joined = ops.join(k, on="_row", how="inner").filter(pl.col("kernel_ns") > 0)
+    joined = ops.lazy().join(k, on="_row", how="inner").filter(pl.col("kernel_ns") > 0).collect(engine="in-memory")  # one query
     if joined.height == 0:
         return []
     g = (

@@ -147,12 +147,18 @@ def cut_frames(gpu_rows: pl.DataFrame, recomputed: pl.DataFrame | None,
         + [edges],
         how="diagonal",
     )
-    cols = [*counts, *(f"{p}:{j}" for p, _ in _SPLITS for j in range(len(labels[p]))), *(pt for _, pt in _SPLITS)]
+    sums_of = [*counts, *(f"{p}:{j}" for p, _ in _SPLITS for j in range(len(labels[p])))]
+    cuts_of = [pt for _, pt in _SPLITS]
+    # the running counts after each cut: a running sum over the points in time order, read at the
+    # last point of each time (the points of one time in any order: the sum after all of them is
+    # the same); whether a cut of a split is at a time: its running count of them grew there
+    # (one sort and running sums, no hash grouping of the ~2 points per activity)
     seg = (
-        pts.group_by("t")
-        .agg(*(pl.col(c).sum() if not c.startswith("_") else pl.col(c).any() for c in cols))
+        pts.with_columns(*(pl.col(c).fill_null(0) for c in sums_of), *(pl.col(c).fill_null(False).cast(pl.Int64) for c in cuts_of))
         .sort("t")
-        .with_columns(*(pl.col(c).cum_sum() for c in cols if not c.startswith("_")))
+        .with_columns(pl.col(*sums_of, *cuts_of).cum_sum())
+        .filter((pl.col("t") != pl.col("t").shift(-1)).fill_null(True))
+        .with_columns((pl.col(c) > pl.col(c).shift(1, fill_value=0)).alias(c) for c in cuts_of)
         .with_columns((pl.col("t").shift(-1) - pl.col("t")).alias("len"))
         .drop_nulls("len")
     )
