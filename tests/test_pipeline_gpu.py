@@ -195,3 +195,29 @@ def test_data_parallel_pipelines_traced_whole(tmp_path):
     assert g["slowest_stage"] == 1 and g["slow_stage_ns"] > 0
     assert g["slow_stage_ns"] + g["p2p_ns"] + g["host_ns"] == g["gap_ns"] == pytest.approx(pipe["bubble_ns"] - g["theory_bubble_ns"], abs=2)
     assert pipe["replay"]["stage_ns"][1][0] == pytest.approx(1.4 * pipe["replay"]["stage_ns"][0][0], rel=0.01)
+
+
+def test_batched_p2p_bytes_are_the_members(tmp_path):
+    """A ``batch_isend_irecv`` batch (one ``nccl:coalesced`` SendRecv kernel) takes its members'
+    bytes: the sends and recvs posted on its thread since the previous batch, each ``In msg
+    nelems`` x 2 (bf16).  Before, the batch's bytes were null.  The expected list is read from the
+    raw file: per ``nccl:coalesced`` range, the records between it and the one before it."""
+    import json
+
+    from tracelens.analysis import analyze
+    from tracelens.store.job import load
+
+    sim = ps.simulate("1f1b", 2, 4, latency_ns=20_000, annotations="none", steps=1)
+    paths = ps.write(sim, tmp_path, layout=ps.Layout(batched=True))
+    a = analyze(load(paths, use_cache=False))
+    for f, path in enumerate(paths):
+        evs = sorted(json.loads(path.read_text())["traceEvents"], key=lambda e: e["ts"])
+        want, acc = [], 0
+        for e in evs:
+            if e.get("name") == "record_param_comms" and e["args"]["Collective name"] in ("send", "recv"):
+                acc += e["args"]["In msg nelems"] * 2
+            elif e.get("name") == "nccl:coalesced":
+                want.append(acc)
+                acc = 0
+        got = a.collectives.filter((a.collectives["file"] == f) & (a.collectives["collective"] == "sendrecv")).sort("start_ns")
+        assert got.get_column("bytes").to_list() == want and all(w > 0 for w in want)
