@@ -74,6 +74,16 @@ def reduce(ranks) -> tuple[dict[str, Any] | None, dict[int, dict[str, Any]]]:
     if other:
         evidence.append("SendRecv kernels resolve to " + ", ".join(f"{k} x{v}" for k, v in sorted(other.items()))
                         + ": collectives, not pipeline P2P")
+    side = [(rank_of[fi], note) for fi, f in facts.items() for note in f.get("side_p2p") or []]
+    if side:
+        rk, note = side[0]
+        evidence.append(f"P2P set aside as no pipeline hand-off on {len({r for r, _ in side})} rank(s), e.g. rank {rk}: {note}"
+                        + (f" (and {len(side) - 1} more group(s))" if len(side) > 1 else ""))
+    ambiguous = sorted({(rank_of[fi], g) for fi, f in facts.items() for g in f.get("ambiguous_p2p_groups") or []}, key=str)
+    if ambiguous:
+        evidence.append(f"P2P with one peer both ways in forward and backward on group {ambiguous[0][1]!r} (rank {ambiguous[0][0]}): "
+                        "a 2-rank context-parallel ring or exchange looks like a 2-stage interleaved pipeline there; "
+                        "taken for the pipeline, not sure")
     if not measured:
         evidence.append("no pipeline send/recv records and no schedule action ranges" if not p2p
                         else "P2P records but no forward/backward blocks between them")
@@ -90,8 +100,14 @@ def reduce(ranks) -> tuple[dict[str, Any] | None, dict[int, dict[str, Any]]]:
         v = max(vs)
         gaps = {b - a for s in pp_stages.values() for a, b in zip(s, s[1:])}
         total = max(max(s) for s in pp_stages.values() if s) + 1
+        held = sorted({x for s in pp_stages.values() for x in s})
+        vshape = (v == 2 and held == list(range(total)) and total % 2 == 0
+                  and all(len(s) == 2 and s[0] + s[1] == total - 1 for s in pp_stages.values() if s))
         if len(gaps) == 1:
             p = gaps.pop()
+        elif vshape:  # rank r holds stages r and 2p-1-r: the V of ZB-V (ScheduleZBVZeroBubble) and DualPipeV
+            p = total // 2
+            evidence.append(f"each rank holds stages r and {total - 1}-r: a V-shaped placement (ZB-V, DualPipeV), p = {p}")
         elif v == 1 and total == len(measured):
             p = total
         for fi, s in pp_stages.items():
@@ -224,6 +240,8 @@ def reduce(ranks) -> tuple[dict[str, Any] | None, dict[int, dict[str, Any]]]:
         confidence = "high"
     else:
         confidence = "low" if not complete else "medium"
+    if ambiguous:
+        confidence = "low"
     th = theory(schedule, p, m, v)
     per: dict[int, dict[str, Any]] = {}
     tot_b = tot_w = 0
