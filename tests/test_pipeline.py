@@ -268,3 +268,27 @@ def test_markers_alone_claim_no_pipeline(tmp_path):
                         and not str(e.get("name", "")).startswith("Backward ")]
     p.write_text(json.dumps(d))
     assert "pipeline" not in _report([p])["job"]
+
+
+def test_idle_table_bubble_is_labelled_and_the_whole_bubble_shown(tmp_path):
+    """One definition (MFU.md 4.3): the bubble is its idle part |I_pp| plus the exposed P2P the stage
+    waits on |X_pp|.  The idle table (a split of GPU idle) keeps the idle part, headed "pp bubble
+    idle"; the whole bubble, the waterfall's bar and ranks[].pipeline.bubble_ns (the same number),
+    is printed below it with the split.  Before, the table's "pipeline bubble" column read 18% on
+    a rank whose waterfall bar read 28%, with nothing saying they differ.  Expected numbers from
+    the JSON: bar = pipeline.bubble_ns, its idle part idle_ns.pipeline_bubble, over window_ns."""
+    from tracelens.render.text import render_text
+
+    sim = ps.simulate("1f1b", 4, 8, latency_ns=50_000)
+    d = _report(ps.write(sim, tmp_path, stream_waits=True))
+    text = render_text(d)
+    assert "pp bubble idle" in text and "pipeline bubble (the waterfall's bar" in text
+    shown = 0
+    for r in d["ranks"]:
+        bar, idle, w = _bars(r)["pipeline_bubble"], r["idle_ns"]["pipeline_bubble"], r["window_ns"]
+        assert bar == r["pipeline"]["bubble_ns"]
+        if bar > idle:
+            pct = lambda ns: f"{100.0 * ns / w:5.1f}%"  # noqa: E731
+            assert f"rank {r['rank']} {pct(bar)} ({pct(idle)} idle + {pct(bar - idle)} exposed P2P)" in text
+            shown += 1
+    assert shown > 0
