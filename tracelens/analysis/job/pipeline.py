@@ -80,10 +80,6 @@ def reduce(ranks) -> tuple[dict[str, Any] | None, dict[int, dict[str, Any]]]:
         evidence.append(f"P2P set aside as no pipeline hand-off on {len({r for r, _ in side})} rank(s), e.g. rank {rk}: {note}"
                         + (f" (and {len(side) - 1} more group(s))" if len(side) > 1 else ""))
     ambiguous = sorted({(rank_of[fi], g) for fi, f in facts.items() for g in f.get("ambiguous_p2p_groups") or []}, key=str)
-    if ambiguous:
-        evidence.append(f"P2P with one peer both ways in forward and backward on group {ambiguous[0][1]!r} (rank {ambiguous[0][0]}): "
-                        "a 2-rank context-parallel ring or exchange looks like a 2-stage interleaved pipeline there; "
-                        "taken for the pipeline, not sure")
     if not measured:
         evidence.append("no pipeline send/recv records and no schedule action ranges" if not p2p
                         else "P2P records but no forward/backward blocks between them")
@@ -240,7 +236,10 @@ def reduce(ranks) -> tuple[dict[str, Any] | None, dict[int, dict[str, Any]]]:
         confidence = "high"
     else:
         confidence = "low" if not complete else "medium"
-    if ambiguous:
+    if ambiguous and how != "PP:<stage> action ranges":  # (the action ranges name the stages: the P2P is theirs)
+        evidence.append(f"P2P with one peer both ways in forward and backward on group {ambiguous[0][1]!r} (rank {ambiguous[0][0]}): "
+                        "a 2-rank context-parallel ring or exchange looks like a 2-stage interleaved pipeline there; "
+                        "taken for the pipeline, not sure")
         confidence = "low"
     th = theory(schedule, p, m, v)
     per: dict[int, dict[str, Any]] = {}
