@@ -288,7 +288,7 @@ def test_idle_table_bubble_is_labelled_and_the_whole_bubble_shown(tmp_path):
         bar, idle, w = _bars(r)["pipeline_bubble"], r["idle_ns"]["pipeline_bubble"], r["window_ns"]
         assert bar == r["pipeline"]["bubble_ns"]
         if bar > idle:
-            pct = lambda ns: f"{100.0 * ns / w:5.1f}%"  # noqa: E731
-            assert f"rank {r['rank']} {pct(bar)} ({pct(idle)} idle + {pct(bar - idle)} exposed P2P)" in text
+            a, b, c = (f"{100.0 * ns / w:5.1f}%" for ns in (bar, idle, bar - idle))
+            assert f"rank {r['rank']} {a} ({b} idle + {c} exposed P2P)" in text
             shown += 1
     assert shown > 0
