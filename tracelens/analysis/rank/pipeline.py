@@ -399,6 +399,7 @@ def rank_pipeline(df: pl.DataFrame, gpu_rows: pl.DataFrame, steps, meta, names: 
     inb = iv.covered(iv.covered(runs, "_s", B, "_b0"), "_e", B, "_b1")
     inblock = dict(inb.group_by("_step").agg(((pl.col("_e") - pl.col("_s")) - (pl.col("_b1") - pl.col("_b0"))).sum())
                    .collect(engine="in-memory").iter_rows())
+    between, iters = ({}, {}) if base["steps_marked"] else _iterations(pipe_blocks, B)
     out_steps, out_idx = [], []  # (out_idx: each measured step's index in ``steps``)
     for row, meas in zip(per.iter_rows(named=True), m.iter_rows(named=True)):
         i = row["_step"]
@@ -414,7 +415,11 @@ def rank_pipeline(df: pl.DataFrame, gpu_rows: pl.DataFrame, steps, meta, names: 
         out_idx.append(i)
         out_steps.append({
             "step": steps[i].step, "window_ns": window, "busy_ns": busy_ns, "bubble_ns": bubble, "warmup_ns": warm, "cooldown_ns": cool,
-            "steady_ns": bubble - warm - cool, "exposed_p2p_ns": exposed, "forward_blocks": row["nF"], "backward_blocks": row["nB"],
+            # without ProfilerStep spans the one step may hold several iterations: the idle between them (one's cool-down and
+            # the next one's warm-up, not told apart) is no steady bubble; steady unknown where the iterations are
+            "steady_ns": (None if i in iters and iters[i] is None else bubble - warm - cool - between.get(i, 0)),
+            "between_iterations_ns": between.get(i, 0) if not (i in iters and iters[i] is None) else None,
+            "iterations": iters.get(i, 1), "exposed_p2p_ns": exposed, "forward_blocks": row["nF"], "backward_blocks": row["nB"],
             "forward_microbatches": row["mbF"] if row["mbF_null"] == 0 else None, "forward_blocks_first": row["f_first"],
             "order": _rle(row["order"]), "stages": list(row["stages"]), "split_backward": bool(row["split_backward"]),
             "inblock_ns": int(inblock.get(i, 0)), "f_ns": int(row["f_ns"]), "b_ns": int(row["b_ns"]),
@@ -425,6 +430,50 @@ def rank_pipeline(df: pl.DataFrame, gpu_rows: pl.DataFrame, steps, meta, names: 
         steps=out_steps, view=_view(blocks, out_steps, out_idx, steps, m),
     )
     return base, pipe_blocks.select([pl.col(c).cast(t) for c, t in BLOCK_SCHEMA.items()])
+
+
+def _iterations(blocks: pl.DataFrame, B: pl.LazyFrame) -> tuple[dict[int, int], dict[int, int | None]]:
+    """For steps that may hold several iterations (no ProfilerStep spans): per step the idle
+    between its iterations (ns; busy ``B`` ``with_before``) and how many iterations it holds
+    (None: cannot be told).  An iteration starts at a forward block: with micro-batch indices,
+    the first forward of the lowest index after a backward (interleaved schedules run each
+    chunk's forward of that index in the warm-up, before any backward); without them, where the
+    F/B order repeats with a period of two forwards or more (GPipe's "F8 B8 F8 B8", a 1F1B
+    stage's warm-up, pairs and cool-down twice).  A strict F/B alternation (a last stage's 1F1B)
+    repeats at every pair: the iterations cannot be told there."""
+    between: dict[int, int] = {}
+    iters: dict[int, int | None] = {}
+    for (st,), g in blocks.sort("t0").group_by("_step", maintain_order=True):  # the one step of a trace without steps
+        g = g.with_row_index("_i").with_columns(pl.when(pl.col("label") == "F").then(pl.lit("F")).otherwise(pl.lit("B")).alias("_l"))
+        lab = g.get_column("_l")
+        f_mb = g.filter(pl.col("_l") == "F").get_column("mb")
+        n, nf = g.height, int((lab == "F").sum())
+        starts: list[int] | None
+        if nf and f_mb.null_count() == 0:
+            nb = (lab != "F").cast(pl.Int64).cum_sum().shift(1, fill_value=0)
+            cand = g.with_columns(nb.alias("_nb")).filter((pl.col("_l") == "F") & (pl.col("mb") == f_mb.min()) & (pl.col("_nb") > 0))
+            starts = cand.unique("_nb", keep="first", maintain_order=True).get_column("_i").to_list()
+        elif n % 2 == 0 and (lab.gather_every(2) == "F").all() and (lab.gather_every(2, 1) == "B").all():
+            starts = None  # F B F B ...: repeats at every pair, one iteration or many
+        else:
+            starts = []  # no repeat: one iteration
+            ks = [k for k in range(nf // 2, 1, -1) if n % k == 0 and nf % k == 0]  # (the divisors: a handful)
+            for k in ks:
+                per = n // k
+                if (lab.head(n - per) == lab.slice(per)).all():
+                    starts = [j * per for j in range(1, k)]
+                    break
+        if starts is None:
+            iters[st] = None
+            continue
+        iters[st] = len(starts) + 1
+        if not starts:
+            continue
+        gaps = (g.with_columns(pl.col("e").cum_max().shift(1).alias("_a")).filter(pl.col("_i").is_in(starts))
+                .select(pl.col("_a"), pl.max_horizontal("_a", "s").alias("_b")))
+        got = iv.covered(iv.covered(gaps.lazy(), "_a", B, "_c0"), "_b", B, "_c1").collect(engine="in-memory")
+        between[st] = int(got.select(((pl.col("_b") - pl.col("_a")) - (pl.col("_c1") - pl.col("_c0"))).sum()).item())
+    return between, iters
 
 
 def _view(blocks: pl.DataFrame, out_steps: list[dict], out_idx: list[int], steps, meas: pl.DataFrame) -> dict[str, Any] | None:
@@ -458,7 +507,10 @@ def summary(facts: dict[str, Any] | None) -> dict[str, Any] | None:
     if not facts or not facts.get("steps"):
         return None
     st = facts["steps"]
-    tot = {k: sum(s[k] for s in st) for k in ("window_ns", "busy_ns", "bubble_ns", "warmup_ns", "cooldown_ns", "steady_ns", "exposed_p2p_ns")}
+    tot = {k: sum(s[k] for s in st) for k in ("window_ns", "busy_ns", "bubble_ns", "warmup_ns", "cooldown_ns", "exposed_p2p_ns")}
+    for k in ("steady_ns", "between_iterations_ns"):  # unknown in a step whose iterations cannot be told
+        vals = [s.get(k, 0) for s in st]
+        tot[k] = None if any(x is None for x in vals) else sum(vals)
     orders = Counter(s["order"] for s in st)
     tot["order"] = orders.most_common(1)[0][0]
     return tot
