@@ -234,7 +234,16 @@ class Layout:
     ``backward-send-forward-recv`` ... around the P2P, ``forward-backward`` around the step's
     schedule.  ``profiler_steps=False``: no ``ProfilerStep#N`` annotations.  ``glue``: a grad-norm
     kernel launched after the step's last action range, outside every range, running on stream 8
-    inside the rank's last compute (busy time unchanged)."""
+    inside the rank's last compute (busy time unchanged).  ``cp``: context parallel (Megatron's order
+    tp, cp, dp, pp: a stage's global rank ``s * dp * cp * tp``; cp-rank 0 written), ring attention inside
+    every block: cp-1 rounds of a send to the next and a recv from the previous CP rank (group
+    "cp<g>", peers named by their CP-group rank) between the block's two kernels, their SendRecv
+    kernel (stream 25) inside the second one; the ring goes the same way in the backward.
+    ``moe_ep``: an MoE token exchange inside every block, ``batch_isend_irecv`` to and from each
+    of the other moe_ep-1 expert-parallel ranks (the stage's data-parallel ranks: moe_ep <= dp;
+    group "ep<s>") as one ``nccl:coalesced`` SendRecv kernel (stream 26) inside the second kernel.
+    Neither changes the busy time: the known answer stands.  ``record_shapes``: each P2P's
+    ``c10d::send``/``c10d::recv_`` op with its tensor's ``Input Dims`` (bf16 4096 x 1024) around it."""
     dp: int = 1
     tp: int = 1
     batched: bool = False
@@ -245,12 +254,16 @@ class Layout:
     profiler_steps: bool = True
     glue: bool = False
     replica: int = 0  # the data-parallel replica written (0 .. dp-1): its pipeline's ranks
+    cp: int = 1
+    moe_ep: int = 1
+    record_shapes: bool = False
+    group_desc: bool = True  # False: every group's description torch's default "undefined" (the group's name only)
 
     def rank(self, stage_rank: int) -> int:
-        return stage_rank * self.dp * self.tp + self.replica * self.tp
+        return stage_rank * self.dp * self.cp * self.tp + self.replica * self.cp * self.tp
 
     def world(self, p: int) -> int:
-        return p * self.dp * self.tp
+        return p * self.dp * self.cp * self.tp
 
     @property
     def pp_group(self) -> str:
@@ -294,7 +307,8 @@ class _Writer:
         c = self.corr
         self.corr += 1
         self.span("cpu_op", "record_param_comms", self.main, at - 500, at + 4_000, **{
-            "External id": c, "Collective name": what, "Process Group Name": group, "Process Group Description": group,
+            "External id": c, "Collective name": what, "Process Group Name": group,
+            "Process Group Description": group if self.layout.group_desc else "undefined",
             "Group size": len(ranks), "Process Group Ranks": str(ranks), **({"Rank": peer} if peer is not None else {}),
             "dtype": "BFloat16", "In msg nelems": 1 << 20, "Out msg nelems": 1 << 20, "Seq": seq, **extra})
         return c
@@ -342,6 +356,37 @@ class _Writer:
         self._launch("ncclDevKernel_SendRecv(ncclDevKernelArgsStorage<4096ul>)", 20, c, t, s, e)
         self.cursor = max(self.cursor, t + 5_000)
         self.pending = []
+
+    def side_exchange(self, lay: Layout, ks: int, ke: int, cp_name: str, cp_ranks: list[int], ep_name: str, ep_ranks: list[int],
+                      seq: dict) -> None:
+        """The P2P a block does inside its compute (``Layout.cp``, ``Layout.moe_ep``), launched before the
+        block's second kernel (starting at ``ks``, ending at ``ke``), their kernels inside it."""
+        span = max((ke - ks) // 4, 2_000)
+        for k in range(lay.cp - 1):  # ring attention: send the K/V block to the next CP rank, receive the previous one's
+            for what, peer in (("send", 1 % lay.cp), ("recv", (lay.cp - 1) % lay.cp)):
+                t = self.host(ks)
+                arrow = "->" if what == "send" else "<-"
+                self.span("user_annotation", f"nccl:{what} 0{arrow}{peer}", self.main, t - 1_000, t + 5_000)
+                c = self._record(what, peer, seq[f"cp_{what}"], t, cp_name, cp_ranks)
+                seq[f"cp_{what}"] += 1
+                s0 = ks + 1_000 + k * span // max(lay.cp - 1, 1)
+                self._launch("ncclDevKernel_SendRecv(ncclDevKernelArgsStorage<4096ul>)", 25, c, t, s0, min(s0 + span // 2, ke - 1_000))
+                self.cursor = max(self.cursor, t + 5_000)
+        if lay.moe_ep > 1:  # the MoE token exchange: batch_isend_irecv to and from every other EP rank, one kernel
+            t = self.host(ks)
+            for j in range(1, lay.moe_ep):
+                for what in ("send", "recv"):
+                    arrow = "->" if what == "send" else "<-"
+                    self.span("user_annotation", f"nccl:{what} 0{arrow}{j}", self.main, t - 1_000, t + 5_000)
+                    self._record(what, j, seq["ep"], t, ep_name, ep_ranks)
+                    t = self.host(t + 6_000)
+            self.span("user_annotation", "nccl:coalesced", self.main, t - 1_000, t + 5_000)
+            c = self.corr
+            self.corr += 1
+            s0 = ks + 1_000
+            self._launch("ncclDevKernel_SendRecv(ncclDevKernelArgsStorage<4096ul>)", 26, c, t, s0, min(s0 + span, ke - 1_000))
+            seq["ep"] += 1
+            self.cursor = max(self.cursor, t + 5_000)
 
     def collective(self, what: str, kernel: str, stream: int, group: str, ranks: list[int], s: int, e: int, seq: int) -> None:
         """A collective (a TP or DP all-reduce) launched now, running on ``stream`` over [s, e)."""
@@ -420,10 +465,14 @@ def write(sim: Sim, out_dir: str | Path, stream_waits: bool = False, layout: Lay
     for r in range(sim.p):
         lay = layout
         w = _Writer(r, sim.p, lay)
-        seq = {"send": 0, "recv": 0, "tp": 0, "dp": 0}
+        seq = {"send": 0, "recv": 0, "tp": 0, "dp": 0, "cp_send": 0, "cp_recv": 0, "ep": 0}
         g = lay.rank(r) if lay else r
         tp_ranks = list(range(g, g + lay.tp)) if lay else []
-        dp_ranks = [r * lay.dp * lay.tp + i * lay.tp for i in range(lay.dp)] if lay else []
+        dp_ranks = [r * lay.dp * lay.cp * lay.tp + i * lay.cp * lay.tp for i in range(lay.dp)] if lay else []
+        cp_ranks = [g + i * lay.tp for i in range(lay.cp)] if lay else []
+        ep_ranks = dp_ranks[:lay.moe_ep] if lay else []
+        assert lay is None or lay.moe_ep <= lay.dp, "moe_ep <= dp"
+        cp_name, ep_name = f"cp{g}", f"ep{r}"
         # each group its own name (torch numbers the groups it creates, the same on every rank): stage r's
         # TP and DP groups are other groups than stage r+1's
         tp_name, dp_name = f"tp{g}", f"dp{r}"  # (a stage's DP group holds every replica's rank of that stage)
@@ -479,6 +528,8 @@ def write(sim: Sim, out_dir: str | Path, stream_waits: bool = False, layout: Lay
                 for j in range(n_k):
                     ks = s + j * piece
                     ke = e if j == n_k - 1 else ks + piece
+                    if lay is not None and j == 1 and (lay.cp > 1 or lay.moe_ep > 1):
+                        w.side_exchange(lay, ks, ke, cp_name, cp_ranks, ep_name, ep_ranks, seq)
                     launch = w.host(ks)
                     tp_end = None
                     if lay is not None and lay.tp_allreduce and j == 0:  # the TP all-reduce ends the first kernel's span
@@ -550,7 +601,11 @@ def write(sim: Sim, out_dir: str | Path, stream_waits: bool = False, layout: Lay
                                     {"pg_name": lay.pp_group, "pg_desc": "pp", "backend_config": "cuda:nccl", "pg_size": sim.p,
                                      "ranks": [lay.rank(i) for i in range(sim.p)]},
                                     {"pg_name": dp_name, "pg_desc": "dp", "backend_config": "cuda:nccl", "pg_size": lay.dp, "ranks": dp_ranks},
-                                    {"pg_name": tp_name, "pg_desc": "tp", "backend_config": "cuda:nccl", "pg_size": lay.tp, "ranks": tp_ranks}]}),
+                                    {"pg_name": tp_name, "pg_desc": "tp", "backend_config": "cuda:nccl", "pg_size": lay.tp, "ranks": tp_ranks},
+                                    *([{"pg_name": cp_name, "pg_desc": "cp", "backend_config": "cuda:nccl", "pg_size": lay.cp,
+                                        "ranks": cp_ranks}] if lay.cp > 1 else []),
+                                    *([{"pg_name": ep_name, "pg_desc": "ep", "backend_config": "cuda:nccl", "pg_size": lay.moe_ep,
+                                        "ranks": ep_ranks}] if lay.moe_ep > 1 else [])]}),
             "traceEvents": sorted(w.ev, key=lambda e: (e["ts"], e.get("ph") != "X")),
             "traceName": f"rank-{r}.json",
         }

@@ -268,3 +268,47 @@ def test_markers_alone_claim_no_pipeline(tmp_path):
                         and not str(e.get("name", "")).startswith("Backward ")]
     p.write_text(json.dumps(d))
     assert "pipeline" not in _report([p])["job"]
+
+
+def test_idle_table_bubble_is_labelled_and_the_whole_bubble_shown(tmp_path):
+    """One definition (MFU.md 4.3): the bubble is its idle part |I_pp| plus the exposed P2P the stage
+    waits on |X_pp|.  The idle table (a split of GPU idle) keeps the idle part, headed "pp bubble
+    idle"; the whole bubble, the waterfall's bar and ranks[].pipeline.bubble_ns (the same number),
+    is printed below it with the split.  Before, the table's "pipeline bubble" column read 18% on
+    a rank whose waterfall bar read 28%, with nothing saying they differ.  Expected numbers from
+    the JSON: bar = pipeline.bubble_ns, its idle part idle_ns.pipeline_bubble, over window_ns."""
+    from tracelens.render.text import render_text
+
+    sim = ps.simulate("1f1b", 4, 8, latency_ns=50_000)
+    d = _report(ps.write(sim, tmp_path, stream_waits=True))
+    text = render_text(d)
+    assert "pp bubble idle" in text and "pipeline bubble (the waterfall's bar" in text
+    shown = 0
+    for r in d["ranks"]:
+        bar, idle, w = _bars(r)["pipeline_bubble"], r["idle_ns"]["pipeline_bubble"], r["window_ns"]
+        assert bar == r["pipeline"]["bubble_ns"]
+        if bar > idle:
+            a, b, c = (f"{100.0 * ns / w:5.1f}%" for ns in (bar, idle, bar - idle))
+            assert f"rank {r['rank']} {a} ({b} idle + {c} exposed P2P)" in text
+            shown += 1
+    assert shown > 0
+
+
+@pytest.mark.parametrize("latency", [0, 200_000, 500_000])
+def test_slow_stage_share_under_p2p_latency(tmp_path, latency):
+    """1F1B p=4 m=8, stage 2 at 1.6x, P2P latency L: the slow stage's share is what the imbalance
+    costs with instant P2P (the schedule replayed at the stages' block times less at their mean),
+    the P2P's the rest.  Expected per rank and kept step (2 of 3): slow = W(slow, L=0) - W_th, the
+    simulator's makespan at zero latency (45.8 ms) less the theory's (m+p-1) x mean stage time
+    (11 x 3.45 ms = 37.95 ms) = 7.85 ms; P2P = W(slow, L) - W(slow, 0) (L=200 us: 1.4 ms; 500 us:
+    3.8 ms).  Before, the closed form m*tau_max + (sum - max) = 47.4 ms overstated it: at 200 us
+    the slow stage took 9.25 ms, the whole gap, and the P2P 0; at 500 us 9.45 ms and 2.2 ms."""
+    p, m, f, k = 4, 8, 1.6, 2
+    sim = ps.simulate("1f1b", p, m, latency_ns=latency, slow_stage=2, slow_factor=f)
+    w0 = ps.simulate("1f1b", p, m, latency_ns=0, slow_stage=2, slow_factor=f).makespan
+    w_th = (m + p - 1) * (3 + f) / p * 3_000_000
+    g = _report(ps.write(sim, tmp_path))["job"]["pipeline"]["gap"]
+    assert g["slowest_stage"] == 2
+    assert g["slow_stage_ns"] == pytest.approx(p * k * (w0 - w_th), abs=p * k * 2_000)
+    assert g["p2p_ns"] == pytest.approx(p * k * (sim.makespan - w0), abs=p * k * 2_000)
+    assert g["slow_stage_ns"] + g["p2p_ns"] + g["host_ns"] == g["gap_ns"]

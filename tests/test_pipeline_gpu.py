@@ -111,11 +111,10 @@ def test_no_profiler_steps(tmp_path, schedule, annotations):
     assert pipe["stages"] == 4 and pipe["schedule"] == schedule, pipe["evidence"]
     assert pipe["bubble_fraction"] == pytest.approx(sim.answer["bubble_fraction"], abs=0.02)
     assert [r["pipeline"]["stage"] for r in d["ranks"]] == [0, 1, 2, 3]
-    if annotations == "none":
-        assert pipe["microbatches"] is None and pipe["theory_fraction"] is None and pipe["gap"] is None
-        assert any("no ProfilerStep spans" in e and "m, and the theory with it, cannot be told" in e for e in pipe["evidence"])
-    else:
-        assert pipe["microbatches"] == 8 and pipe["theory_fraction"] == pytest.approx(sim.answer["theory_fraction"])
+    # the iterations are told from the repeated F/B order (or the indices restarting): m = 8 and the theory stand (before the
+    # iterations were told, m and the theory were null without micro-batch indices)
+    assert pipe["microbatches"] == 8 and pipe["theory_fraction"] == pytest.approx(sim.answer["theory_fraction"]), pipe["evidence"]
+    assert any("holds 2 iteration(s)" in e for e in pipe["evidence"]), pipe["evidence"]
     # the views show the one (numberless) step's blocks: both iterations' 2 x (8 F + 8 B) per stage (before: no view at all)
     import re
 
@@ -195,3 +194,53 @@ def test_data_parallel_pipelines_traced_whole(tmp_path):
     assert g["slowest_stage"] == 1 and g["slow_stage_ns"] > 0
     assert g["slow_stage_ns"] + g["p2p_ns"] + g["host_ns"] == g["gap_ns"] == pytest.approx(pipe["bubble_ns"] - g["theory_bubble_ns"], abs=2)
     assert pipe["replay"]["stage_ns"][1][0] == pytest.approx(1.4 * pipe["replay"]["stage_ns"][0][0], rel=0.01)
+
+
+def test_batched_p2p_bytes_are_the_members(tmp_path):
+    """A ``batch_isend_irecv`` batch (one ``nccl:coalesced`` SendRecv kernel) takes its members'
+    bytes: the sends and recvs posted on its thread since the previous batch, each ``In msg
+    nelems`` x 2 (bf16).  Before, the batch's bytes were null.  The expected list is read from the
+    raw file: per ``nccl:coalesced`` range, the records between it and the one before it."""
+    import json
+
+    from tracelens.analysis import analyze
+    from tracelens.store.job import load
+
+    sim = ps.simulate("1f1b", 2, 4, latency_ns=20_000, annotations="none", steps=1)
+    paths = ps.write(sim, tmp_path, layout=ps.Layout(batched=True))
+    a = analyze(load(paths, use_cache=False))
+    for f, path in enumerate(paths):
+        evs = sorted(json.loads(path.read_text())["traceEvents"], key=lambda e: e["ts"])
+        want, acc = [], 0
+        for e in evs:
+            if e.get("name") == "record_param_comms" and e["args"]["Collective name"] in ("send", "recv"):
+                acc += e["args"]["In msg nelems"] * 2
+            elif e.get("name") == "nccl:coalesced":
+                want.append(acc)
+                acc = 0
+        got = a.collectives.filter((a.collectives["file"] == f) & (a.collectives["collective"] == "sendrecv")).sort("start_ns")
+        assert got.get_column("bytes").to_list() == want and all(w > 0 for w in want)
+
+
+@pytest.mark.parametrize(("schedule", "annotations"), [("1f1b", "none"), ("gpipe", "none"), ("1f1b", "torch"), ("interleaved", "pp")])
+def test_no_profiler_steps_idle_between_iterations_is_not_steady(tmp_path, schedule, annotations):
+    """No ProfilerStep spans, 2 iterations in the one step: the idle between them (one's cool-down
+    and the next one's warm-up) is ``between_iterations_ns``, not steady bubble.  Before, stage 1
+    of 1F1B p=4 m=8 had steady 15.6 ms where the simulator's 2 iterations hold 2 x 6.28 ms: the
+    3.04 ms between them (its 2.02 ms cool-down + 1.02 ms warm-up) counted as steady.  Expected
+    from the simulator's known answer per step: steady = 2 x steady, between = warm-up + cool-down
+    (within 2 us).  The last stage of 1F1B without indices runs F B F B ...: its
+    iterations, steady and between are unknown (null), the evidence says so."""
+    sim = ps.simulate(schedule, 4, 8, latency_ns=20_000, annotations=annotations, steps=2)
+    d = _report(ps.write(sim, tmp_path, layout=ps.Layout(profiler_steps=False)))
+    ev = " ".join(d["job"]["pipeline"]["evidence"])
+    assert "holds 2 iteration(s)" in ev
+    for r in d["ranks"]:
+        got, want = r["pipeline"], sim.answer["ranks"][r["rank"]]
+        if schedule == "1f1b" and annotations == "none" and r["rank"] == 3:
+            assert got["steady_ns"] is None and got["between_iterations_ns"] is None
+            assert "rank 3: a strict F/B alternation" in ev
+            continue
+        assert got["steady_ns"] == pytest.approx(2 * want["steady_ns"], abs=2_000)
+        assert got["between_iterations_ns"] == pytest.approx(want["warmup_ns"] + want["cooldown_ns"], abs=2_000)
+        assert got["warmup_ns"] + got["cooldown_ns"] + got["steady_ns"] + got["between_iterations_ns"] == got["bubble_ns"]

@@ -43,3 +43,34 @@ def test_zb_theory_is_null_when_m_is_below_p(tmp_path):
     assert pipe["schedule"] == "zero_bubble"
     assert pipe["theory_fraction"] is None
     assert any("none for m < p" in e for e in pipe["evidence"])
+
+
+def test_v_shaped_stage_names(tmp_path):
+    """ScheduleZBVZeroBubble (and DualPipeV) put stages r and 2p-1-r on rank r: the ranges
+    ``PP:<stage>F<mb>``/``PP:<stage>I<mb>``/``PP:<stage>W<mb>`` (torch's ``_Action`` repr under
+    ``PP:``) then name stages whose spacing differs per rank (p=4: 7, 5, 3, 1), and p was null
+    before.  Here the simulator's interleaved run (v=2) is written with its stage numbers
+    renamed to the V's (chunk 0 of rank r: r; chunk 1: 2p-1-r) and its backward as I + W
+    halves: only the names are the V's (the P2P still goes round the ring), so what is pinned is
+    the placement read from the names: p = 4, v = 2, rank r at stage r."""
+    import json
+    import re
+
+    p = 4
+    sim = ps.simulate("interleaved", p, 8, v=2, annotations="pp", steps=2)
+    paths = ps.write(sim, tmp_path)
+    for path in paths:
+        doc = json.loads(path.read_text())
+        for ev in doc["traceEvents"]:
+            m = re.match(r"^PP:(\d+)([FB])(\d+)$", ev.get("name", ""))
+            if m:
+                g = int(m.group(1))
+                c, r = divmod(g, p)
+                v_stage = r if c == 0 else 2 * p - 1 - r
+                ev["name"] = f"PP:{v_stage}{'I' if m.group(2) == 'B' else 'F'}{m.group(3)}"
+        path.write_text(json.dumps(doc))
+    d = _report(paths)
+    pipe = d["job"]["pipeline"]
+    assert (pipe["stages"], pipe["virtual_stages"], pipe["schedule"]) == (p, 2, "zero_bubble"), pipe["evidence"]
+    assert {r["rank"]: r["pipeline"]["stage"] for r in d["ranks"]} == {r: r for r in range(p)}
+    assert any("V-shaped placement" in e for e in pipe["evidence"])

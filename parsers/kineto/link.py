@@ -138,7 +138,18 @@ def _name_collectives(df: pl.DataFrame) -> pl.DataFrame:
         pl.coalesce("dtype", pl.when(pl.col("_b0").is_not_null()).then(pl.col("_t0")),
                     pl.when(pl.col("_ab").is_not_null()).then(pl.col("_at"))).alias("_dt"),
         pl.when(pl.col("_coll").is_in(list(P2P))).then(pl.lit("p2p")).otherwise(pl.lit("collective")).alias("_k"),
-    ).select("_row", "_coll", "_nb", "_dt", "_k", "_mg")
+    )
+    # a batch's bytes: its members' (the sends and recvs of its group posted on its thread since the last batch),
+    # null when one of them has none
+    batch = rows.filter("_co").select("pid", "tid", pl.col("ts_ns").alias("_cts"), pl.col("_row").alias("_crow"), pl.col("_mg").alias("_cg"))
+    if batch.height:
+        sums = (rows.filter(~pl.col("_co") & pl.col("_coll").is_in(list(P2P))).select("pid", "tid", "ts_ns", "_nb", "group").sort("ts_ns")
+                .join_asof(batch.sort("_cts"), left_on="ts_ns", right_on="_cts", by=["pid", "tid"], strategy="forward", check_sortedness=False)
+                .filter(pl.col("_crow").is_not_null() & (pl.col("group").cast(pl.String) == pl.col("_cg").cast(pl.String)))
+                .group_by("_crow").agg(pl.when(pl.col("_nb").null_count() == 0).then(pl.col("_nb").sum()).alias("_bsum")))
+        rows = (rows.join(sums.rename({"_crow": "_row"}), on="_row", how="left")
+                .with_columns(pl.when(pl.col("_co")).then(pl.coalesce("_nb", "_bsum")).otherwise("_nb").alias("_nb")))
+    rows = rows.select("_row", "_coll", "_nb", "_dt", "_k", "_mg")
     return _scatter_fill(df, rows, {"collective": ("_coll", True), "bytes": ("_nb", True), "dtype": ("_dt", True),
                                     "kind": ("_k", True), "group": ("_mg", False)})
 

@@ -70,9 +70,22 @@ def render_text(d: dict[str, Any]) -> str:
         lines.append("")
         lines.append("GPU idle, by what the host was doing (% of the window):")
         keys = ("data_loading", "host_launch", "sync", "launch_latency", "pipeline_bubble", "other")
-        lines.append(f"{'rank':>4}  " + " ".join(f"{k.replace('_', ' '):>15}" for k in keys))
+        # the idle table's bubble is the bubble's idle part (MFU.md 4.3: |I_pp|); the bubble itself (the waterfall's
+        # bar, ranks[].pipeline.bubble_ns) adds the exposed P2P the stage waits on (|X_pp|): both shown where they differ
+        heads = {"pipeline_bubble": "pp bubble idle"}
+        lines.append(f"{'rank':>4}  " + " ".join(f"{heads.get(k, k.replace('_', ' ')):>15}" for k in keys))
+        whole = []
         for rank, idle, w in idle_rows:
             lines.append(f"{rank:>4}  " + " ".join(f"{_pct(idle[k], w):>15}" for k in keys))
+            r = next(x for x in d["ranks"] if x["rank"] == rank)
+            bar = next((b["ns"] for b in r.get("waterfall") or [] if b["key"] == "pipeline_bubble"), None)
+            if bar is not None and bar > idle["pipeline_bubble"]:
+                whole.append(f"rank {rank} {_pct(bar, w)} ({_pct(idle['pipeline_bubble'], w)} idle + "
+                             f"{_pct(bar - idle['pipeline_bubble'], w)} exposed P2P)")
+        if whole:
+            lines.append("  pipeline bubble (the waterfall's bar, JSON ranks[].pipeline.bubble_ns) = its idle part above + the "
+                         "exposed P2P the stage waited on:")
+            lines.append("    " + "; ".join(whole))
     paths = [(r["rank"], r.get("critical_path")) for r in d["ranks"] if r.get("critical_path") and r["critical_path"]["length_ns"]]
     if paths:
         lines.append("")

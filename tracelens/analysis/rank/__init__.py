@@ -314,9 +314,10 @@ def _analyze_rank(df: pl.DataFrame, fi: int, meta, options: Options) -> RankResu
     piped = set(pipe_blocks.get_column("_step").unique().to_list()) if has_gpu else set()
     # one sweep: the partition, the gaps, and the matmul time whose FLOPs are known (segments.cut's known_matmul);
     # on a pipeline rank the P2P kernels' exposed time apart (the waterfall's bubble, not its exposed communication)
-    cuts, gaps = segments.cut_frames(gpu_rows, launched, windows, known, p2p_apart=bool(piped))
+    side = (pipe or {}).get("side_groups")  # P2P that is no pipeline hand-off (a CP ring, an MoE exchange): communication
+    cuts, gaps = segments.cut_frames(gpu_rows, launched, windows, known, p2p_apart=bool(piped), side_groups=side)
     known_mm = [c.known_matmul for c in cuts] if known is not None else None  # per window
-    attr.run(gaps, pipe_blocks if has_gpu else None)
+    attr.run(gaps, pipe_blocks if has_gpu else None, side_groups=side)
     parts = []
     for i, k in enumerate(cuts):
         gpu = GpuTime(k.window, k.idle, k.compute, k.exposed_comm, k.exposed_memcpy, k.comm, k.memcpy)

@@ -142,13 +142,14 @@ class _IdleAttribution:
         q = iv.covered(iv.covered(q, "x", self.dl.lazy(), "_cx", by=_DL_KEY), "y", self.dl.lazy(), "_cy", by=_DL_KEY)
         return q.sort("_w").select(pl.col("_cy") - pl.col("_cx")).collect(engine="in-memory").to_series().to_list()
 
-    def run(self, gaps: pl.DataFrame, blocks: pl.DataFrame | None = None) -> None:
+    def run(self, gaps: pl.DataFrame, blocks: pl.DataFrame | None = None, side_groups: list[str] | None = None) -> None:
         """Split every idle gap (``gaps``: step, a, b, from segments.cut_frames) at once: fills
         ``splits``, ``sync_by``, ``graph_latency`` and ``graph_host``.  ``blocks`` (_step, s, e:
         the pipeline analysis's micro-batch blocks, ``rank.pipeline.rank_pipeline``): in a step
         with blocks a gap outside every block is pipeline bubble, one inside a block is split as
         any other (no name rule); steps without blocks keep the rule (a gap ended by a P2P
-        kernel is bubble)."""
+        kernel is bubble, unless its process group is one of ``side_groups``: P2P that is no
+        pipeline hand-off, a context-parallel ring or an MoE exchange, ``rank.pipeline.side_groups``)."""
         if gaps.height == 0:
             return
         if blocks is not None and blocks.height:
@@ -165,7 +166,8 @@ class _IdleAttribution:
         firsts = (
             self.gpu_rows.lazy().filter(pl.col("ts_ns").is_in(gaps.get_column("b").unique().implode()))
             .with_columns(
-                ((pl.col("kclass") == "comm") & pl.col("collective").cast(pl.String).is_in(["send", "recv"])).alias("_p2p")
+                ((pl.col("kclass") == "comm") & pl.col("collective").cast(pl.String).is_in(["send", "recv"])
+                 & ~pl.col("group").cast(pl.String).fill_null("").is_in(list(side_groups or []))).alias("_p2p")
             )
             .sort("ts_ns", "launch_ns")
             .group_by("ts_ns", maintain_order=True)

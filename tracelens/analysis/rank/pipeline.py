@@ -28,6 +28,7 @@ the pipeline and names the schedule from these facts alone.
 
 from __future__ import annotations
 
+import re
 from collections import Counter
 from typing import Any
 
@@ -83,6 +84,7 @@ def _p2p_records(df: pl.DataFrame, gpu_rows: pl.DataFrame, names: Names, group_r
         df.lazy().filter(pl.col("kind").is_in(["p2p", "collective"]) & coll.is_in(P2P_NAMES) & pl.col("tid").is_not_null())
         .select("tid", "ts_ns", pl.col("ts_ns").alias("s"), END.alias("e"), coll.alias("what"),
                 pl.col("group").cast(pl.String).fill_null("").alias("group"), "seq",
+                pl.col("group_desc").cast(pl.String).alias("desc"),
                 # record_param_comms of a send/recv names the peer (its group rank) in "Rank"
                 pl.when(pl.col("name").cast(pl.String) == "record_param_comms")
                 .then(pl.col("args").str.extract(r'"Rank":\s*"?(-?\d+)', 1).cast(pl.Int64)).alias("_rank_arg"))
@@ -92,7 +94,8 @@ def _p2p_records(df: pl.DataFrame, gpu_rows: pl.DataFrame, names: Names, group_r
         host = gpu_rows.filter((pl.col("kclass") == "comm") & coll.is_in(P2P_NAMES)).select(
             pl.col("launch_tid").fill_null(0).alias("tid"), pl.col("launch_ns").alias("ts_ns"), pl.col("ts_ns").alias("s"),
             END.alias("e"), coll.alias("what"), pl.col("group").cast(pl.String).fill_null("").alias("group"),
-            pl.col("seq") if "seq" in gpu_rows.columns else pl.lit(None, pl.Int64).alias("seq"))
+            pl.col("seq") if "seq" in gpu_rows.columns else pl.lit(None, pl.Int64).alias("seq"),
+            (pl.col("group_desc").cast(pl.String) if "group_desc" in gpu_rows.columns else pl.lit(None, pl.String)).alias("desc"))
         return host.with_columns(pl.lit(None, pl.Int64).alias("peer"), pl.col("s").alias("hs")).sort("ts_ns")
     nccl = names.matching(_PEER_NCCL)
     c10d = names.matching(_PEER_C10D)
@@ -169,6 +172,68 @@ def _actions(df: pl.DataFrame, names: Names) -> pl.DataFrame:
     )
 
 
+_DESC_PP = r"(?i)pipe|(^|[^a-z])pp([^a-z]|$)"
+_DESC_NOT_PP = r"(?i)context|expert|moe|all_?to_?all|a2a|(^|[^a-z])(cp|ep)([^a-z]|$)"
+
+
+def side_groups(records: pl.DataFrame, anchors: pl.DataFrame) -> tuple[dict[str, str], list[str]]:
+    """The process groups whose P2P is no pipeline hand-off, each with the reason, and the groups
+    that could be either (``ambiguous``).  A record's context is the compute around it: a send's
+    the anchor before it, a recv's the one after it (forward or backward).  A pipeline stage talks
+    to at most two peers (upstream and downstream), and its hand-off reverses in the backward (a
+    forward sends downstream, a backward upstream).  So a group is not the pipeline's when a rank
+    sends or receives to more than two peers on it (an all-to-all done as ``batch_isend_irecv``:
+    an MoE token exchange), or when its sends go to one peer and its recvs come from another in
+    forward and backward alike (a ring: context-parallel ring attention).  One peer both ways in
+    forward and backward is a 2-rank ring or a 2-stage interleaved pipeline alike: ambiguous,
+    unless another group is a clean pipeline candidate (then the ambiguous one is set aside) or
+    the groups' descriptions name them (``pp``/``pipeline`` against ``cp``/``ep``/``context``/
+    ``expert``)."""
+    if records.height == 0 or anchors.height == 0:
+        return {}, []
+    a = anchors.select("t", pl.when(pl.col("label") == "F").then(pl.lit("F")).otherwise(pl.lit("B")).alias("_lab")).sort("t")
+    r = (records.select("ts_ns", "what", "group", "peer", "desc").sort("ts_ns")
+         .join_asof(a.rename({"_lab": "_prev"}), left_on="ts_ns", right_on="t", strategy="backward", check_sortedness=False).drop("t")
+         .join_asof(a.rename({"_lab": "_next"}), left_on="ts_ns", right_on="t", strategy="forward", check_sortedness=False).drop("t")
+         .with_columns(pl.when(pl.col("what") == "send").then("_prev").otherwise("_next").alias("ctx")))
+    groups = r.get_column("group").unique().to_list()
+    if len(groups) == 1 and r.get_column("peer").null_count() == r.height:
+        return {}, []
+    per = (r.filter(pl.col("peer").is_not_null() & pl.col("ctx").is_not_null())
+           .group_by("group", "what", "ctx").agg(pl.col("peer").unique().sort()))
+    sets = {(g, w, c): set(ps) for g, w, c, ps in per.iter_rows()}  # a handful of rows: groups x send/recv x F/B
+    desc = dict(r.group_by("group").agg(pl.col("desc").drop_nulls().first()).iter_rows())
+    side: dict[str, str] = {}
+    amb: list[str] = []
+    for g in sorted(groups):
+        sf, sb = sets.get((g, "send", "F"), set()), sets.get((g, "send", "B"), set())
+        rf, rb = sets.get((g, "recv", "F"), set()), sets.get((g, "recv", "B"), set())
+        peers = sf | sb | rf | rb
+        name = f"group {g!r}" + (f" ({desc[g]})" if desc.get(g) else "")
+        if len(peers) > 2:
+            side[g] = f"{name}: send/recv with {len(peers)} peers (a stage has at most 2): an exchange (MoE all-to-all), no stage hand-off"
+        elif sf and sf == sb and rf and rf == rb and sf != rf:
+            side[g] = (f"{name}: sends go to rank {min(sf)} and recvs come from rank {min(rf)} in forward and backward alike (a "
+                       "ring: context-parallel attention); a pipeline's hand-off reverses in the backward")
+        elif sf and sf == sb == rf == rb:
+            amb.append(g)
+    clean = [g for g in groups if g not in side and g not in amb and r.filter(pl.col("group") == g).height]
+    named_pp = [g for g in groups if g not in side and desc.get(g) and re.search(_DESC_PP, desc[g])]
+    for g in list(amb):
+        why = None
+        if desc.get(g) and re.search(_DESC_NOT_PP, desc[g]) and not re.search(_DESC_PP, desc[g]):
+            why = f"its description {desc[g]!r} names no pipeline"
+        elif clean or (named_pp and g not in named_pp):
+            why = f"another group ({', '.join(repr(x) for x in (clean or named_pp))}) carries the pipeline's one-way hand-offs"
+        if why:
+            amb.remove(g)
+            side[g] = (f"group {g!r}" + (f" ({desc[g]})" if desc.get(g) else "")
+                       + f": one peer both ways in forward and backward (a 2-rank ring or exchange); {why}")
+    if side:  # the others set aside, a group whose description names the pipeline is taken for it
+        amb = [g for g in amb if not (desc.get(g) and re.search(_DESC_PP, desc[g]))]
+    return side, amb
+
+
 BLOCK_SCHEMA = {"_step": pl.Int64, "s": pl.Int64, "e": pl.Int64}
 MAX_VIEW_BLOCKS = 400  # the blocks of one step a rank's summary keeps for the views (the slowest kept step's)
 
@@ -231,9 +296,17 @@ def rank_pipeline(df: pl.DataFrame, gpu_rows: pl.DataFrame, steps, meta, names: 
         anchors = anchors.with_columns(pl.lit(None, pl.Int64).alias("a_s"), pl.lit(None, pl.String).alias("a_label"),
                                        pl.lit(None, pl.Int64).alias("a_mb"), pl.lit(None, pl.Int64).alias("a_stage"))
     label = pl.coalesce(pl.col("a_label"), pl.when(pl.col("_bwd")).then(pl.lit("B")).otherwise(pl.lit("F")))
+    anchors = anchors.with_columns(label.alias("label"))
+    side, amb = side_groups(records, anchors)
+    if side:  # another P2P (a ring, an exchange) on its own group: no pipeline hand-off, no block boundary
+        records = records.filter(~pl.col("group").is_in(list(side)))
+    base.update(p2p_records=records.height, groups=sorted(set(records.get_column("group").to_list())),
+                side_p2p=[side[g] for g in sorted(side)], side_groups=sorted(side), ambiguous_p2p_groups=amb)
+    if records.height == 0 and actions.filter(~pl.col("a_marker")).height == 0:
+        return base, none
     rec = records.select(pl.col("ts_ns").alias("_rt")).with_row_index("_nb", offset=1).with_columns(pl.col("_nb").cast(pl.Int64))
     anchors = (
-        anchors.with_columns(label.alias("label")).sort("t")
+        anchors.sort("t")
         .join_asof(spans, left_on="t", right_on="_cs", strategy="backward", check_sortedness=False)
         .filter(pl.col("_step").is_not_null() & (pl.col("t") < pl.col("_ce")))
         .join_asof(rec, left_on="t", right_on="_rt", strategy="backward", check_sortedness=False)
@@ -281,7 +354,7 @@ def rank_pipeline(df: pl.DataFrame, gpu_rows: pl.DataFrame, steps, meta, names: 
     )
     # measurement per kept step with blocks: busy = everything but P2P
     if has_gpu:
-        p2p_gpu = (pl.col("kclass") == "comm") & coll.is_in(P2P_NAMES)
+        p2p_gpu = (pl.col("kclass") == "comm") & coll.is_in(P2P_NAMES) & ~pl.col("group").cast(pl.String).fill_null("").is_in(list(side))
         busy = iv.union_frame(gpu_rows.filter(~p2p_gpu))
         p2p = iv.union_frame(gpu_rows.filter(p2p_gpu))
     else:
@@ -326,6 +399,7 @@ def rank_pipeline(df: pl.DataFrame, gpu_rows: pl.DataFrame, steps, meta, names: 
     inb = iv.covered(iv.covered(runs, "_s", B, "_b0"), "_e", B, "_b1")
     inblock = dict(inb.group_by("_step").agg(((pl.col("_e") - pl.col("_s")) - (pl.col("_b1") - pl.col("_b0"))).sum())
                    .collect(engine="in-memory").iter_rows())
+    between, iters = ({}, {}) if base["steps_marked"] else _iterations(pipe_blocks, B)
     out_steps, out_idx = [], []  # (out_idx: each measured step's index in ``steps``)
     for row, meas in zip(per.iter_rows(named=True), m.iter_rows(named=True)):
         i = row["_step"]
@@ -341,7 +415,11 @@ def rank_pipeline(df: pl.DataFrame, gpu_rows: pl.DataFrame, steps, meta, names: 
         out_idx.append(i)
         out_steps.append({
             "step": steps[i].step, "window_ns": window, "busy_ns": busy_ns, "bubble_ns": bubble, "warmup_ns": warm, "cooldown_ns": cool,
-            "steady_ns": bubble - warm - cool, "exposed_p2p_ns": exposed, "forward_blocks": row["nF"], "backward_blocks": row["nB"],
+            # without ProfilerStep spans the one step may hold several iterations: the idle between them (one's cool-down and
+            # the next one's warm-up, not told apart) is no steady bubble; steady unknown where the iterations are
+            "steady_ns": (None if i in iters and iters[i] is None else bubble - warm - cool - between.get(i, 0)),
+            "between_iterations_ns": between.get(i, 0) if not (i in iters and iters[i] is None) else None,
+            "iterations": iters.get(i, 1), "exposed_p2p_ns": exposed, "forward_blocks": row["nF"], "backward_blocks": row["nB"],
             "forward_microbatches": row["mbF"] if row["mbF_null"] == 0 else None, "forward_blocks_first": row["f_first"],
             "order": _rle(row["order"]), "stages": list(row["stages"]), "split_backward": bool(row["split_backward"]),
             "inblock_ns": int(inblock.get(i, 0)), "f_ns": int(row["f_ns"]), "b_ns": int(row["b_ns"]),
@@ -352,6 +430,50 @@ def rank_pipeline(df: pl.DataFrame, gpu_rows: pl.DataFrame, steps, meta, names: 
         steps=out_steps, view=_view(blocks, out_steps, out_idx, steps, m),
     )
     return base, pipe_blocks.select([pl.col(c).cast(t) for c, t in BLOCK_SCHEMA.items()])
+
+
+def _iterations(blocks: pl.DataFrame, B: pl.LazyFrame) -> tuple[dict[int, int], dict[int, int | None]]:
+    """For steps that may hold several iterations (no ProfilerStep spans): per step the idle
+    between its iterations (ns; busy ``B`` ``with_before``) and how many iterations it holds
+    (None: cannot be told).  An iteration starts at a forward block: with micro-batch indices,
+    the first forward of the lowest index after a backward (interleaved schedules run each
+    chunk's forward of that index in the warm-up, before any backward); without them, where the
+    F/B order repeats with a period of two forwards or more (GPipe's "F8 B8 F8 B8", a 1F1B
+    stage's warm-up, pairs and cool-down twice).  A strict F/B alternation (a last stage's 1F1B)
+    repeats at every pair: the iterations cannot be told there."""
+    between: dict[int, int] = {}
+    iters: dict[int, int | None] = {}
+    for (st,), g in blocks.sort("t0").group_by("_step", maintain_order=True):  # the one step of a trace without steps
+        g = g.with_row_index("_i").with_columns(pl.when(pl.col("label") == "F").then(pl.lit("F")).otherwise(pl.lit("B")).alias("_l"))
+        lab = g.get_column("_l")
+        f_mb = g.filter(pl.col("_l") == "F").get_column("mb")
+        n, nf = g.height, int((lab == "F").sum())
+        starts: list[int] | None
+        if nf and f_mb.null_count() == 0:
+            nb = (lab != "F").cast(pl.Int64).cum_sum().shift(1, fill_value=0)
+            cand = g.with_columns(nb.alias("_nb")).filter((pl.col("_l") == "F") & (pl.col("mb") == f_mb.min()) & (pl.col("_nb") > 0))
+            starts = cand.unique("_nb", keep="first", maintain_order=True).get_column("_i").to_list()
+        elif n % 2 == 0 and (lab.gather_every(2) == "F").all() and (lab.gather_every(2, 1) == "B").all():
+            starts = None  # F B F B ...: repeats at every pair, one iteration or many
+        else:
+            starts = []  # no repeat: one iteration
+            ks = [k for k in range(nf // 2, 1, -1) if n % k == 0 and nf % k == 0]  # (the divisors: a handful)
+            for k in ks:
+                per = n // k
+                if (lab.head(n - per) == lab.slice(per)).all():
+                    starts = [j * per for j in range(1, k)]
+                    break
+        if starts is None:
+            iters[st] = None
+            continue
+        iters[st] = len(starts) + 1
+        if not starts:
+            continue
+        gaps = (g.with_columns(pl.col("e").cum_max().shift(1).alias("_a")).filter(pl.col("_i").is_in(starts))
+                .select(pl.col("_a"), pl.max_horizontal("_a", "s").alias("_b")))
+        got = iv.covered(iv.covered(gaps.lazy(), "_a", B, "_c0"), "_b", B, "_c1").collect(engine="in-memory")
+        between[st] = int(got.select(((pl.col("_b") - pl.col("_a")) - (pl.col("_c1") - pl.col("_c0"))).sum()).item())
+    return between, iters
 
 
 def _view(blocks: pl.DataFrame, out_steps: list[dict], out_idx: list[int], steps, meas: pl.DataFrame) -> dict[str, Any] | None:
@@ -385,7 +507,10 @@ def summary(facts: dict[str, Any] | None) -> dict[str, Any] | None:
     if not facts or not facts.get("steps"):
         return None
     st = facts["steps"]
-    tot = {k: sum(s[k] for s in st) for k in ("window_ns", "busy_ns", "bubble_ns", "warmup_ns", "cooldown_ns", "steady_ns", "exposed_p2p_ns")}
+    tot = {k: sum(s[k] for s in st) for k in ("window_ns", "busy_ns", "bubble_ns", "warmup_ns", "cooldown_ns", "exposed_p2p_ns")}
+    for k in ("steady_ns", "between_iterations_ns"):  # unknown in a step whose iterations cannot be told
+        vals = [s.get(k, 0) for s in st]
+        tot[k] = None if any(x is None for x in vals) else sum(vals)
     orders = Counter(s["order"] for s in st)
     tot["order"] = orders.most_common(1)[0][0]
     return tot

@@ -87,10 +87,12 @@ P2P_LABEL = "pipeline P2P"  # the exposed-communication label of the P2P kernels
 
 
 def cut_frames(gpu_rows: pl.DataFrame, recomputed: pl.DataFrame | None,
-               windows: list[tuple[int, int]], known: pl.Series | None = None, p2p_apart: bool = False) -> tuple[list[StepCut], pl.DataFrame]:
+               windows: list[tuple[int, int]], known: pl.Series | None = None, p2p_apart: bool = False,
+               side_groups: list[str] | None = None) -> tuple[list[StepCut], pl.DataFrame]:
     """``cut``'s sums (their ``gaps`` left empty) and the idle gaps as one frame: (step, a, b),
     sorted by step and start.  ``p2p_apart``: the P2P kernels' exposed time under ``P2P_LABEL``
-    in ``comm_by_group``, not their group's (a pipeline rank's waterfall counts it as bubble)."""
+    in ``comm_by_group``, not their group's (a pipeline rank's waterfall counts it as bubble); not those of
+    ``side_groups`` (P2P that is no pipeline hand-off: ``rank.pipeline.side_groups``)."""
     out = [StepCut(window=max(we - ws, 0)) for ws, we in windows]
     live = [(i, ws, we) for i, (ws, we) in enumerate(windows) if we > ws]
     if not live:
@@ -107,7 +109,8 @@ def cut_frames(gpu_rows: pl.DataFrame, recomputed: pl.DataFrame | None,
         is_mm.cast(pl.Int32).alias("mm"),
         pl.lit(0, pl.Int32).alias("r"),
         pl.when(is_c & ~is_mm).then(kc).alias("nm"),
-        pl.when(kc == "comm").then(pl.when(pl.lit(p2p_apart) & pl.col("collective").cast(pl.String).is_in(["send", "recv", "sendrecv"]))
+        pl.when(kc == "comm").then(pl.when(pl.lit(p2p_apart) & pl.col("collective").cast(pl.String).is_in(["send", "recv", "sendrecv"])
+                                           & ~pl.col("group").cast(pl.String).fill_null("").is_in(list(side_groups or [])))
                                    .then(pl.lit(P2P_LABEL)).otherwise(comm_label())).alias("cg"),
         (pl.int_range(pl.len(), dtype=pl.UInt32).is_in(known.cast(pl.UInt32).implode()) if known is not None
          else pl.lit(False)).cast(pl.Int32).alias("k"),
