@@ -207,11 +207,11 @@ def _parse_batch(lines: pl.DataFrame) -> dict[str, pl.DataFrame]:
            .group_by("host", "pid", "dev", "transport").agg(pl.len().alias("connections")).collect())
     ring = (nccl.lazy().filter(k("k_channel")).filter(~msg.str.contains("->", literal=True))
             .select(*key, msg.str.extract_groups(_RING).alias("c")).unnest("c").filter(pl.col("ch").is_not_null())
-            .select("host", "pid", "dev", pl.col("ch").cast(pl.Int32)).unique().collect())
+            .select("host", "pid", "dev", pl.col("ch").cast(pl.Int32, strict=False)).filter(pl.col("ch").is_not_null()).unique().collect())
     tune = (nccl.lazy().filter(k("k_tune"))
             .select(msg.str.extract_groups(_TUNE).alias("c")).unnest("c").filter(pl.col("algo").is_not_null())
-            .group_by("op", "algo", "proto").agg(pl.len().alias("calls"), pl.col("bytes").cast(pl.Int64).min().alias("min_bytes"),
-                                                 pl.col("bytes").cast(pl.Int64).max().alias("max_bytes")).collect())
+            .group_by("op", "algo", "proto").agg(pl.len().alias("calls"), pl.col("bytes").cast(pl.Int64, strict=False).min().alias("min_bytes"),
+                                                 pl.col("bytes").cast(pl.Int64, strict=False).max().alias("max_bytes")).collect())
     words = (nccl.lazy().select(
         # each extract on the lines holding its literal only
         msg.filter(k("k_net")).str.extract(r"Using network (\S+)").drop_nulls().unique().implode().alias("network"),
@@ -282,11 +282,11 @@ def _assemble(path: str, file: int, got: dict, cut: str | None) -> NcclParse:
     c = got["counts"].sum().row(0, named=True)
     comms = (got["comm"].lazy()
              .group_by("host", "pid", "comm")
-             .agg(_first("cid").alias("comm_id"), _first("rank").cast(pl.Int32).alias("rank"),
-                  _first("nranks").cast(pl.Int32).alias("nranks"),
-                  pl.coalesce(_first("cd").cast(pl.Int32), _first("dev")).alias("cuda_dev"),
-                  _first("nv").cast(pl.Int32).alias("nvml_dev"), _first("bus").alias("bus_id"),
-                  _first("nn").cast(pl.Int32).alias("nnodes"), _first("lr").cast(pl.Int32).alias("local_ranks"),
+             .agg(_first("cid").alias("comm_id"), _first("rank").cast(pl.Int32, strict=False).alias("rank"),
+                  _first("nranks").cast(pl.Int32, strict=False).alias("nranks"),
+                  pl.coalesce(_first("cd").cast(pl.Int32, strict=False), _first("dev")).alias("cuda_dev"),
+                  _first("nv").cast(pl.Int32, strict=False).alias("nvml_dev"), _first("bus").alias("bus_id"),
+                  _first("nn").cast(pl.Int32, strict=False).alias("nnodes"), _first("lr").cast(pl.Int32, strict=False).alias("local_ranks"),
                   _first("launcher_rank").cast(pl.Int32).alias("launcher_rank"))
              .with_columns(pl.lit(file, pl.Int32).alias("file"))
              .select([pl.col(k).cast(t) for k, t in COMM_SCHEMA.items()])
