@@ -203,3 +203,19 @@ def test_categorical_rows_diagnose_and_concat_with_string_rows(tmp_path):
         d = diagnose(r, members=members)
         assert d["verdict"] == "hang" and d["culprits"] == [3], d["summary"]
         assert d["groups"][0]["behind"] == [{"member": 3, "rank": 3, "last_seq": 1}]
+
+
+def test_numbers_that_do_not_cast_are_null_not_an_error(tmp_path):
+    """``\\d`` also matches non-ASCII digits (``\\u0663``, Arabic-Indic 3) and a number can overflow its
+    column: each of these lines raised InvalidOperationError (a strict cast) before.  Now the value is
+    null: the channel is not counted, the communicator's rank and size are unknown, the tuning line
+    is counted in calls but gives no bytes."""
+    core = "node01:4000:4017 [0] NCCL INFO "
+    got = log.read(_write(tmp_path / "n.log", [
+        core + "Channel \u06631/02 : 0 1", core + "Channel 01/02 : 0 1",
+        core + f"comm 0x55 rank \u0663 nranks 99999999999 cudaDev 0 busId 1000 commId {CID} - Init COMPLETE",
+        core + "AllReduce: \u06634 Bytes -> Algo RING proto LL", core + "AllReduce: 16384 Bytes -> Algo RING proto LL"]))
+    assert got.facts["channels"] == 1  # channel 01 only
+    assert got.comms.select("comm", "comm_id", "rank", "nranks", "cuda_dev").to_dicts() == [
+        {"comm": "0x55", "comm_id": CID, "rank": None, "nranks": None, "cuda_dev": 0}]
+    assert got.facts["tuning"] == [{"op": "AllReduce", "algo": "RING", "proto": "LL", "calls": 2, "min_bytes": 16384, "max_bytes": 16384}]

@@ -44,6 +44,10 @@ _TS = r"\[?(\d{4}-\d\d-\d\d[ T]\d\d:\d\d:\d\d(?:[.,]\d+)?)\]?\s*$"
 _COLL = (r"^(?P<op>[A-Za-z]+): opCount (?P<opc>[0-9a-fA-F]+) sendbuff \S+ recvbuff \S+ "
          r"count (?P<count>\d+) datatype (?P<dt>\d+) op (?P<rop>\d+) root (?P<root>-?\d+) comm (?P<comm>\S+)(?P<rest>(?: .*)?)")
 _COLL_NR = _COLL.replace("(?P<rest>(?: .*)?)", r"(?: \[nranks=(?P<nr>\d+)\])?")
+# _COLL_NR's common line with ASCII classes (its comm followed by a space or the end): where it matches, the same
+# captures (a nranks of other digits is null either way, once cast); where not, _COLL_NR is run
+_COLL_FAST = (r"^(?P<op>[A-Za-z]+): opCount (?P<opc>[0-9a-fA-F]+) sendbuff [!-~]+ recvbuff [!-~]+ count (?P<count>[0-9]+) "
+              r"datatype (?P<dt>[0-9]+) op (?P<rop>[0-9]+) root (?P<root>-?[0-9]+) comm (?P<comm>[!-~]+)(?: (?:\[nranks=(?P<nr>[0-9]+)\])?|$)")
 _COLL_TAIL = r"^(?: \[nranks=(?P<nr>\d+)\])?(?: stream \S+)?(?: task \d+)?(?: globalrank (?P<grank>\d+))?"
 _COMM = (r"comm (?P<comm>0x[0-9a-fA-F]+|\(nil\)) rank (?P<rank>\d+) n[Rr]anks (?P<nranks>\d+)"
          r"(?: cudaDev (?P<cd>\d+))?(?: nvmlDev (?P<nv>\d+))?(?: busId (?P<bus>[0-9a-fA-F]+))?"
@@ -110,11 +114,44 @@ def _lines(chunk: bytes, offset: int) -> pl.DataFrame:
     return df.with_row_index("ln", offset=offset).with_columns(pl.col("ln").cast(pl.Int64) + 1)
 
 
+def _ts_ns(ts: pl.Expr) -> pl.Expr:
+    # NCCL_DEBUG_TIMESTAMP_FORMAT's time ("2025-07-25 19:54:57.101122", "T" and "," accepted) -> epoch ns
+    return (ts.str.replace("T", " ", literal=True).str.replace(",", ".", literal=True)
+            .str.to_datetime("%Y-%m-%d %H:%M:%S%.f", time_unit="ns", strict=False).dt.epoch("ns"))
+
+
+def _from_prefix(pre: pl.Expr) -> list[pl.Expr]:
+    # what comes before a line's core: its time and the launcher's rank
+    lr = pre.str.extract_groups(_LAUNCHER_RANK)
+    return [_ts_ns(pre.str.extract(_TS)).alias("ts"),
+            pl.coalesce(lr.struct.field(f).cast(pl.Int32, strict=False) for f in ("ompi", "trun", "slurm", "bracket", "rk"))
+            .alias("launcher_rank")]
+
+
+def _left_fields(left: pl.LazyFrame) -> pl.LazyFrame:
+    """A line's part before its first " NCCL " -> whether it ends in a core (_LEFT), the process,
+    device (host Categorical), time and launcher's rank; a function of that part alone, so run on
+    each distinct part once where the parts repeat (a log without timestamps: a handful per process)."""
+    g = pl.col("g").struct
+    return (left.with_columns(pl.col("left").str.extract_groups(_LEFT).alias("g"))
+            .with_columns(g.field("tail").is_not_null().alias("left_ok"), g.field("host").cast(pl.Categorical).alias("host"),
+                          g.field("pid").cast(pl.Int64, strict=False).alias("pid"), g.field("dev").cast(pl.Int32, strict=False).alias("dev"),
+                          # the prefix: _LEFT's match is a suffix of the left part
+                          *_from_prefix(pl.col("left").str.strip_suffix(g.field("tail"))))
+            .drop("g"))
+
+
+# the words whose lines are read beyond the collective lines (a COLL line holding one is read as the others are)
+_RARE = r" rank | via | Bytes -> Algo |Using network|coll channels|Connected all|^(?:Channel|Trees) "
+# a word of any kind a line is read for (each kind's flag below implies one)
+_READ = r"comm 0x| via | Bytes -> Algo |Using network|coll channels|Connected all|NCCL version|^(?:Channel|Trees) "
+
+
 def _parse_batch(lines: pl.DataFrame) -> dict[str, pl.DataFrame]:
     line = pl.col("line")
     # the first NCCL core of a line; a line holding two (another line run into a cut one) is read by
     # its last, with the greedy prefix, on those lines only.  The common line: split at its first " NCCL ", the process/thread/device read from the short
-    # part before it (a regex over ~40 bytes, not the whole line), the level and message after it
+    # part before it (a regex over ~40 bytes, not the whole line, once per distinct part), the level and message after it
     halves = line.str.splitn(" NCCL ", 2)
     split = lines.with_columns(halves.struct.field("field_0").alias("left"), halves.struct.field("field_1").alias("right"))
     # two " NCCL INFO |WARN " need a second " NCCL " after the first (they cannot overlap it): counted
@@ -125,102 +162,127 @@ def _parse_batch(lines: pl.DataFrame) -> dict[str, pl.DataFrame]:
     split = split.with_columns(pl.when(line.is_not_null()).then(pl.col("ln").is_in(many_ln.implode()) if many_ln.len() else False)
                                .alias("interleaved"))
     lines = split.select("ln", "line", "interleaved")
-    # the common line: its core tested by _LEFT's DFA (no captures) and its level; the process, device
-    # and prefix captured below on the lines whose kind needs them only
-    one = (split.lazy().filter(~pl.col("interleaved"))
-           .with_columns(pl.col("right").str.extract(_LEVEL).alias("level"))
-           .select("ln", "line", "interleaved", "left", "level",
-                   pl.when(pl.col("level").is_not_null() & pl.col("left").str.contains(_LEFT))
-                   .then(pl.col("right").str.slice(pl.col("level").str.len_bytes() + 1)).alias("msg"))
-           .collect())
+    right, left = pl.col("right"), pl.col("left")
+    # (a line without " NCCL ": no left part, not the whole line)
+    one = split.filter(~pl.col("interleaved")).select("ln", "line", pl.when(right.is_not_null()).then(left).alias("left"), "right")
+    # the level: _LEVEL reads at most a line's first 6 characters after " NCCL ", so once per distinct 6
+    head = one.select(right.str.slice(0, 6).alias("h"))
+    levels = head.drop_nulls().unique().with_columns(pl.col("h").str.extract(_LEVEL).alias("level"))
+    one = one.with_columns(head["h"].replace_strict(levels["h"], levels["level"], default=None).alias("level"))
+    # the part before the core, read once per distinct part where they repeat (else line by line): a table
+    # of the parts that end in a core, each line's row in it (null: no core); the fields are taken from it
+    # (gathered) by the lines of the kinds that use them only
+    parts = one.select(left.drop_nulls().unique())
+    if parts.height * 4 <= one.height:
+        table = _left_fields(parts.lazy()).filter(pl.col("left_ok")).drop("left_ok").collect()
+        at = one["left"].replace_strict(table["left"], pl.arange(0, table.height, dtype=pl.UInt32, eager=True), default=None,
+                                        return_dtype=pl.UInt32)
+    else:
+        table = _left_fields(one.lazy().select("left")).collect()
+        at = table.select(pl.when(pl.col("left_ok")).then(pl.int_range(pl.len(), dtype=pl.UInt32))).to_series()
+        table = table.drop("left_ok")
+    table = table.drop("left")
+    one = (one.with_columns(at.alias("at"))
+           .with_columns(pl.when(pl.col("level").is_not_null() & pl.col("at").is_not_null())
+                         .then(right.str.slice(pl.col("level").str.len_bytes() + 1)).alias("msg"))
+           .select("ln", "line", "level", "msg", "at"))
     two = (lines.filter(pl.col("interleaved")).with_columns(line.str.extract_groups(_CORE).alias("g")).unnest("g")
-           .drop("tid"))
-    core = pl.concat([one, two], how="diagonal")
+           .drop("tid", "interleaved"))
+    if two.height:  # their fields from _CORE: rows of their own in the table
+        two = two.with_columns(pl.int_range(table.height, table.height + pl.len(), dtype=pl.UInt32).alias("at"))
+        table = pl.concat([table, two.select(pl.col("host").cast(pl.Categorical), pl.col("pid").cast(pl.Int64, strict=False),
+                                             pl.col("dev").cast(pl.Int32, strict=False), *_from_prefix(pl.col("pre")))])
+
+    def fields(frame: pl.DataFrame) -> pl.DataFrame:
+        return table.select(pl.all().gather(frame["at"]))
+
+    # (the lines of one, then the interleaved lines: their order in the rows and the WARN messages as before)
+    core = pl.concat([one, two.select(one.columns)]) if two.height else one
     is_core = pl.col("msg").is_not_null()
     msg = pl.col("msg")
     counts = core.select(
         pl.len().alias("lines"),
         is_core.sum().alias("nccl_lines"),
         (is_core & (pl.col("level") == "WARN")).sum().alias("warn_lines"),
-        pl.col("interleaved").fill_null(False).sum().alias("interleaved_lines"),
+        pl.lit(two.height, pl.UInt32).alias("interleaved_lines"),
     )
     # the lines that are not NCCL's: the cheap tests first, each costly regex on what is left of them
     rest = core.lazy().filter(~is_core).select("line").filter(line.str.contains(r"\S") & ~line.str.starts_with("#")).collect()
     rest = rest.filter(~line.str.contains(_VERSION))
     counts = counts.with_columns(rest.select((~line.str.contains(_TORCH_WORDS)).sum()).to_series().alias("unknown_lines"))
-    # the NCCL lines, each classified once by cheap literal tests: every costly regex runs on its kind only
-    nccl = (core.lazy().filter(is_core)
-            .select("ln", "left", "host", "pid", "dev", "pre", "level", "msg",
-                    msg.str.contains(" opCount ", literal=True).alias("k_coll"),
-                    msg.str.contains("comm 0x", literal=True).alias("k_comm"),
-                    msg.str.contains(" via ", literal=True).alias("k_via"),
-                    msg.str.starts_with("Channel ").alias("k_channel"),
-                    msg.str.starts_with("Trees ").alias("k_trees"),
-                    msg.str.contains(" Bytes -> Algo ", literal=True).alias("k_tune"),
-                    msg.str.contains("Using network", literal=True).alias("k_net"),
-                    msg.str.contains("coll channels", literal=True).alias("k_cc"),
-                    msg.str.contains("Connected all", literal=True).alias("k_conn"))
-            # the process, device and prefix of the kinds that use them (an interleaved line has them from _CORE)
-            .with_columns(pl.when(pl.any_horizontal("k_coll", "k_comm", "k_via", "k_channel")).then(pl.col("left"))
-                          .str.extract_groups(_LEFT).alias("g"))
-            .with_columns(pl.coalesce("host", pl.col("g").struct.field("host")).alias("host"),
-                          pl.coalesce("pid", pl.col("g").struct.field("pid")).cast(pl.Int64, strict=False).alias("pid"),
-                          pl.coalesce("dev", pl.col("g").struct.field("dev")).cast(pl.Int32, strict=False).alias("dev"),
-                          # the prefix (what is before the core; _LEFT's match is a suffix of the left part), and from
-                          # it the time and the launcher's rank: on the collective and communicator lines only
-                          pl.when(pl.col("k_coll") | pl.col("k_comm"))
-                          .then(pl.coalesce("pre", pl.col("left").str.strip_suffix(pl.col("g").struct.field("tail")))).alias("pre"))
-            .with_columns(pl.col("pre").str.extract(_TS).alias("ts"), pl.col("pre").str.extract_groups(_LAUNCHER_RANK).alias("lr"))
-            .with_columns(pl.coalesce(pl.col("lr").struct.field(f).cast(pl.Int32, strict=False)
-                                      for f in ("ompi", "trun", "slurm", "bracket", "rk")).alias("launcher_rank"))
-            .drop("lr", "g", "left", "pre")
-            .collect())
+    nccl = core.lazy().filter(is_core).drop("line").with_columns(msg.str.contains(" opCount ", literal=True).alias("k_coll")).collect()
     k = pl.col
-    key = ["host", "pid", "dev", "launcher_rank"]
+    # the lines of the other kinds, each classified once by cheap literal tests (every costly regex runs on its kind
+    # only); a COLL line is of those only where it holds one of their words (tested on the COLL lines, a line at a time)
+    rare = nccl.lazy().filter(k("k_coll")).filter(msg.str.contains(_RARE)).select("ln").collect()["ln"]
+    others = nccl.filter(~k("k_coll") | (k("ln").is_in(rare.implode()) if rare.len() else False))
+    # each kind's words in one pass (_READ): a line holding none is of no kind, the flags on the others only
+    has = others.select(msg.str.contains(_READ)).to_series()
+    unread = others.filter(~has & (pl.col("level") != "WARN") & ~k("k_coll")).height
+    others = (others.lazy().filter(has)
+              .with_columns(msg.str.contains("comm 0x", literal=True).alias("k_comm"),
+                            msg.str.contains(" via ", literal=True).alias("k_via"),
+                            msg.str.starts_with("Channel ").alias("k_channel"),
+                            msg.str.starts_with("Trees ").alias("k_trees"),
+                            msg.str.contains(" Bytes -> Algo ", literal=True).alias("k_tune"),
+                            msg.str.contains("Using network", literal=True).alias("k_net"),
+                            msg.str.contains("coll channels", literal=True).alias("k_cc"),
+                            msg.str.contains("Connected all", literal=True).alias("k_conn"))
+              .collect())
     # the tail's regex (not one-pass: slow) on its rest only in a batch with a globalrank; else the
     # nranks read by the head's regex (no rest copied: the same nranks as the tail's first group)
-    calls = nccl.lazy().filter(k("k_coll"))
-    if calls.select(msg.str.contains("globalrank", literal=True).any()).collect().item():
-        coll = (calls.select("ln", *key, "ts", msg.str.extract_groups(_COLL).alias("c")).unnest("c")
+    calls = nccl.filter(k("k_coll")).select("at", "ln", "msg").with_row_index("i")
+    if calls.select(msg.str.contains("globalrank", literal=True).any()).item():
+        coll = (calls.lazy().with_columns(msg.str.extract_groups(_COLL).alias("c")).unnest("c")
                 .filter(pl.col("op").is_not_null()).with_columns(pl.col("rest").str.extract_groups(_COLL_TAIL).alias("t"))
                 .unnest("t").drop("rest").collect())
     else:
-        coll = (calls.select("ln", *key, "ts", msg.str.extract_groups(_COLL_NR).alias("c")).unnest("c")
-                .filter(pl.col("op").is_not_null()).with_columns(pl.lit(None, pl.String).alias("grank")).collect())
-    coll = (coll.lazy()
-            .select("ln", pl.col("host").cast(pl.Categorical), "pid", "dev", "launcher_rank",
-                    pl.col("ts").str.replace("T", " ", literal=True).str.replace(",", ".", literal=True)
-                    .str.to_datetime("%Y-%m-%d %H:%M:%S%.f", time_unit="ns", strict=False).dt.epoch("ns").alias("ts"),
-                    pl.col("op").cast(pl.Categorical), pl.col("opc").str.to_integer(base=16, strict=False).alias("seq"),
-                    pl.col("count").cast(pl.Int64, strict=False), pl.col("dt").cast(pl.Int16, strict=False),
-                    pl.col("rop").cast(pl.Int16, strict=False), pl.col("root").cast(pl.Int32, strict=False),
-                    pl.col("comm").cast(pl.Categorical), pl.col("nr").cast(pl.Int32, strict=False),
-                    pl.col("grank").cast(pl.Int32, strict=False))
+        # the common line by _COLL_FAST (ASCII, one-pass: ~25% cheaper); a line it does not read by _COLL_NR
+        coll = calls.with_columns(msg.str.extract_groups(_COLL_FAST).alias("c")).unnest("c")
+        slow = coll.filter(pl.col("op").is_null()).select("i", "at", "ln", "msg")
+        coll = coll.filter(pl.col("op").is_not_null())
+        if slow.height:  # (back in the lines' order, which is not the line numbers' where interleaved lines are last)
+            slow = slow.with_columns(msg.str.extract_groups(_COLL_NR).alias("c")).unnest("c").filter(pl.col("op").is_not_null())
+            coll = pl.concat([coll, slow]).sort("i")
+        coll = coll.with_columns(pl.lit(None, pl.String).alias("grank"))
+    coll = (pl.concat([coll.select("ln"), fields(coll)], how="horizontal").lazy()
+            .with_columns(coll.lazy().select(
+                pl.col("op").cast(pl.Categorical), pl.col("opc").str.to_integer(base=16, strict=False).alias("seq"),
+                pl.col("count").cast(pl.Int64, strict=False), pl.col("dt").cast(pl.Int16, strict=False),
+                pl.col("rop").cast(pl.Int16, strict=False), pl.col("root").cast(pl.Int32, strict=False),
+                pl.col("comm").cast(pl.Categorical), pl.col("nr").cast(pl.Int32, strict=False),
+                pl.col("grank").cast(pl.Int32, strict=False)).collect())
+            .select("ln", "host", "pid", "dev", "launcher_rank", "ts", "op", "seq", "count", "dt", "rop", "root", "comm", "nr", "grank")
             .collect())
-    comm = (nccl.lazy().filter(k("k_comm")).filter(msg.str.contains(" rank ", literal=True))
-            .select("ln", *key, msg.str.extract_groups(_COMM).alias("c")).unnest("c")
+    host_s = pl.col("host").cast(pl.String)
+
+    def with_fields(frame: pl.DataFrame) -> pl.DataFrame:
+        return pl.concat([frame, fields(frame)], how="horizontal").with_columns(host_s)
+
+    comm = with_fields(others.filter(k("k_comm")).filter(msg.str.contains(" rank ", literal=True)).select("ln", "at", "msg"))
+    comm = (comm.lazy().select("ln", "host", "pid", "dev", "launcher_rank", msg.str.extract_groups(_COMM).alias("c")).unnest("c")
             .filter(pl.col("comm").is_not_null()).collect())
     # a line of _VIA's shape has no " via " before its own (its tokens are numbers, "->", "[send]"): the
     # transport read after the first, no captures of the shape
-    via = (nccl.lazy().filter(k("k_via")).filter(msg.str.contains(_VIA))
-           .select(*key, msg.str.extract(r" via ((?:NET|COLLNET)/[^/\s]+|[A-Za-z0-9]+)").alias("transport"))
+    via = (with_fields(others.filter(k("k_via")).filter(msg.str.contains(_VIA)).select("at", "msg")).lazy()
+           .select("host", "pid", "dev", msg.str.extract(r" via ((?:NET|COLLNET)/[^/\s]+|[A-Za-z0-9]+)").alias("transport"))
            .group_by("host", "pid", "dev", "transport").agg(pl.len().alias("connections")).collect())
-    ring = (nccl.lazy().filter(k("k_channel")).filter(~msg.str.contains("->", literal=True))
-            .select(*key, msg.str.extract_groups(_RING).alias("c")).unnest("c").filter(pl.col("ch").is_not_null())
-            .select("host", "pid", "dev", pl.col("ch").cast(pl.Int32)).unique().collect())
-    tune = (nccl.lazy().filter(k("k_tune"))
+    ring = (with_fields(others.filter(k("k_channel")).filter(~msg.str.contains("->", literal=True)).select("at", "msg")).lazy()
+            .select("host", "pid", "dev", msg.str.extract_groups(_RING).alias("c")).unnest("c").filter(pl.col("ch").is_not_null())
+            .select("host", "pid", "dev", pl.col("ch").cast(pl.Int32, strict=False)).filter(pl.col("ch").is_not_null()).unique().collect())
+    tune = (others.lazy().filter(k("k_tune"))
             .select(msg.str.extract_groups(_TUNE).alias("c")).unnest("c").filter(pl.col("algo").is_not_null())
-            .group_by("op", "algo", "proto").agg(pl.len().alias("calls"), pl.col("bytes").cast(pl.Int64).min().alias("min_bytes"),
-                                                 pl.col("bytes").cast(pl.Int64).max().alias("max_bytes")).collect())
-    words = (nccl.lazy().select(
+            .group_by("op", "algo", "proto").agg(pl.len().alias("calls"), pl.col("bytes").cast(pl.Int64, strict=False).min().alias("min_bytes"),
+                                                 pl.col("bytes").cast(pl.Int64, strict=False).max().alias("max_bytes")).collect())
+    words = (others.lazy().select(
         # each extract on the lines holding its literal only
         msg.filter(k("k_net")).str.extract(r"Using network (\S+)").drop_nulls().unique().implode().alias("network"),
         msg.filter(k("k_cc")).str.extract(r"^(\d+) coll channels").cast(pl.Int32, strict=False).max().alias("coll_channels"),
         k("k_trees").sum().alias("trees"),
         msg.filter(k("k_conn")).str.contains("Connected all rings", literal=True).sum().alias("rings_connected"),
         msg.filter(k("k_conn")).str.contains("Connected all trees", literal=True).sum().alias("trees_connected"),
-        msg.filter(pl.col("level") == "WARN").unique(maintain_order=True).head(5).implode().alias("warn"),
-    ).collect())
+    ).collect()).with_columns(nccl.lazy().select(msg.filter(pl.col("level") == "WARN").unique(maintain_order=True).head(5).implode()
+                                                 .alias("warn")).collect().to_series())
     version = lines.lazy().filter(line.str.contains("NCCL version", literal=True)).select(line.str.extract(_VERSION).alias("v")).filter(pl.col("v").is_not_null()).unique().collect()
     # PyTorch's watchdog message spans lines: a line naming no rank gets that of the last line that named one
     # (its rank is the line's own where it names one: interleaved ranks' messages are not given their neighbour's);
@@ -245,9 +307,10 @@ def _parse_batch(lines: pl.DataFrame) -> dict[str, pl.DataFrame]:
                 # (a status line without its seq: the seq of the rank's last line of that group that named one)
                 .with_columns(pl.col("seq").forward_fill().over("rank", "pg"))
                 .collect())
+    # (a COLL line is read: only the others can be lines whose message is not)
     read_msgs = (pl.any_horizontal("k_coll", "k_comm", "k_via", "k_channel", "k_trees", "k_tune", "k_net", "k_cc", "k_conn")
                  | msg.str.contains("NCCL version", literal=True) | (pl.col("level") == "WARN"))
-    counts = counts.with_columns(nccl.select((~read_msgs).sum()).to_series().alias("other_nccl_lines"))
+    counts = counts.with_columns((others.select((~read_msgs).sum()).to_series() + unread).alias("other_nccl_lines"))
     return {"counts": counts, "coll": coll, "comm": comm, "via": via, "ring": ring, "tune": tune, "words": words,
             "version": version, "watchdog": watchdog, "named": named}
 
@@ -282,11 +345,11 @@ def _assemble(path: str, file: int, got: dict, cut: str | None) -> NcclParse:
     c = got["counts"].sum().row(0, named=True)
     comms = (got["comm"].lazy()
              .group_by("host", "pid", "comm")
-             .agg(_first("cid").alias("comm_id"), _first("rank").cast(pl.Int32).alias("rank"),
-                  _first("nranks").cast(pl.Int32).alias("nranks"),
-                  pl.coalesce(_first("cd").cast(pl.Int32), _first("dev")).alias("cuda_dev"),
-                  _first("nv").cast(pl.Int32).alias("nvml_dev"), _first("bus").alias("bus_id"),
-                  _first("nn").cast(pl.Int32).alias("nnodes"), _first("lr").cast(pl.Int32).alias("local_ranks"),
+             .agg(_first("cid").alias("comm_id"), _first("rank").cast(pl.Int32, strict=False).alias("rank"),
+                  _first("nranks").cast(pl.Int32, strict=False).alias("nranks"),
+                  pl.coalesce(_first("cd").cast(pl.Int32, strict=False), _first("dev")).alias("cuda_dev"),
+                  _first("nv").cast(pl.Int32, strict=False).alias("nvml_dev"), _first("bus").alias("bus_id"),
+                  _first("nn").cast(pl.Int32, strict=False).alias("nnodes"), _first("lr").cast(pl.Int32, strict=False).alias("local_ranks"),
                   _first("launcher_rank").cast(pl.Int32).alias("launcher_rank"))
              .with_columns(pl.lit(file, pl.Int32).alias("file"))
              .select([pl.col(k).cast(t) for k, t in COMM_SCHEMA.items()])
@@ -323,7 +386,7 @@ def _assemble(path: str, file: int, got: dict, cut: str | None) -> NcclParse:
         ops = codes(part, "op", lambda o: NCCL_OPS.get(o, o.lower()))  # op is ASCII letters ([A-Za-z]+)
         dtypes = codes(part, "dt", lambda c: NCCL_DTYPES[c] if 0 <= c < len(NCCL_DTYPES) else f"datatype{c}")
         redops = codes(part, "rop", lambda c: NCCL_REDOPS[c] if 0 <= c < len(NCCL_REDOPS) else f"premulsum{c}")
-        collective = pl.col("op").replace_strict(ops, default=None, return_dtype=pl.String)
+        collective = pl.col("op").replace_strict(ops, default=None, return_dtype=pl.Categorical)
         mult = pl.when(pl.col("collective").is_in(["allgather", "reducescatter"])).then(nranks.cast(pl.Int64)).otherwise(1)
         # the communicator, the process's rank and the guess's order looked up once per (process, device,
         # communicator) of the part, then one join per row (null keys matching their own lookup row)
@@ -337,7 +400,7 @@ def _assemble(path: str, file: int, got: dict, cut: str | None) -> NcclParse:
                                           "nranks"), on=["host_s", "pid", "comm_s"], how="left")
                 .join(world.lazy().rename({"cuda_dev": "dev", "host": "host_s"}), on=["host_s", "pid", "dev"], how="left")
                 .join(order.rename({"host": "host_s", "comm": "comm_s"}), on=["host_s", "pid", "dev", "comm_s"], how="left")
-                .drop("host_s", "comm_s"))
+                .drop("host_s", "comm_s").with_columns(pl.col("comm_id").cast(pl.Categorical)))
         j = (part.lazy()
                 .join(look, on=key4, how="left", nulls_equal=True, maintain_order="left")
                 # (op, host and comm stay Categorical: the rows' dtype, no string per row)
@@ -346,7 +409,7 @@ def _assemble(path: str, file: int, got: dict, cut: str | None) -> NcclParse:
                 .collect())
         # the formats only on a part that needs them
         group = (pl.when(guessed).then(pl.format("nranks={}#{}", pl.col("group_size").cast(pl.String).fill_null("?"), "nth"))
-                 .otherwise(pl.col("comm_id")) if j["comm_id"].null_count() else pl.col("comm_id"))
+                 .otherwise(pl.col("comm_id").cast(pl.String)) if j["comm_id"].null_count() else pl.col("comm_id"))
         member = (pl.col("member").fill_null(pl.format("{}:{}[{}]", pl.col("host").cast(pl.String), "pid", "dev"))
                   if j["member"].null_count() else pl.col("member"))
         return (j.lazy()
@@ -354,7 +417,7 @@ def _assemble(path: str, file: int, got: dict, cut: str | None) -> NcclParse:
                     pl.lit(file, pl.Int32).alias("file"),
                     pl.coalesce("grank", "launcher_rank", "proc_rank", "rank").cast(pl.Int32).alias("rank"),
                     group.alias("group"),
-                    pl.lit(None, pl.String).alias("group_desc"),
+                    pl.lit(None, pl.Categorical).alias("group_desc"),
                     "seq",
                     "collective",
                     pl.col("ts").alias("start_ns"),
@@ -364,16 +427,16 @@ def _assemble(path: str, file: int, got: dict, cut: str | None) -> NcclParse:
                     pl.lit(True).alias("on_host"),
                     pl.lit(None, pl.Int64).alias("exposed_ns"),
                     pl.lit(1, pl.Int32).alias("n_parts"),
-                    pl.lit(NAME).alias("source"),
+                    pl.lit(NAME, NCCL_ROW_SCHEMA["source"]).alias("source"),
                     # the rank in the communicator, else the global rank a launcher or NCCL printed, else the process
                     member.alias("member"),
                     pl.col("op").alias("op_name"),
                     "count",
                     pl.lit(None, pl.Int64).alias("out_count"),
-                    pl.col("dt").replace_strict(dtypes, default=None, return_dtype=pl.String).alias("dtype"),
+                    pl.col("dt").replace_strict(dtypes, default=None, return_dtype=pl.Categorical).alias("dtype"),
                     "root",
-                    pl.col("rop").replace_strict(redops, default=None, return_dtype=pl.String).alias("redop"),
-                    pl.lit("scheduled").alias("state"),
+                    pl.col("rop").replace_strict(redops, default=None, return_dtype=pl.Categorical).alias("redop"),
+                    pl.lit("scheduled", pl.Categorical).alias("state"),
                     pl.lit(None, pl.Int64).alias("p2p_seq"),
                     "comm", "host", "pid",
                     pl.col("ln").alias("order"),
@@ -386,7 +449,12 @@ def _assemble(path: str, file: int, got: dict, cut: str | None) -> NcclParse:
     # memory beyond the rows stays that of one batch (in line order: a sort would copy them once more)
     built = []
     while coll_parts:
-        part = coll_parts.pop(0)
+        # (consecutive batches' lines together up to ASSEMBLE_ROWS: a build's cost is mostly per call, ~3x fewer calls)
+        group = [coll_parts.pop(0)]
+        while coll_parts and sum(p.height for p in group) + coll_parts[0].height <= ASSEMBLE_ROWS:
+            group.append(coll_parts.pop(0))
+        part = pl.concat(group) if len(group) > 1 else group[0]
+        del group
         built.extend(build(part.slice(i, ASSEMBLE_ROWS)) for i in range(0, max(part.height, 1), ASSEMBLE_ROWS))
         del part
     rows = pl.concat(built, rechunk=False)
