@@ -358,21 +358,10 @@ def replay_measured(schedule: str | None, p: int | None, m: int | None, v: int,
     ranks' mean window)}; None without every stage measured or an order for the schedule."""
     if not schedule or not p or not m or schedule == "zero_bubble":
         return None
-    sums: dict[int, list[float]] = {}  # stage -> [forward ns, forward blocks, backward ns, backward blocks] over its ranks
-    wins = []
-    for st, steps in ranks.values():
-        nf, nb = sum(x["forward_blocks"] for x in steps), sum(x["backward_blocks"] for x in steps)
-        if st is None or not steps or not nf or not nb or "f_ns" not in steps[0]:
-            return None
-        acc = sums.setdefault(st % p, [0.0, 0, 0.0, 0])
-        acc[0] += sum(x["f_ns"] for x in steps)
-        acc[1] += nf
-        acc[2] += sum(x["b_ns"] for x in steps)
-        acc[3] += nb
-        wins += [x["window_ns"] for x in steps]
-    per = {s: (a[0] / a[1], a[2] / a[3]) for s, a in sums.items()}
-    if sorted(per) != list(range(p)):
+    per = _stage_block_ns(p, ranks)
+    if per is None:
         return None
+    wins = [x["window_ns"] for _, steps in ranks.values() for x in steps]
     got = replay(schedule, p, m, v, {g: per[g % p] for g in range(p * v)})
     if got is None:
         return None
