@@ -119,6 +119,11 @@ LONE_COMM_WHAT_IF = ("what-if of removing communication withheld: the one rank's
                      "its collectives cannot be told from the transfer; load every rank of the job")
 
 
+def _with_collectives(ranks) -> int:
+    """How many ranks' critical paths carry collective rows (what the job reduce stitches)."""
+    return len([r for r in ranks if (getattr(r, "critical_path", None) or {}).get("collectives")])
+
+
 def lone_comm(change: str, job_path: dict[str, Any] | None, ranks) -> bool:
     """Whether ``change`` takes time off the collectives (``comm=0``, ``comm/K``) of a lone rank's
     path whose collectives have members not loaded (``critical.combine``'s ``unstitched`` for one
@@ -127,7 +132,7 @@ def lone_comm(change: str, job_path: dict[str, Any] | None, ranks) -> bool:
 
     if not job_path or not (job_path.get("unstitched") or {}).get("rows_on_path"):
         return False
-    if len([r for r in ranks if (getattr(r, "critical_path", None) or {}).get("collectives")]) != 1:
+    if _with_collectives(ranks) != 1:
         return False
     return any(c.what == "comm" and not c.target for c in parse(change))
 
@@ -136,7 +141,7 @@ def withheld(job_path: dict[str, Any] | None, ranks) -> bool:
     """Whether several ranks' paths pass through collectives that the job's path could not stitch:
     collectives on a rank's path unmatched (``unstitched.rows_on_path``), or no stitched path at
     all (the ranks' steps differ): a rank's wait for another inside them is then unknown."""
-    if not job_path or len([r for r in ranks if (getattr(r, "critical_path", None) or {}).get("collectives")]) < 2:
+    if not job_path or _with_collectives(ranks) < 2:
         return False
     return not job_path.get("steps") or bool((job_path.get("unstitched") or {}).get("rows_on_path"))
 

@@ -747,9 +747,8 @@ def _lone_unstitched(parts: list[dict[str, Any] | None], table: pl.DataFrame, ra
          .select(*key).unique())
     if not t.height:
         return None
-    absent = t
-    rows = mine.join(absent, on=["group", "seq", "collective"], nulls_equal=True).filter(pl.col("on_path"))
-    return {"members_absent": absent.height, "match_refused": 0, "rows_on_path": rows.height}
+    rows = mine.join(t, on=["group", "seq", "collective"], nulls_equal=True).filter(pl.col("on_path"))
+    return {"members_absent": t.height, "match_refused": 0, "rows_on_path": rows.height}
 
 
 def _stitch(parts: list[dict[str, Any] | None], table: pl.DataFrame, ranks: list[tuple[int, int | None]],
