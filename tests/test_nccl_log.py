@@ -219,3 +219,34 @@ def test_numbers_that_do_not_cast_are_null_not_an_error(tmp_path):
     assert got.comms.select("comm", "comm_id", "rank", "nranks", "cuda_dev").to_dicts() == [
         {"comm": "0x55", "comm_id": CID, "rank": None, "nranks": None, "cuda_dev": 0}]
     assert got.facts["tuning"] == [{"op": "AllReduce", "algo": "RING", "proto": "LL", "calls": 2, "min_bytes": 16384, "max_bytes": 16384}]
+
+
+def test_collective_lines_the_fast_regex_misses_are_read_by_the_full_one(tmp_path):
+    """A COLL line is read by ``_COLL_FAST`` (ASCII classes, one pass) and, where that does not
+    match, by ``_COLL_NR`` (``\\S``/``\\d``).  Lines 2-4 below miss the fast regex (checked first, so
+    the fallback is what is tested): a non-ASCII byte in the send buffer, a tab after the comm, a
+    non-ASCII digit in the count.  All five lines give a row, in line order (opCount 0..4), with
+    the fields the full regex reads: the count of line 4 is null (not a number once cast), its root
+    1; every row of the comm ``0x5500e3c10180`` in the commId's group, member 0."""
+    core = "node01:4000:4017 [0] NCCL INFO "
+    c = "comm 0x5500e3c10180"
+    head = "sendbuff 0x7f0c00 recvbuff 0x7f0c80"
+    calls = [f"AllReduce: opCount 0 {head} count 4096 datatype 7 op 0 root 0 {c} [nranks=4] stream 0x7f",
+             f"AllReduce: opCount 1 sendbuff 0x7f0c\u00e9 recvbuff 0x7f0c80 count 4096 datatype 7 op 0 root 0 {c} [nranks=4] stream 0x7f",
+             f"AllReduce: opCount 2 {head} count 8192 datatype 7 op 0 root 0 {c}\t[nranks=4] stream 0x7f",
+             f"Broadcast: opCount 3 {head} count \u06632 datatype 7 op 0 root 1 {c} [nranks=4] stream 0x7f",
+             f"AllReduce: opCount 4 {head} count 4096 datatype 7 op 0 root 0 {c}"]
+    fast = pl.Series(calls).str.extract_groups(log._COLL_FAST).struct.field("op").is_null().to_list()
+    assert fast == [False, True, True, True, False]  # lines 2-4 need the fallback
+    full = pl.Series(calls).str.extract_groups(log._COLL_NR).struct.field("op").is_not_null().to_list()
+    assert all(full)
+    init = core + f"comm 0x5500e3c10180 rank 0 nranks 4 cudaDev 0 busId 1000 commId {CID} - Init COMPLETE"
+    got = log.read(_write(tmp_path / "fallback.log", [init] + [core + ln for ln in calls]))
+    assert got.rows.select("seq", "collective", "count", "root", "group", "member").to_dicts() == [
+        {"seq": 0, "collective": "allreduce", "count": 4096, "root": 0, "group": CID, "member": "0"},
+        {"seq": 1, "collective": "allreduce", "count": 4096, "root": 0, "group": CID, "member": "0"},
+        {"seq": 2, "collective": "allreduce", "count": 8192, "root": 0, "group": CID, "member": "0"},
+        {"seq": 3, "collective": "broadcast", "count": None, "root": 1, "group": CID, "member": "0"},
+        {"seq": 4, "collective": "allreduce", "count": 4096, "root": 0, "group": CID, "member": "0"},
+    ]
+    assert got.facts["unknown_lines"] == 0
