@@ -37,6 +37,15 @@ def either(k: str, value: str = r"-?[0-9.eE+-]+") -> pl.Expr:
     return pl.when(pl.col("kind") == "coll").then(f(f"coll_{k}", value)).otherwise(f(f"p2p_{k}", value))
 
 
+def _measure(e: pl.Expr) -> pl.Expr:
+    # a time or bandwidth as a number that can be true: finite and not negative (1e309, NaN, -1: null)
+    v = e.cast(pl.Float64, strict=False)
+    return pl.when(v.is_finite() & (v >= 0)).then(v)
+
+
+MAX_US = float(2**62 // 1000)  # a time in us whose ns (and that time plus a duration) fits an Int64
+
+
 def read(path: str | Path, file: int = 0) -> NcclParse:
     from .log import numbered_lines
 
@@ -69,12 +78,15 @@ def read(path: str | Path, file: int = 0) -> NcclParse:
             either("sn").cast(pl.Int64, strict=False).alias("seq"),
             f("p2p_peer").cast(pl.Int32, strict=False).alias("peer"),
             either("msg_size_bytes").cast(pl.Float64, strict=False).cast(pl.Int64, strict=False).alias("msg"),
-            either("exec_time_us").cast(pl.Float64, strict=False).alias("exec_us"),
+            _measure(either("exec_time_us")).alias("exec_us"),
             either("timing_source", r"\w+").alias("timing"),
-            either("algobw_gbs").cast(pl.Float64, strict=False).alias("algbw"),
-            either("busbw_gbs").cast(pl.Float64, strict=False).alias("busbw"),
+            _measure(either("algobw_gbs")).alias("algbw"),
+            _measure(either("busbw_gbs")).alias("busbw"),
+            pl.sum_horizontal((either(k).cast(pl.Float64, strict=False).is_not_null() & _measure(either(k)).is_null()).cast(pl.Int64)
+                              for k in ("exec_time_us", "algobw_gbs", "busbw_gbs")).alias("impossible"),
             # the verbose event trace's op start (epoch us): the first number after "event_trace_ts"
-            line.str.extract(r'"event_trace_ts"\s*:\s*\{[^}]*?"start"\s*:\s*(\d+)', 1).cast(pl.Int64, strict=False).alias("ts_us"),
+            line.str.extract(r'"event_trace_ts"\s*:\s*\{[^}]*?"start"\s*:\s*(\d+)', 1).cast(pl.Int64, strict=False)
+            .pipe(lambda t: pl.when(t <= MAX_US).then(t)).alias("ts_us"),
         ))
     data = pl.concat(parts) if parts else pl.DataFrame()
     warnings: list[str] = []
@@ -82,6 +94,9 @@ def read(path: str | Path, file: int = 0) -> NcclParse:
         rows = pl.DataFrame(schema={**NCCL_ROW_SCHEMA, **NCCL_DETAIL_SCHEMA})
         bw = pl.DataFrame(schema=BANDWIDTH_SCHEMA)
     else:
+        odd = int(data["impossible"].sum() or 0)
+        if odd:
+            warnings.append(f"{odd} time or bandwidth value(s) are not finite or are negative (inf, NaN, -1): left out (null)")
         bad = data.filter(pl.col("op").is_null() | pl.col("seq").is_null())
         if bad.height:
             warnings.append(f"{bad.height} record(s) without their collective or sequence number (left out)")
@@ -90,7 +105,8 @@ def read(path: str | Path, file: int = 0) -> NcclParse:
         data = data.with_columns(collective.alias("collective"))
         full = pl.col("collective").is_in(FULL_BUFFER)
         nbytes = pl.when(full).then(pl.col("msg") * pl.col("n_ranks").cast(pl.Int64)).otherwise(pl.col("msg"))
-        dur = (pl.col("exec_us") * 1000).round().cast(pl.Int64)
+        # (an exec time past MAX_US: no duration, as for a time that is not a number)
+        dur = pl.when(pl.col("exec_us") <= MAX_US).then((pl.col("exec_us") * 1000).round().cast(pl.Int64))
         start = pl.col("ts_us") * 1000
         rows = data.select(
             pl.lit(file, pl.Int32).alias("file"), "rank", pl.col("comm_id").fill_null("").alias("group"),

@@ -37,6 +37,9 @@ def _f(k: str, value: str = r"-?[0-9.eE+-]+") -> pl.Expr:
     return pl.col("line").str.extract(rf'"{k}"\s*:\s*"?({value})"?', 1)
 
 
+MAX_US = float(2**62 // 1000)  # a time in us whose ns fits an Int64 (with room for a duration)
+
+
 def read(path: str | Path, file: int = 0) -> NcclParse:
     from .log import numbered_lines
 
@@ -56,7 +59,8 @@ def read(path: str | Path, file: int = 0) -> NcclParse:
         parts.append(lines.filter(whole).select(
             "ln", _f("name", r"[^\"]*").alias("name"), _f("cat", r"\w+").alias("cat"), _f("ph", r"\w").alias("ph"),
             _f("id").cast(pl.Int64, strict=False).alias("id"), _f("pid").cast(pl.Int64, strict=False).alias("pid"),
-            _f("ts").cast(pl.Float64, strict=False).alias("ts"),
+            # (a time that is not finite, negative or past an Int64's ns: null, as one that is not a number)
+            _f("ts").cast(pl.Float64, strict=False).pipe(lambda t: pl.when(t.is_finite() & (t >= 0) & (t <= MAX_US)).then(t)).alias("ts"),
             _f("SeqNum").cast(pl.Int64, strict=False).alias("seqnum"), _f("CommHash", r"\w+").alias("commhash"),
             _f("Rank").cast(pl.Int32, strict=False).alias("rank"), _f("Peer").cast(pl.Int32, strict=False).alias("peer"),
             _f("Count").cast(pl.Int64, strict=False).alias("count"), _f("Datatype", r"\w+").alias("dt"),

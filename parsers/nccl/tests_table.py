@@ -91,6 +91,9 @@ def read(path: str | Path, file: int = 0) -> NcclParse:
     facts["nranks"] = nranks
     facts["error_column"] = bool(data.height and data["w1"].str.contains(r"[.eE]").any())
     bw = bw.with_columns(pl.lit(nranks, pl.Int32).alias("nranks")).select(list(BANDWIDTH_SCHEMA))
+    bad = _impossible(data) if data.height else 0
+    if bad:
+        warnings.append(f"{bad} time or bandwidth value(s) of the table are not finite or are negative (inf, nan, -1): left out (null)")
     if collective is None:
         warnings.append("the test (all_reduce_perf ...) is not named in the output or the file name: its collective is unknown")
     if counts["unknown_lines"]:
@@ -103,7 +106,16 @@ def read(path: str | Path, file: int = 0) -> NcclParse:
 
 
 def _num(c: str) -> pl.Expr:
-    return pl.col(c).cast(pl.Float64, strict=False)
+    # a time or bandwidth that cannot be true (inf, nan, negative: "1e309", "nan" in a cut or edited table) is null
+    v = pl.col(c).cast(pl.Float64, strict=False)
+    return pl.when(v.is_finite() & (v >= 0)).then(v)
+
+
+def _impossible(data: pl.DataFrame) -> int:
+    # the table's numbers that _num makes null although they read as numbers
+    cols = [c for k in ("1", "2") for c in (f"t{k}", f"a{k}", f"b{k}")]
+    v = [pl.col(c).cast(pl.Float64, strict=False) for c in cols]
+    return int(data.select(pl.sum_horizontal((x.is_not_null() & ~(x.is_finite() & (x >= 0))).cast(pl.Int64) for x in v).sum()).item() or 0)
 
 
 def _blocks(data: pl.DataFrame, path: str, test: str | None, collective: str | None) -> pl.DataFrame:

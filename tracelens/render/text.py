@@ -270,7 +270,7 @@ def nccl_text(d: dict[str, Any]) -> str:
         for b in bw[:24]:
             place = "-" if b["in_place"] is None else ("in" if b["in_place"] else "out")
             lines.append(f"  {str(b['test'] or '?')[:18]:<18} {str(b['collective'] or '?')[:13]:<13} "
-                         f"{b['nranks'] if b['nranks'] is not None else '?':>5} {b['bytes']:>12} {place:<6} "
+                         f"{b['nranks'] if b['nranks'] is not None else '?':>5} {b['bytes'] if b['bytes'] is not None else '?':>12} {place:<6} "
                          f"{b['time_us'] if b['time_us'] is not None else '-':>10} {b['algbw_gbps'] if b['algbw_gbps'] is not None else '-':>7} "
                          f"{b['busbw_gbps'] if b['busbw_gbps'] is not None else '-':>7} {b['wrong'] if b['wrong'] is not None else '-':>5}")
     if d["warnings"]:
