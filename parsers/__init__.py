@@ -138,7 +138,7 @@ def sniff(path: Path) -> str:
         return "kineto"
     if not stripped:
         raise ParseError(str(path), "file holds only whitespace")
-    if head[:2] != GZIP_MAGIC and b"\x00" not in head and _NCCL_LOG.search(tail_bytes(path)):
+    if b"\x00" not in head and (_gzip_mentions_nccl(path, _gzip_scan_limit(path)) if _is_gzip(path) else _NCCL_LOG.search(tail_bytes(path))):
         # a job's output (a Slurm .out, a torchrun rank's stderr) whose NCCL lines or PyTorch watchdog timeouts come
         # after megabytes of the program's own: the watchdog's message is at the end, where the job died
         return "nccl_log"
@@ -146,6 +146,48 @@ def sniff(path: Path) -> str:
 
 
 TAIL_BYTES = 1 << 18
+GZIP_SCAN_BYTES = 1 << 28  # content of a gzip file scanned for NCCL lines when its head is no format's (256 MB)
+GZIP_SCAN_OTHER = 1 << 24  # the same for a file whose name does not say it is a log or a job's output (16 MB)
+_LOG_NAME = re.compile(r"\.(?:log|out|err|txt)(?:\.\d+)?\.gz$|std(?:err|out)|slurm|nccl|rank", re.I)
+
+
+def _gzip_scan_limit(path: Path) -> int:
+    # a folder may hold other gzip files (checkpoints, datasets): only a log's name earns the long scan
+    return GZIP_SCAN_BYTES if _LOG_NAME.search(path.name) else GZIP_SCAN_OTHER
+
+
+def _is_gzip(path: Path) -> bool:
+    try:
+        with open(path, "rb") as fh:
+            return fh.read(2) == GZIP_MAGIC
+    except OSError:
+        return False
+
+
+def _gzip_mentions_nccl(path: Path, limit: int = GZIP_SCAN_BYTES) -> bool:
+    """Whether a gzip file's content holds an NCCL or watchdog line in its first ``limit`` bytes
+    (its end cannot be read without inflating what comes before it: the scan streams, 1 MB at a
+    time, each block searched with the previous one's last 4 KB, so that a line cut between two
+    blocks is found).  Only a file whose head no format claims is scanned; a cut or corrupt
+    stream ends the scan (what was read counts)."""
+    from .jsonstream import ContentReader
+
+    r = ContentReader(path)
+    try:
+        seen, carry = 0, b""
+        while seen < limit:
+            block = r.read(1 << 20)
+            if not block:
+                return False
+            seen += len(block)
+            if _NCCL_LOG.search(carry + block):
+                return True
+            carry = block[-4096:]
+        return False
+    except (ParseError, OSError, zlib.error):
+        return False
+    finally:
+        r.close()
 
 
 def tail_bytes(path: Path, n: int = TAIL_BYTES) -> bytes:

@@ -267,6 +267,20 @@ def test_a_jobs_output_whose_watchdog_lines_come_last(capsys, tmp_path):
     g.write_text("\n".join(lines[:20000]) + "\n")
     code, err, _ = report(capsys, tmp_path, g)
     assert code == EXIT_BAD_INPUT and "not a trace" in err[-1]
+    # the same two outputs gzipped (a job's log archived as stderr.log.gz): the watchdog lines are read past the head by
+    # inflating the file as a stream (parsers._gzip_mentions_nccl); before, a gzip file was only head-sniffed: "not a trace"
+    import gzip
+
+    fz = tmp_path / "gz" / "stderr.log.gz"
+    fz.parent.mkdir()
+    fz.write_bytes(gzip.compress(f.read_bytes()))
+    assert sniff(fz) == "nccl_log"
+    vz = verdict(capsys, tmp_path, fz)
+    assert vz["verdict"] == v["verdict"] and [{**w, "path": None} for w in vz["watchdog"]] == [{**w, "path": None} for w in v["watchdog"]]
+    gz = tmp_path / "gz" / "plain.log.gz"
+    gz.write_bytes(gzip.compress(g.read_bytes()))
+    code, err, _ = report(capsys, tmp_path, gz)
+    assert code == EXIT_BAD_INPUT and "not a trace" in err[-1]
 
 
 def test_the_dump_signal_line_of_a_rank_that_did_not_time_out(capsys, tmp_path):
