@@ -199,7 +199,26 @@ def _as_float(v: Any) -> float | None:
 
 def decimal_us_to_ns(text: pl.Series) -> pl.Series:
     """Decimal µs strings ("1712195495519689.047") to int ns, exactly, rounding past the 3rd
-    decimal; exponent notation goes through a float; null where the text is not a number."""
+    decimal; exponent notation goes through a float; null where the text is not a number.
+
+    The common text, digits with exactly three decimals, is its ns with the dot taken out (one
+    cast, ~10x cheaper than the general arithmetic); the others (and any whose ns would not fit)
+    take ``_decimal_us_to_ns`` on those rows only."""
+    t, v = pl.col("t"), pl.col("v")
+    # (three decimals: the dot 4 bytes before the end; the strict integer cast refuses any other
+    # character, a sign aside: "-1.234" is -1234 ns, as the general arithmetic gives)
+    fast = (pl.DataFrame({"t": text}).lazy()
+            .select(pl.when(t.str.len_bytes() - t.str.find(".", literal=True) == 4)
+                    .then(t.str.replace(".", "", literal=True, n=1).cast(pl.Int64, strict=False)).alias("v"))
+            .select(pl.when(v.abs() < _MAX_US * 1000).then(v).alias(text.name))
+            .collect(engine="in-memory").to_series())
+    miss = fast.is_null()
+    if not miss.any():
+        return fast
+    return fast.scatter(miss.arg_true(), _decimal_us_to_ns(text.filter(miss)))
+
+
+def _decimal_us_to_ns(text: pl.Series) -> pl.Series:
     t = pl.col("t")
     parts = t.str.strip_prefix("-").str.split_exact(".", 1)
     whole = parts.struct.field("field_0").cast(pl.Int64, strict=False)
