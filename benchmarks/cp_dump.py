@@ -7,12 +7,14 @@ Per input (each real trace file under tests/data/traces on its own, the folders 
 as jobs, the sample_traces jobs, and any EXTRA_INPUT given: a file or a folder), it runs
 ``tracelens report INPUT -o r.json --critical-path --no-cache`` in this process and keeps
 ``ranks[].critical_path``, ``job.critical_path`` and every suggestion's ``what_if`` (with the
-suggestion's rule), or the exit code where the report fails.  Compare two dumps with ``cmp``.
+suggestion's rule), the sha256 of ``tracelens export-trace INPUT``'s events, sorted (the path's
+segments overlaid), or the exit code where the report fails.  Compare two dumps with ``cmp``.
 """
 
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import io
 import json
 import sys
@@ -46,7 +48,17 @@ def dump(inp: str) -> dict:
         if not out.exists():
             return {"rc": rc}
         r = json.loads(out.read_text())
-    return {"rc": rc,
+        # the Perfetto export overlays the path's segments (step_paths with_segments) and the what-if tracks
+        tr = Path(d) / "t.json"
+        with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
+            try:
+                trc = cli.main(["export-trace", "--no-cache", str(ROOT / inp if not Path(inp).is_absolute() else inp), "-o", str(tr)])
+            except SystemExit as e:
+                trc = e.code
+        # (its events in sorted order: the export's event order varies from run to run on main)
+        trace = hashlib.sha256("\n".join(sorted(json.dumps(e, sort_keys=True) for e in json.loads(tr.read_text())["traceEvents"]))
+                               .encode()).hexdigest() if tr.exists() else None
+    return {"rc": rc, "export": [trc, trace],
             "ranks": [x.get("critical_path") for x in r.get("ranks", [])],
             "job": (r.get("job") or {}).get("critical_path"),
             "what_if": [[s.get("rule"), s.get("what_if")] for s in r.get("suggestions", [])]}
