@@ -586,17 +586,10 @@ def step_paths(df: pl.DataFrame, device: int | None, windows: list[tuple[int, in
         # summed into the first mark (in time order) at or after its end (a join_asof): per
         # window and category, running sums over the marks of those few sums (one row per mark x
         # category at most), and the cut one found by a search of the marks in the segments
-        marks = marks.sort("k", "t").with_row_index("_j").with_columns(pl.col("_j").cast(pl.Int64))
         spans = pl.concat([seg.select("k", "cat", (pl.col("_e") - pl.col("ns")).alias("_s"), "_e"),
                            tails.join(win.lazy().select("k", "t1"), on="k").select(
                                "k", "cat", (pl.col("t1") - pl.col("ns")).alias("_s"), pl.col("t1").alias("_e"))])
-        spans = spans.filter(pl.col("_e") > pl.col("_s")).collect(engine="in-memory")
-        whole, cut = _mark_parts(spans, marks)
-        pairs = whole.select("k", "cat").unique().join(marks.select("k", "m", "_j"), on="k").sort("_j")
-        full = pairs.join_asof(whole.rename({"_j": "_jw"}), left_on="_j", right_on="_jw", by=["k", "cat"], strategy="backward",
-                               check_sortedness=False).select("k", "m", "cat", pl.col("ns").fill_null(0))
-        pre = (pl.concat([full, cut]).group_by("k", "m", "cat").agg(pl.col("ns").sum())
-               .filter(pl.col("ns") > 0).sort("k", "m", "cat"))
+        pre = _mark_prefixes(spans.filter(pl.col("_e") > pl.col("_s")).collect(engine="in-memory"), marks)
         marks_of = {k: f.drop("k") for (k,), f in pre.partition_by("k", as_dict=True).items()}
     out = []
     for k, (s, e) in enumerate(windows):
@@ -606,17 +599,33 @@ def step_paths(df: pl.DataFrame, device: int | None, windows: list[tuple[int, in
     return out
 
 
+_MARK_KEY_LIMIT = 1 << 62  # (window, time) packed into one int64 key of the marks while windows x time span stay below this
+
+
+def _mark_prefixes(spans: pl.DataFrame, marks: pl.DataFrame) -> pl.DataFrame:
+    """``step_paths``' marks: per mark (``marks``: k, m, t) the path's ns per category from its
+    window's start to it (k, m, cat, ns; ns > 0), from the path's segments (``spans``: k, cat, _s,
+    _e, which tile each window).  Each span is summed into the first mark of its window at or after
+    its end (``whole``: running sums over the window's marks per category), and the span a mark
+    falls in is cut at it (``cut``).  By searches of one sorted key (window, time) of the marks: no
+    sort or join of the spans (joins where the key would not fit in int64)."""
+    mk = marks.sort("k", "t").with_row_index("_j").with_columns(pl.col("_j").cast(pl.Int64))
+    whole, cut = _mark_parts(spans, mk)
+    pairs = whole.select("k", "cat").unique().join(mk.select("k", "m", "_j"), on="k").sort("_j")
+    full = pairs.join_asof(whole.rename({"_j": "_jw"}), left_on="_j", right_on="_jw", by=["k", "cat"], strategy="backward",
+                           check_sortedness=False).select("k", "m", "cat", pl.col("ns").fill_null(0))
+    return (pl.concat([full, cut]).group_by("k", "m", "cat").agg(pl.col("ns").sum())
+            .filter(pl.col("ns") > 0).sort("k", "m", "cat"))
+
+
 def _mark_parts(spans: pl.DataFrame, mk: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame]:
-    """``step_paths``' marks: each span (k, cat, _s, _e: the path's segments, which tile each window)
-    summed into the first mark of its window at or after its end (``whole``: k, _j, cat, ns, running
-    sums over the window's marks per category), and per mark the span it falls in, cut at it
-    (``cut``: k, m, cat, ns).  ``mk``: the marks (k, m, t) in (k, t) order, ``_j`` their row.  By
-    searches of one sorted key (window, time) of the marks, no sort or join of the spans."""
+    """``_mark_prefixes``' two parts (``whole``: k, _j, cat, ns, running sums; ``cut``: k, m, cat,
+    ns); ``mk``: the marks in (k, t) order, ``_j`` their row."""
     lo_t = min(int(spans.get_column("_s").min()), int(mk.get_column("t").min())) if spans.height else int(mk.get_column("t").min())
     hi_t = max(int(spans.get_column("_e").max()), int(mk.get_column("t").max())) if spans.height else int(mk.get_column("t").max())
     r = hi_t - lo_t + 1
     kmax = max(int(mk.get_column("k").max()), int(spans.get_column("k").max()) if spans.height else 0) + 1
-    if kmax * r >= (1 << 62):  # no room for one key: by joins (the windows' spans sorted)
+    if kmax * r >= _MARK_KEY_LIMIT:  # no room for one key: by joins (the windows' spans sorted)
         spans = spans.sort("_e")
         whole = (spans.join_asof(mk.select("k", "_j", "t").sort("t"), left_on="_e", right_on="t", by="k", strategy="forward",
                                  check_sortedness=False)

@@ -42,10 +42,13 @@ layer for nearly every node) and the scan, on the *key rows* only: those a cross
 leaves, those with their own time or a chain edge from before the window, the windows' ends (19 k
 of control.json.gz's 150 k window rows).  A row between two key rows of its chain segment adds
 nothing to the running maximum (no ``X``) and nothing reads it, so ``T`` at a key row is ``W`` plus
-the running maximum of ``X - W`` over the segment's key rows before it: the same numbers.  Cost on
-control.json.gz (35 MB, 160 k edges, 6 steps; CPU time, min of 7, 2 loaded cores): ~45 ms to
-prepare the rank once (``Replay``), 4 to 15 ms per change (the weights ~1 ms; 2 to 32 rounds of
-~0.4 ms); before the key rows, 78 ms and 22 to 81 ms.  rustworkx 0.18 on the same graph: 138 ms to build
+the running maximum of ``X - W`` over the segment's key rows before it: the same numbers.  ``W``
+itself is one running sum of the chain edges' weights in chain order (a segment is a run of it),
+read at the key rows.  The key rows are found by node and only they are placed in their windows
+(the graph contracted to them: no frame of every window row is built).  Cost on control.json.gz
+(35 MB, 160 k edges, 6 steps; CPU time, median of 11, 2 loaded cores): ~27 ms to prepare the rank
+once (``Replay``; ~40 when every window row was built, sorted and filtered), 4 to 15 ms per change
+(the weights ~1 ms; 2 to 32 rounds of ~0.4 ms); before the key rows, 78 ms and 22 to 81 ms.  rustworkx 0.18 on the same graph: 138 ms to build
 it from Python tuples (per change: the weights are the edges' payloads) and 34 ms for one
 ``dag_longest_path_length``, one number for the whole trace, where the replay needs each step's
 window replayed from its observed start (every node's time): not faster, so not a dependency.
@@ -197,21 +200,10 @@ class Replay:
         chv = ch.get_column("v")
         cu_n = pl.repeat(None, n, dtype=pl.Int64, eager=True).scatter(chv, ch.get_column("cu"))
         ci_n = pl.repeat(None, n, dtype=pl.UInt32, eager=True).scatter(chv, ch.get_column("ci"))
-        # the nodes in chain order (by chain, then position on it; a chain segment of a window, the
-        # window's points of one chain each after the one before it on its chain, is a run of it):
-        # ``g.chain``'s threads as they are (each in node order), then each stream's activities in
-        # start order, each start followed by its end (a stream's activities may overlap)
-        hn = int((~nodes.get_column("dev")).sum())  # the host nodes come first in ``g.chain``
-        dchain = g.chain.slice(hn)
-        starts = dchain.filter(~nodes.get_column("end").gather(dchain))
+        # the nodes in chain order (a chain segment of a window, the window's points of one chain each
+        # after the one before it on its chain, is a run of it)
         act = self.e.filter(kind == "act")
-        end_of = pl.repeat(None, n, dtype=pl.Int64, eager=True).scatter(act.get_column("u"), act.get_column("v"))
-        two = pl.int_range(0, starts.len(), dtype=IDX, eager=True) * 2
-        dord = pl.repeat(None, 2 * starts.len(), dtype=pl.Int64, eager=True).scatter(two, starts).scatter(two + 1, end_of.gather(starts))
-        cpord = pl.concat([g.chain.head(hn), dord.cast(g.chain.dtype)]).cast(critical.IDX)
-        if cpord.len() != n or cpord.null_count():  # (an activity without its act edge: none in a graph built here) by sorting
-            pos = nodes.select(pl.when(pl.col("dev") & pl.col("end")).then(cu_n * 2 + 1).otherwise(pl.col("o") * 2)).to_series()
-            cpord = (_chain_ids(nodes, g.chain).cast(pl.Int64) * (2 * n + 2) + pos).arg_sort(nulls_last=False)
+        cpord = _chain_order(nodes, g.chain, act.get_column("u"), act.get_column("v"), cu_n)
         cprank = pl.repeat(0, n, dtype=pl.UInt32, eager=True).scatter(cpord, pl.int_range(0, n, dtype=pl.UInt32, eager=True))
         has_in = last["u"].is_not_null()  # a node with any candidate in-edge has a last-arriving one
         tcu_n = t[cu_n.fill_null(0).cast(critical.IDX)]
@@ -417,6 +409,28 @@ class Replay:
         T = pl.select(pl.when(T < -(1 << 40)).then(t).otherwise(T)).to_series()  # a node nothing reaches any more stays where it was
         shift = {k: int(T[z] - t[z]) - int(T[a] - t[a]) for k, a, z in self.ends.iter_rows()}  # one row per window
         return [max(m + shift.get(k, 0), 0) for k, m in enumerate(self.measured)], rounds
+
+
+def _chain_order(nodes: pl.DataFrame, chain: pl.Series, act_u: pl.Series, act_v: pl.Series, cu: pl.Series) -> pl.Series:
+    """The nodes by chain, then position on it (a thread's points in node order; a stream's
+    activities in start order, each start followed by its end; ``cu`` each node's chain edge's
+    source), as node ids: ``chain`` (the graph's) has the threads in that order already and each
+    stream's points in node order (which differs where a stream's activities overlap), so each
+    stream's starts are taken in its order and followed by their ends (``act_u`` -> ``act_v``, the
+    activities' start -> end edges): no sort.  An activity without its start -> end edge (an end
+    before its start, from a negative duration) leaves the order to a sort of (chain, position)."""
+    n = nodes.height
+    hn = int((~nodes.get_column("dev")).sum())  # the host nodes come first in ``chain``
+    dchain = chain.slice(hn)
+    starts = dchain.filter(~nodes.get_column("end").gather(dchain))
+    end_of = pl.repeat(None, n, dtype=pl.Int64, eager=True).scatter(act_u, act_v)
+    two = pl.int_range(0, starts.len(), dtype=IDX, eager=True) * 2
+    dord = pl.repeat(None, 2 * starts.len(), dtype=pl.Int64, eager=True).scatter(two, starts).scatter(two + 1, end_of.gather(starts))
+    order = pl.concat([chain.head(hn), dord.cast(chain.dtype)]).cast(IDX)
+    if order.len() == n and not order.null_count():
+        return order
+    pos = nodes.select(pl.when(pl.col("dev") & pl.col("end")).then(cu * 2 + 1).otherwise(pl.col("o") * 2)).to_series()
+    return (_chain_ids(nodes, chain).cast(pl.Int64) * (2 * n + 2) + pos).arg_sort(nulls_last=False).cast(IDX)
 
 
 def _chain_ids(nodes: pl.DataFrame, chain: pl.Series) -> pl.Series:
