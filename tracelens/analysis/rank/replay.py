@@ -417,8 +417,9 @@ def _chain_order(nodes: pl.DataFrame, chain: pl.Series, act_u: pl.Series, act_v:
     source), as node ids: ``chain`` (the graph's) has the threads in that order already and each
     stream's points in node order (which differs where a stream's activities overlap), so each
     stream's starts are taken in its order and followed by their ends (``act_u`` -> ``act_v``, the
-    activities' start -> end edges): no sort.  An activity without its start -> end edge (an end
-    before its start, from a negative duration) leaves the order to a sort of (chain, position)."""
+    activities' start -> end edges): no sort.  An activity without its start -> end edge (none in
+    a graph ``critical.graph`` builds: a start sorts before its end, and the parser clamps a
+    negative duration to 0) leaves the order to a sort of (chain, position)."""
     n = nodes.height
     hn = int((~nodes.get_column("dev")).sum())  # the host nodes come first in ``chain``
     dchain = chain.slice(hn)
