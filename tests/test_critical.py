@@ -242,3 +242,48 @@ def test_a_late_rank_at_an_all_reduce(tmp_path):
     assert step["ranks"] == [1, 0]
     assert job["wait_rank_ns"] == {"0": {"1": 400_000}}
     assert job["length_ns"] == 800_000 and job["ranks_length_ns"] == 1_600_000
+
+
+@pytest.mark.parametrize("packed", [True, False])
+def test_mark_prefixes_match_a_plain_sum(packed, monkeypatch):
+    # step_paths' marks: the path's ns per category from the window's start to each mark.  The
+    # path's segments tile each window; _mark_prefixes finds, by searches of one packed (window,
+    # time) key of the marks, the first mark at or after each segment's end and the segment each
+    # mark falls in (packed=False: the join fallback for windows x time spans past int64).  Here
+    # random tilings of 3 windows (the last one starting where the second ends, the two sharing
+    # that time) with marks on segment edges, inside segments, at the windows' edges and twice at
+    # one time, against the plain sum over the segments of each one's part before the mark.
+    import random
+
+    if not packed:
+        monkeypatch.setattr(critical, "_MARK_KEY_LIMIT", 0)
+    rng = random.Random(17)
+    cats = ["cpu", "sync", "idle", "compute_gemm"]
+    for _ in range(20):
+        spans, marks, edges = [], [], {}
+        t = rng.randint(0, 10**6)
+        for k in range(3):
+            if k == 2:
+                t = edges[1][-1]
+            start, cuts = t, [t]
+            for _ in range(rng.randint(1, 12)):
+                t += rng.randint(1, 1000)
+                spans.append((k, rng.choice(cats), cuts[-1], t))
+                cuts.append(t)
+            edges[k] = cuts
+            for _ in range(rng.randint(0, 8)):
+                m = rng.choice([rng.choice(cuts), rng.randint(start, t)])
+                marks += [(k, len(marks), m)] * (2 if rng.random() < 0.2 else 1)
+            t += rng.randint(0, 500)
+        marks = [(k, i, m) for i, (k, _, m) in enumerate(marks)]
+        if not marks:
+            continue
+        sp = pl.DataFrame(spans, schema={"k": pl.Int64, "cat": critical.CAT, "_s": pl.Int64, "_e": pl.Int64}, orient="row")
+        mk = pl.DataFrame(marks, schema={"k": pl.Int64, "m": pl.Int64, "t": pl.Int64}, orient="row")
+        want = {}
+        for k, m, at in marks:
+            for sk, c, s, e in spans:
+                if sk == k and s < at:
+                    want[(k, m, c)] = want.get((k, m, c), 0) + min(e, at) - s
+        got = {(k, m, c): ns for k, m, c, ns in critical._mark_prefixes(sp, mk).iter_rows()}
+        assert got == {key: ns for key, ns in want.items() if ns > 0}

@@ -363,3 +363,80 @@ def test_rounds_match_a_plain_longest_path(lift, monkeypatch):
         got, rounds = r.run(changes)
         assert got == want, (text, got, want)
         assert rounds >= 1
+
+
+# -- the key rows' chain order ----------------------------------------------------------------
+
+def _chain_order_by_sort(nodes, chain, cu):
+    """The definition ``replay._chain_order`` keeps without sorting: by chain (``_chain_ids``),
+    then position (a node's ``2 o``; a GPU end's ``2 start + 1``, right after its start)."""
+    import polars as pl
+
+    n = nodes.height
+    pos = nodes.select(pl.when(pl.col("dev") & pl.col("end")).then(cu * 2 + 1).otherwise(pl.col("o") * 2)).to_series()
+    return (replay._chain_ids(nodes, chain).cast(pl.Int64) * (2 * n + 2) + pos).arg_sort(nulls_last=False).to_list()
+
+
+def _graphs(monkeypatch, paths):
+    seen = []
+    real = critical.step_paths
+
+    def spy(df, device, windows, main_tid, names, g, **kw):
+        seen.append((df, g, windows, main_tid))
+        return real(df, device, windows, main_tid, names, g=g, **kw)
+
+    monkeypatch.setattr(critical, "step_paths", spy)
+    a = analyze(load(paths, use_cache=False), ON)
+    return a, seen
+
+
+def _order_args(g):
+    import polars as pl
+
+    e = g.edges()
+    chain = e.filter(pl.col("kind").is_in(["thread", "act", "stream"]))
+    cu = pl.repeat(None, g.nodes.height, dtype=pl.Int64, eager=True).scatter(chain.get_column("v"), chain.get_column("u"))
+    act = e.filter(pl.col("kind") == "act")
+    return g.nodes, g.chain, act.get_column("u"), act.get_column("v"), cu
+
+
+def test_chain_order_without_a_sort_is_the_sorted_one(tmp_path, monkeypatch):
+    # Replay places only its key rows in the windows and reads each one's W from one running sum
+    # of the chain edges' weights in chain order; that order comes from the graph's chain (threads
+    # as they are, each stream's starts each followed by its end) instead of a sort of (chain,
+    # position).  On the ResNet-50 trace (9 k kernels) and on a hand-built stream whose kernels
+    # overlap (k2 starts before k1 ends: the graph's chain, in node order, puts k2's start before
+    # k1's end; chain order keeps k1's end right after k1's start) both orders are the same list.
+    (w0,) = real_trace_files("kineto-tbplugin/samples/resnet50_num_workers_0")
+    ev = [X("user_annotation", "ProfilerStep#1", 0, 100), L(1, 2, 1), L(4, 2, 2), X("cuda_runtime", "cudaDeviceSynchronize", 7, 93),
+          K("k1", 10, 40, corr=1), K("k2", 30, 60, corr=2)]
+    for paths in ([w0], [write(tmp_path, ev)]):
+        _, seen = _graphs(monkeypatch, paths)
+        (df, g, windows, main_tid), = seen
+        args = _order_args(g)
+        got = replay._chain_order(*args).to_list()
+        assert got == _chain_order_by_sort(args[0], args[1], args[4])
+        assert sorted(got) == list(range(g.nodes.height))  # every node once
+
+
+def test_an_activity_without_its_end_edge_takes_the_sorted_order(tmp_path, monkeypatch):
+    # The order without a sort needs every activity's start -> end edge (the graph always has it:
+    # an activity's start sorts before its end, and the parser clamps a negative duration to 0,
+    # so k2 below lasts 0 ns).  Given one without it (k3's edge taken away here, and with it k3's
+    # end's chain edge), the order has a hole and _chain_order sorts (chain, position) instead:
+    # the same list as the sort, every node once; k3's end, without a chain edge, has no
+    # position and sorts first.
+    import polars as pl
+
+    ev = [X("user_annotation", "ProfilerStep#1", 0, 100), L(1, 2, 1), L(4, 2, 2), X("cuda_runtime", "cudaDeviceSynchronize", 7, 93),
+          K("k1", 10, 40, corr=1), K("k2", 60, -5, corr=2), K("k3", 70, 20)]
+    a, seen = _graphs(monkeypatch, [write(tmp_path, ev)])
+    (df, g, windows, main_tid), = seen
+    nodes, chain, au, av, cu = _order_args(g)
+    k3_end = int(av[-1])
+    assert g.nodes.row(k3_end, named=True)["t"] == 90_000  # k3's end: the last activity's
+    au, av, cu = au.head(au.len() - 1), av.head(av.len() - 1), cu.scatter(k3_end, None)
+    got = replay._chain_order(nodes, chain, au, av, cu).to_list()
+    assert got == _chain_order_by_sort(nodes, chain, cu)
+    assert got[0] == k3_end and sorted(got) == list(range(nodes.height))
+    assert pl.Series(got).n_unique() == nodes.height

@@ -585,24 +585,11 @@ def step_paths(df: pl.DataFrame, device: int | None, windows: list[tuple[int, in
         # segments that end by it, whole, and the one it falls in, cut at it.  Each segment is
         # summed into the first mark (in time order) at or after its end (a join_asof): per
         # window and category, running sums over the marks of those few sums (one row per mark x
-        # category at most), and the cut one found by a join_asof of the marks onto the segments
+        # category at most), and the cut one found by a search of the marks in the segments
         spans = pl.concat([seg.select("k", "cat", (pl.col("_e") - pl.col("ns")).alias("_s"), "_e"),
                            tails.join(win.lazy().select("k", "t1"), on="k").select(
                                "k", "cat", (pl.col("t1") - pl.col("ns")).alias("_s"), pl.col("t1").alias("_e"))])
-        spans = spans.filter(pl.col("_e") > pl.col("_s")).sort("_e").collect(engine="in-memory")
-        mk = marks.sort("t").with_row_index("_j").with_columns(pl.col("_j").cast(pl.Int64))
-        whole = (spans.join_asof(mk.select("k", "_j", "t"), left_on="_e", right_on="t", by="k", strategy="forward",
-                                 check_sortedness=False)
-                 .filter(pl.col("_j").is_not_null()).group_by("k", "_j", "cat").agg((pl.col("_e") - pl.col("_s")).sum().alias("ns"))
-                 .sort("_j").with_columns(pl.col("ns").cum_sum().over("k", "cat")))
-        pairs = mk.select("k", "m", "_j").join(whole.select("k", "cat").unique(), on="k").sort("_j")
-        full = pairs.join_asof(whole.rename({"_j": "_jw"}), left_on="_j", right_on="_jw", by=["k", "cat"], strategy="backward",
-                               check_sortedness=False).select("k", "m", "cat", pl.col("ns").fill_null(0))
-        cut = (mk.join_asof(spans.sort("_s"), left_on="t", right_on="_s", by="k", strategy="backward", allow_exact_matches=False,
-                            check_sortedness=False)
-               .filter(pl.col("_e") > pl.col("t")).select("k", "m", "cat", (pl.col("t") - pl.col("_s")).alias("ns")))
-        pre = (pl.concat([full, cut]).group_by("k", "m", "cat").agg(pl.col("ns").sum())
-               .filter(pl.col("ns") > 0).sort("k", "m", "cat"))
+        pre = _mark_prefixes(spans.filter(pl.col("_e") > pl.col("_s")).collect(engine="in-memory"), marks)
         marks_of = {k: f.drop("k") for (k,), f in pre.partition_by("k", as_dict=True).items()}
     out = []
     for k, (s, e) in enumerate(windows):
@@ -610,6 +597,57 @@ def step_paths(df: pl.DataFrame, device: int | None, windows: list[tuple[int, in
         out.append(StepPath(sum(by.values()), by, tops[k], int(nodes_on.get(k, 0)), rows_of.get(k, ()), marks_of.get(k, _NO_MARKS),
                             segs_of.get(k, _NO_SEGMENTS) if with_segments else None))
     return out
+
+
+_MARK_KEY_LIMIT = 1 << 62  # (window, time) packed into one int64 key of the marks while windows x time span stay below this
+
+
+def _mark_prefixes(spans: pl.DataFrame, marks: pl.DataFrame) -> pl.DataFrame:
+    """``step_paths``' marks: per mark (``marks``: k, m, t) the path's ns per category from its
+    window's start to it (k, m, cat, ns; ns > 0), from the path's segments (``spans``: k, cat, _s,
+    _e, which tile each window).  Each span is summed into the first mark of its window at or after
+    its end (``whole``: running sums over the window's marks per category), and the span a mark
+    falls in is cut at it (``cut``).  By searches of one sorted key (window, time) of the marks: no
+    sort or join of the spans (joins where the key would not fit in int64)."""
+    mk = marks.sort("k", "t").with_row_index("_j").with_columns(pl.col("_j").cast(pl.Int64))
+    whole, cut = _mark_parts(spans, mk)
+    pairs = whole.select("k", "cat").unique().join(mk.select("k", "m", "_j"), on="k").sort("_j")
+    full = pairs.join_asof(whole.rename({"_j": "_jw"}), left_on="_j", right_on="_jw", by=["k", "cat"], strategy="backward",
+                           check_sortedness=False).select("k", "m", "cat", pl.col("ns").fill_null(0))
+    return (pl.concat([full, cut]).group_by("k", "m", "cat").agg(pl.col("ns").sum())
+            .filter(pl.col("ns") > 0).sort("k", "m", "cat"))
+
+
+def _mark_parts(spans: pl.DataFrame, mk: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame]:
+    """``_mark_prefixes``' two parts (``whole``: k, _j, cat, ns, running sums; ``cut``: k, m, cat,
+    ns); ``mk``: the marks in (k, t) order, ``_j`` their row."""
+    lo_t = min(int(spans.get_column("_s").min()), int(mk.get_column("t").min())) if spans.height else int(mk.get_column("t").min())
+    hi_t = max(int(spans.get_column("_e").max()), int(mk.get_column("t").max())) if spans.height else int(mk.get_column("t").max())
+    r = hi_t - lo_t + 1
+    kmax = max(int(mk.get_column("k").max()), int(spans.get_column("k").max()) if spans.height else 0) + 1
+    if kmax * r >= _MARK_KEY_LIMIT:  # no room for one key: by joins (the windows' spans sorted)
+        spans = spans.sort("_e")
+        whole = (spans.join_asof(mk.select("k", "_j", "t").sort("t"), left_on="_e", right_on="t", by="k", strategy="forward",
+                                 check_sortedness=False)
+                 .filter(pl.col("_j").is_not_null()).group_by("k", "_j", "cat").agg((pl.col("_e") - pl.col("_s")).sum().alias("ns")))
+        cut = (mk.sort("t").join_asof(spans.sort("_s"), left_on="t", right_on="_s", by="k", strategy="backward",
+                                      allow_exact_matches=False, check_sortedness=False)
+               .filter(pl.col("_e") > pl.col("t")).select("k", "m", "cat", (pl.col("t") - pl.col("_s")).alias("ns")))
+    else:
+        mkey = mk.select(pl.col("k") * r + (pl.col("t") - lo_t)).to_series()
+        mkk, nm = mk.get_column("k"), mk.height
+        sk = spans.select((pl.col("k") * r + (pl.col("_s") - lo_t)).alias("s"), (pl.col("k") * r + (pl.col("_e") - lo_t)).alias("e"))
+        j = mkey.search_sorted(sk.get_column("e"), side="left").cast(pl.Int64)  # the first mark at or after the span's end
+        ok = (j < nm) & (mkk.gather(j.clip(upper_bound=nm - 1)) == spans.get_column("k"))
+        whole = (spans.select("k", "cat", (pl.col("_e") - pl.col("_s")).alias("ns")).with_columns(j.alias("_j")).filter(ok)
+                 .group_by("k", "_j", "cat").agg(pl.col("ns").sum()))
+        # the marks strictly inside a span (_s < t < _e): those from the first after its start to the last before its end
+        a = mkey.search_sorted(sk.get_column("s"), side="right").cast(pl.Int64)
+        inside = (spans.select("cat", "_s").with_columns(a.alias("_a"), j.alias("_b")).filter(pl.col("_b") > pl.col("_a"))
+                  .select("cat", "_s", pl.int_ranges("_a", "_b").alias("_j")).explode("_j"))
+        cut = inside.join(mk.select("_j", "k", "m", "t"), on="_j").select("k", "m", "cat", (pl.col("t") - pl.col("_s")).alias("ns"))
+    whole = whole.sort("_j").with_columns(pl.col("ns").cum_sum().over("k", "cat"))
+    return whole, cut
 
 
 _NO_SEGMENTS = pl.DataFrame(schema={"start_ns": pl.Int64, "end_ns": pl.Int64, "category": pl.String, "row": pl.UInt32})

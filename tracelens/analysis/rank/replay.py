@@ -42,10 +42,13 @@ layer for nearly every node) and the scan, on the *key rows* only: those a cross
 leaves, those with their own time or a chain edge from before the window, the windows' ends (19 k
 of control.json.gz's 150 k window rows).  A row between two key rows of its chain segment adds
 nothing to the running maximum (no ``X``) and nothing reads it, so ``T`` at a key row is ``W`` plus
-the running maximum of ``X - W`` over the segment's key rows before it: the same numbers.  Cost on
-control.json.gz (35 MB, 160 k edges, 6 steps; CPU time, min of 7, 2 loaded cores): ~45 ms to
-prepare the rank once (``Replay``), 4 to 15 ms per change (the weights ~1 ms; 2 to 32 rounds of
-~0.4 ms); before the key rows, 78 ms and 22 to 81 ms.  rustworkx 0.18 on the same graph: 138 ms to build
+the running maximum of ``X - W`` over the segment's key rows before it: the same numbers.  ``W``
+itself is one running sum of the chain edges' weights in chain order (a segment is a run of it),
+read at the key rows.  The key rows are found by node and only they are placed in their windows
+(the graph contracted to them: no frame of every window row is built).  Cost on control.json.gz
+(35 MB, 160 k edges, 6 steps; CPU time, median of 11, 2 loaded cores): ~27 ms to prepare the rank
+once (``Replay``; ~40 when every window row was built, sorted and filtered), 4 to 15 ms per change
+(the weights ~1 ms; 2 to 32 rounds of ~0.4 ms); before the key rows, 78 ms and 22 to 81 ms.  rustworkx 0.18 on the same graph: 138 ms to build
 it from Python tuples (per change: the weights are the edges' payloads) and 34 ms for one
 ``dag_longest_path_length``, one number for the whole trace, where the replay needs each step's
 window replayed from its observed start (every node's time): not faster, so not a dependency.
@@ -98,6 +101,8 @@ import polars as pl
 
 from tracelens.analysis.rank import critical
 from tracelens.model.schema import KCLASSES
+
+IDX = critical.IDX
 
 WHATS = ("data_loading", "comm", "launch", "kclass", "kernel", "memcpy", "host", "rank_late")
 NEG = -(1 << 60)  # no dependency (kept far from int64's limits: times are relative to the trace's first node)
@@ -157,7 +162,7 @@ class Replay:
     def __init__(self, df: pl.DataFrame, g, windows: list[tuple[int, int]], main_tid: int | None):
         self.df, self.windows = df, windows
         self.measured = [max(e - s, 0) for s, e in windows]
-        self.P = None
+        self.Q = None
         if g is None or not windows:
             return
         nodes, last = g.nodes, g.last
@@ -193,85 +198,90 @@ class Replay:
         # each node's chain: its thread, or its stream (a stream's points in activity order: start, end, ...);
         # its chain edge (``cu``, ``ci``: a node has at most one, thread, act or stream) scattered by node
         chv = ch.get_column("v")
-        nd = nodes.select("o", "dev", "end").with_columns(
-            pl.repeat(None, n, dtype=pl.Int64, eager=True).scatter(chv, ch.get_column("cu")).alias("cu"),
-            pl.repeat(None, n, dtype=pl.UInt32, eager=True).scatter(chv, ch.get_column("ci")).alias("ci"))
-        nd = nd.with_columns(
-            _chain_ids(nodes, g.chain).alias("chain"),
-            pl.when(pl.col("dev") & pl.col("end")).then(pl.col("cu") * 2 + 1).otherwise(pl.col("o") * 2).alias("pos"),
-        )
+        cu_n = pl.repeat(None, n, dtype=pl.Int64, eager=True).scatter(chv, ch.get_column("cu"))
+        ci_n = pl.repeat(None, n, dtype=pl.UInt32, eager=True).scatter(chv, ch.get_column("ci"))
+        # the nodes in chain order (a chain segment of a window, the window's points of one chain each
+        # after the one before it on its chain, is a run of it)
+        act = self.e.filter(kind == "act")
+        cpord = _chain_order(nodes, g.chain, act.get_column("u"), act.get_column("v"), cu_n)
+        cprank = pl.repeat(0, n, dtype=pl.UInt32, eager=True).scatter(cpord, pl.int_range(0, n, dtype=pl.UInt32, eager=True))
         has_in = last["u"].is_not_null()  # a node with any candidate in-edge has a last-arriving one
+        tcu_n = t[cu_n.fill_null(0).cast(critical.IDX)]
         # the window's nodes: the points at t0..t1 (t is non-decreasing in the node order); a node at
         # a boundary is in both windows, replayed in each
         win = pl.DataFrame({"k": range(len(windows)), "t0": [s - base for s, _ in windows], "t1": [x - base for _, x in windows]},
                            schema={"k": pl.Int64, "t0": pl.Int64, "t1": pl.Int64})
         win = win.with_columns(t.search_sorted(win.get_column("t0"), side="left").cast(pl.Int64).alias("lo"),
                                t.search_sorted(win.get_column("t1"), side="right").cast(pl.Int64).alias("hi"))
-        # each window's first row among the window-major rows (``f``: window k's node o is row off + o - lo)
-        win = win.with_columns((pl.col("hi") - pl.col("lo")).clip(lower_bound=0).cum_sum().shift(1, fill_value=0).alias("off"))
-        P = win.filter(pl.col("hi") > pl.col("lo")).select("k", "t0", pl.int_ranges("lo", "hi").alias("o")).explode("o")
-        if P.height == 0:
+        lo, hi, t0s = win.get_column("lo"), win.get_column("hi"), win.get_column("t0")
+        if int((hi - lo).clip(lower_bound=0).sum()) == 0:
             return
-        at = P.get_column("o")  # nd is by node: its row is the node
-        # by window, chain and position on it, as one integer key (unique: a node's pos is), cheaper to sort than three
-        span = 2 * n + 2
-        nchain = int(nd.get_column("chain").max() or 0) + 1
-        P = P.with_row_index("f").hstack(nd.select("chain", "pos", "cu", "ci")[at.cast(critical.IDX)])
-        # (unique: an arg_sort of the key, then one gather of the contiguous columns)
-        P = P.rechunk()[P.select((pl.col("k") * nchain + pl.col("chain").cast(pl.Int64)) * span + pl.col("pos")).to_series().arg_sort()]
-        po = P.get_column("o").cast(critical.IDX)
-        P = P.with_columns(pl.Series("t", t[po]),
-                           pl.Series("tcu", t[P.get_column("cu").fill_null(0).cast(critical.IDX)]),
-                           pl.Series("hin", has_in[po])).with_row_index("i")
-        prev_same = (pl.col("k") == pl.col("k").shift(1)) & (pl.col("chain") == pl.col("chain").shift(1)) & (pl.col("cu") == pl.col("o").shift(1))
-        inside = pl.col("cu").is_not_null() & (pl.col("tcu") >= pl.col("t0"))
-        P = P.with_columns((prev_same.fill_null(False) & inside).alias("_ln"),
-                           (pl.col("cu").is_not_null() & ~inside).alias("_out"))
-        self.P = P.with_columns((~pl.col("_ln")).cum_sum().alias("seg")).select("i", "k", "o", "t", "tcu", "ci", "hin", "_ln", "_out", "seg")
+        # each window's first and last node the makespan is read at (a device point or one on the step thread)
+        ok_o = pl.int_range(0, n, dtype=pl.Int64, eager=True)
+        if main_tid is not None:
+            ok_o = ok_o.filter(nodes.select(pl.col("dev") | (pl.col("tid") == main_tid).fill_null(False)).to_series())
+        ia, iz = ok_o.search_sorted(lo, side="left"), ok_o.search_sorted(hi, side="left").cast(pl.Int64) - 1
+        ends = pl.DataFrame({"k": win.get_column("k"), "a": ok_o.gather(ia.clip(upper_bound=max(ok_o.len() - 1, 0))) if ok_o.len() else ia,
+                             "z": ok_o.gather(iz.clip(0, max(ok_o.len() - 1, 0))) if ok_o.len() else iz,
+                             "_ok": (ia.cast(pl.Int64) <= iz) & (hi > lo)}).filter(pl.col("_ok")).drop("_ok")
+        # the rounds run on the key rows only: those a cross edge enters or leaves, those with their own
+        # time or a chain edge from before the window, the windows' ends.  Along a chain segment the other
+        # rows add nothing to the running maximum (no X), and no round reads them: T at a key row is
+        # W + cum_max(X - W) over the segment's key rows up to it, the same number (exact).  The key
+        # nodes are found by node (a window's start between a node and its chain edge's source: a chain
+        # edge from before some window), then placed in the windows that hold them (a node that is key
+        # in one window and not in another is a key row there too: it adds a row, not a number)
+        # (how many windows start at or before each node, t being non-decreasing in the node order: a running count)
+        starts_at = pl.DataFrame({"lo": lo}).filter(pl.col("lo") < n).group_by("lo").len()
+        before = pl.repeat(0, n, dtype=pl.UInt32, eager=True).scatter(starts_at.get_column("lo"), starts_at.get_column("len")).cum_sum()
+        crosses = cu_n.is_not_null() & (before > before.gather(cu_n.fill_null(0)))
+        key = (~has_in) | crosses
+        for c in (cross.get_column("v"), cross.get_column("u"), ends.get_column("a"), ends.get_column("z")):
+            key = key.scatter(c, True)
+        kn = cpord.filter(key.gather(cpord))  # the key nodes in chain order
+        # the windows that hold each (a run of k: from the first whose last node is at or after it to
+        # the last whose first is at or before it), window by window, each in chain order
+        Q = pl.DataFrame({"o": kn.cast(pl.Int64)}).with_columns(
+            pl.int_ranges(pl.Series(hi.search_sorted(kn.cast(pl.Int64), side="right")).cast(pl.Int64),
+                          pl.Series(lo.search_sorted(kn.cast(pl.Int64), side="right")).cast(pl.Int64)).alias("k")).explode("k") \
+            .filter(pl.col("k").is_not_null()).sort("k", maintain_order=True)
+        if Q.height == 0:
+            return
+        qo = Q.get_column("o").cast(critical.IDX)
+        qk = Q.get_column("k")
+        Q = Q.with_columns(pl.Series("t", t[qo]), pl.Series("tcu", tcu_n[qo]), pl.Series("ci", ci_n[qo]),
+                           pl.Series("hin", has_in[qo]), pl.Series("_cu", cu_n[qo].is_not_null()), pl.Series("t0", t0s.gather(qk)),
+                           pl.Series("_cp", cprank[qo]))
+        Q = Q.with_columns((pl.col("_cu") & (pl.col("tcu") >= pl.col("t0"))).alias("_ln"),
+                           (pl.col("_cu") & (pl.col("tcu") < pl.col("t0"))).alias("_out"))
+        Q = Q.with_columns((~pl.col("_ln")).cum_sum().alias("seg"),
+                           pl.when(~pl.col("_ln")).then(pl.col("_cp")).forward_fill().alias("_cs0"))
+        # (k, chain rank) of each key row, ascending: a (window, node) pair's row by search_sorted
+        rowkey = Q.select(pl.col("k") * n + pl.col("_cp").cast(pl.Int64)).to_series()
+
+        def row_of(k: pl.Series, o: pl.Series) -> pl.Series:
+            return rowkey.search_sorted(k * n + cprank.gather(o).cast(pl.Int64), side="left").cast(pl.UInt32)
+
         # cross edges into the window's nodes: from a node in the window (by its row) or from before it (fixed)
-        # (by arrays, not joins: the windows holding v are a run of k, from the first whose last node is
-        # at or after v to the last whose first is at or before it; u is in window k when at or after its first)
-        inv = pl.repeat(0, P.height, dtype=pl.UInt32, eager=True).scatter(P.get_column("f"), P.get_column("i"))
-        lo, hi = win.get_column("lo"), win.get_column("hi")
         vs = cross.get_column("v")
         ce = cross.with_columns(pl.int_ranges(pl.Series(hi.search_sorted(vs, side="right")).cast(pl.Int64),
                                               pl.Series(lo.search_sorted(vs, side="right")).cast(pl.Int64)).alias("k")).explode("k") \
             .filter(pl.col("k").is_not_null())
         k = ce.get_column("k")
-        klo, koff = lo.gather(k), win.get_column("off").gather(k)
         u = ce.get_column("u")
-        ce = ce.with_columns(inv.gather(koff + ce.get_column("v") - klo).alias("vi"),
-                             pl.Series("ui", inv.gather((koff + u - klo).clip(lower_bound=0))).zip_with(u >= klo, pl.Series([None], dtype=pl.UInt32)),
+        inside_u = u >= lo.gather(k)
+        ce = ce.with_columns(row_of(k, ce.get_column("v")).alias("vi"),
+                             row_of(k, u).zip_with(inside_u, pl.Series([None], dtype=pl.UInt32)).alias("ui"),
                              pl.Series("tu", t.gather(u)))
         self.fixed = ce.filter(pl.col("ui").is_null()).select("vi", "tu", "ei")
         self.live = ce.filter(pl.col("ui").is_not_null()).select("vi", "ui", "ei")
-        # each window's first and last node the makespan is read at (a device point or one on the step thread)
-        po = self.P.get_column("o")
-        ends = self.P.select("k", "i", "o")
-        if main_tid is not None:
-            ok = nodes.select(pl.col("dev") | (pl.col("tid") == main_tid).fill_null(False)).to_series()  # by node, then by row
-            ends = ends.filter(ok.gather(po))
-        self.ends = ends.group_by("k").agg(pl.col("i").get(pl.col("o").arg_min()).alias("a"),
-                                           pl.col("i").get(pl.col("o").arg_max()).alias("z")).sort("k")
-        # the rounds run on the key rows only: those a cross edge enters or leaves, those with their own
-        # time or a chain edge from before the window, the windows' ends.  Along a chain segment the other
-        # rows add nothing to the running maximum (no X), and no round reads them: T at a key row is
-        # W + cum_max(X - W) over the segment's key rows up to it, the same number (exact)
-        key = (~self.P.get_column("hin")) | self.P.get_column("_out")
-        for c in (self.fixed.get_column("vi"), self.live.get_column("vi"), self.live.get_column("ui"),
-                  self.ends.get_column("a"), self.ends.get_column("z")):
-            key = key.scatter(c, True)
-        qi = pl.int_range(0, self.P.height, dtype=pl.UInt32, eager=True).filter(key)
-        qmap = pl.repeat(0, self.P.height, dtype=pl.UInt32, eager=True).scatter(qi, pl.int_range(0, qi.len(), dtype=pl.UInt32, eager=True))
-        self.qi = qi
-        # per key row: what X0 needs, and the first row of its chain segment (W there is 0)
-        seg_start = pl.int_range(0, self.P.height, dtype=pl.UInt32, eager=True).zip_with(
-            ~self.P.get_column("_ln"), pl.Series([None], dtype=pl.UInt32)).forward_fill()
-        self.Q = self.P.select("t", "tcu", "ci", "hin", "_out", "seg").with_columns(seg_start.alias("_s0"))[qi]
-        self.ln_ci = self.P.select(pl.when("_ln").then(pl.col("ci"))).to_series()  # the chain edge a row's W adds (null: none)
-        self.fixed = self.fixed.with_columns(qmap.gather(self.fixed.get_column("vi")).alias("vi"))
-        self.live = self.live.with_columns(qmap.gather(self.live.get_column("vi")).alias("vi"), qmap.gather(self.live.get_column("ui")).alias("ui"))
-        self.ends = self.ends.with_columns(qmap.gather(self.ends.get_column("a")).alias("a"), qmap.gather(self.ends.get_column("z")).alias("z"))
+        ek = ends.get_column("k")
+        self.ends = ends.with_columns(row_of(ek, ends.get_column("a")).alias("a"), row_of(ek, ends.get_column("z")).alias("z")).sort("k")
+        self.Q = Q.select("t", "tcu", "ci", "hin", "_out", "seg")
+        # W (the chain's prefix sum of weights within the segment) at a key row: the chain edges' weights
+        # summed in chain order, from the segment's first row (excluded) to it
+        self.cq, self.cs0 = Q.get_column("_cp"), Q.get_column("_cs0")
+        self.chain_ci = ci_n.gather(cpord)  # by chain rank: the node's chain edge (null: none)
         # the cross edges in layers, each a node's j-th edge: a layer takes its edges by one scatter (nearly all nodes have one)
         self.layers = _layers(self.live, "ui")
         self.flayers = _layers(self.fixed, "tu")
@@ -330,13 +340,13 @@ class Replay:
         changes = () if change is None else (change,) if isinstance(change, Change) else tuple(change)
         # rank_late (a rank's lateness at collectives removed) needs the cross-rank edges: the hook is here, the edges are not
         changes = tuple(c for c in changes if c.what != "rank_late")
-        if self.P is None:
+        if self.Q is None:
             return list(self.measured), 0
         w = self.weights(changes)
         Q = self.Q  # the key rows (see __init__): the rounds run on them
         # W: the chain's prefix sum of weights within its segment (a running sum over all rows, less its value at the segment's start)
-        cs = w[self.ln_ci].fill_null(0).cum_sum()
-        W = cs[self.qi] - cs[Q.get_column("_s0")]
+        cs = w[self.chain_ci].fill_null(0).cum_sum()
+        W = cs[self.cq] - cs[self.cs0]
         # what reaches the node from before the window (fixed at its observed time) or, for a node with no dependency, its own time
         X0 = Q.with_columns(w[Q.get_column("ci").fill_null(0)].alias("cw")).select(
             pl.when(pl.col("_out")).then(pl.col("tcu") + pl.col("cw")).when(~pl.col("hin")).then(pl.col("t")).otherwise(NEG)).to_series()
@@ -399,6 +409,29 @@ class Replay:
         T = pl.select(pl.when(T < -(1 << 40)).then(t).otherwise(T)).to_series()  # a node nothing reaches any more stays where it was
         shift = {k: int(T[z] - t[z]) - int(T[a] - t[a]) for k, a, z in self.ends.iter_rows()}  # one row per window
         return [max(m + shift.get(k, 0), 0) for k, m in enumerate(self.measured)], rounds
+
+
+def _chain_order(nodes: pl.DataFrame, chain: pl.Series, act_u: pl.Series, act_v: pl.Series, cu: pl.Series) -> pl.Series:
+    """The nodes by chain, then position on it (a thread's points in node order; a stream's
+    activities in start order, each start followed by its end; ``cu`` each node's chain edge's
+    source), as node ids: ``chain`` (the graph's) has the threads in that order already and each
+    stream's points in node order (which differs where a stream's activities overlap), so each
+    stream's starts are taken in its order and followed by their ends (``act_u`` -> ``act_v``, the
+    activities' start -> end edges): no sort.  An activity without its start -> end edge (none in
+    a graph ``critical.graph`` builds: a start sorts before its end, and the parser clamps a
+    negative duration to 0) leaves the order to a sort of (chain, position)."""
+    n = nodes.height
+    hn = int((~nodes.get_column("dev")).sum())  # the host nodes come first in ``chain``
+    dchain = chain.slice(hn)
+    starts = dchain.filter(~nodes.get_column("end").gather(dchain))
+    end_of = pl.repeat(None, n, dtype=pl.Int64, eager=True).scatter(act_u, act_v)
+    two = pl.int_range(0, starts.len(), dtype=IDX, eager=True) * 2
+    dord = pl.repeat(None, 2 * starts.len(), dtype=pl.Int64, eager=True).scatter(two, starts).scatter(two + 1, end_of.gather(starts))
+    order = pl.concat([chain.head(hn), dord.cast(chain.dtype)]).cast(IDX)
+    if order.len() == n and not order.null_count():
+        return order
+    pos = nodes.select(pl.when(pl.col("dev") & pl.col("end")).then(cu * 2 + 1).otherwise(pl.col("o") * 2)).to_series()
+    return (_chain_ids(nodes, chain).cast(pl.Int64) * (2 * n + 2) + pos).arg_sort(nulls_last=False).cast(IDX)
 
 
 def _chain_ids(nodes: pl.DataFrame, chain: pl.Series) -> pl.Series:
