@@ -204,7 +204,8 @@ def _rank_events(job, r, options, origin: int, offset: int, result: Written, cou
         md.append({"ph": "M", "name": "thread_sort_index", "pid": pid, "tid": tid, "ts": 0, "args": {"sort_index": tid}})
     yield b",\n".join(orjson.dumps(m) for m in md)
     # the trace's events, CHUNK at a time
-    ev = keyed.filter(pl.col("ts_ns").is_not_null()).join(lanes.lazy(), on=["_lk", "_a", "_b"], how="left")
+    # (in the events' order: a join keeps no order unless asked, and the export must be the same run after run)
+    ev = keyed.filter(pl.col("ts_ns").is_not_null()).join(lanes.lazy(), on=["_lk", "_a", "_b"], how="left", maintain_order="left")
     timed = pl.col("dur_ns").is_not_null()
     ev = ev.select("_row", "_tid", "ts_ns", "dur_ns", "name", "cat", "kind", "correlation", "external_id", "stream").collect()
     encode = pl.struct(
@@ -241,7 +242,7 @@ def _path_events(seg: pl.DataFrame, r, df: pl.DataFrame, where: pl.DataFrame, pi
             .group_by("_run", maintain_order=True)
             .agg(pl.col("step_index").first(), pl.col("category").first(), pl.col("row").first(),
                  pl.col("start_ns").min(), pl.col("end_ns").max())
-            .join(steps, on="step_index", how="left"))
+            .join(steps, on="step_index", how="left", maintain_order="left"))
     owner = runs.get_column("row")
     named = pl.Series("event", df.get_column("name").gather(owner.fill_null(0)).cast(pl.String)) if df.height else pl.repeat(None, runs.height, dtype=pl.String, eager=True)
     runs = runs.with_columns(pl.when(pl.col("row").is_not_null()).then(clean(pl.lit(named.alias("event")))).alias("event"))
