@@ -37,6 +37,12 @@ import socket
 from pathlib import Path
 
 SCHEDULES = ("gpipe", "1f1b", "interleaved")
+# zero-bubble schedules (split backward: I and W actions), two stages per rank: looped (stage r + k*world) or V-shaped
+# (stages r and 2*world-1-r)
+ZB_SCHEDULES = ("interleaved_zb", "zbv", "dualpipev")
+MULTI = {"interleaved": "ScheduleInterleaved1F1B", "interleaved_zb": "ScheduleInterleavedZeroBubble",
+         "zbv": "ScheduleZBVZeroBubble", "dualpipev": "ScheduleDualPipeV"}
+V_SHAPED = ("zbv", "dualpipev")
 
 
 def _free_port() -> int:
@@ -56,8 +62,10 @@ def _worker(rank: int, world: int, port: int, out_dir: str, schedule: str, micro
     dist.init_process_group("gloo", rank=rank, world_size=world)
     torch.manual_seed(0)
     width, batch = 1024, 16 * microbatches
-    n_stages = world * (v if schedule == "interleaved" else 1)
-    mine = [rank + k * world for k in range(n_stages // world)]
+    if schedule in V_SHAPED:
+        v = 2
+    n_stages = world * (v if schedule in MULTI else 1)
+    mine = [rank, n_stages - 1 - rank] if schedule in V_SHAPED else [rank + k * world for k in range(n_stages // world)]
     stages, mods = [], []
     for s in mine:
         layers = [torch.nn.Linear(width, width), torch.nn.ReLU(), torch.nn.Linear(width, width), torch.nn.ReLU()]
@@ -76,7 +84,7 @@ def _worker(rank: int, world: int, port: int, out_dir: str, schedule: str, micro
     elif schedule == "1f1b":
         sched = pp.Schedule1F1B(stages[0], microbatches, loss_fn=loss_fn)
     else:
-        sched = pp.ScheduleInterleaved1F1B(stages, microbatches, loss_fn=loss_fn)
+        sched = getattr(pp.schedules, MULTI[schedule])(stages, microbatches, loss_fn=loss_fn)
     params = [p for m in mods for p in m.parameters()]
     opt = torch.optim.SGD(params, lr=1e-3)
     x = torch.randn(batch, width)
@@ -107,8 +115,8 @@ def record_pipeline(out_dir: str | Path, schedule: str = "gpipe", world: int = 2
     """Record one run; the trace paths in rank order."""
     import torch.multiprocessing as mp
 
-    if schedule not in SCHEDULES:
-        raise ValueError(f"schedule {schedule!r} not in {SCHEDULES}")
+    if schedule not in SCHEDULES + ZB_SCHEDULES:
+        raise ValueError(f"schedule {schedule!r} not in {SCHEDULES + ZB_SCHEDULES}")
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     mp.spawn(_worker, args=(world, _free_port(), str(out), schedule, microbatches, steps, v), nprocs=world, join=True)

@@ -43,6 +43,9 @@ P2P_NAMES = ("send", "recv", "sendrecv")
 _ACTION_TORCH = r"^(Forward|Backward) (\d+)$"
 _ACTION_PP = r"^PP:(\d+)(F|B|I|W)(\d+)$"
 _OVERLAP_PP = r"^PP:\(.*\)OVERLAP_F_B$"
+# DualPipeV's overlapped pair (torch's _Action repr): "PP:(<stage>F<mb>;<stage>B<mb>)OVERLAP_F_B", the forward first; torch
+# runs the two sub-actions one after the other inside the one range
+_OVERLAP_PAIR = r"^PP:\((\d+)F(\d+);(\d+)(B|I)(\d+)\)OVERLAP_F_B$"
 # marker ranges around one micro-batch's forward or backward, without its index (Megatron-style
 # "## forward ##", forward_step, backward-compute, DeepSpeed's _exec_forward_pass ...): labels only, no
 # detection on their own; as Python functions (with_stack: "schedules.py(388): forward_step") only the
@@ -149,25 +152,32 @@ def _pair_keys(records: pl.DataFrame, spans: pl.DataFrame, steps) -> dict[str, l
 
 
 def _actions(df: pl.DataFrame, names: Names) -> pl.DataFrame:
-    """The schedule's action ranges: (a_s, a_e, a_label, a_mb, a_stage, a_marker), sorted by
-    start; ``a_marker``: a marker range (``_ACTION_MARKER``: no index, no stage)."""
+    """The schedule's action ranges: (a_s, a_e, a_label, a_mb, a_stage, a_marker, o_label, o_mb,
+    o_stage), sorted by start; ``a_marker``: a marker range (``_ACTION_MARKER``: no index, no
+    stage); an overlapped F/B pair (``_OVERLAP_PAIR``, DualPipeV) is one range whose forward
+    sub-action is a_* and whose backward one o_* (null for the other ranges)."""
     torch_names, pp_names = names.matching(_ACTION_TORCH), names.matching(_ACTION_PP)
+    pair_names = names.matching(_OVERLAP_PAIR)
     markers = pl.concat([names.matching(_ACTION_MARKER), names.matching(_ACTION_PY)])
-    if torch_names.len() == 0 and pp_names.len() == 0 and markers.len() == 0:
+    if torch_names.len() == 0 and pp_names.len() == 0 and markers.len() == 0 and pair_names.len() == 0:
         return pl.DataFrame(schema={"a_s": pl.Int64, "a_e": pl.Int64, "a_label": pl.String, "a_mb": pl.Int64, "a_stage": pl.Int64,
-                                    "a_marker": pl.Boolean})
+                                    "a_marker": pl.Boolean, "o_label": pl.String, "o_mb": pl.Int64, "o_stage": pl.Int64})
     name = pl.col("name").cast(pl.String)
     marker = pl.coalesce(name.str.extract(_ACTION_MARKER, 1), name.str.extract(_ACTION_PY, 1)).str.to_lowercase()
     return (
         df.lazy().filter(pl.col("kind").is_in(["annotation", "cpu_op", "python"])
                          & (pl.col("name").is_in(torch_names.implode()) | pl.col("name").is_in(pp_names.implode())
-                            | pl.col("name").is_in(markers.implode())))
+                            | pl.col("name").is_in(markers.implode()) | pl.col("name").is_in(pair_names.implode())))
         .select(pl.col("ts_ns").alias("a_s"), END.alias("a_e"),
                 pl.coalesce(name.str.extract(_ACTION_TORCH, 1).str.slice(0, 1), name.str.extract(_ACTION_PP, 2),
-                            pl.when(marker == "forward").then(pl.lit("F")).when(marker == "backward").then(pl.lit("B"))).alias("a_label"),
-                pl.coalesce(name.str.extract(_ACTION_TORCH, 2), name.str.extract(_ACTION_PP, 3)).cast(pl.Int64).alias("a_mb"),
-                name.str.extract(_ACTION_PP, 1).cast(pl.Int64).alias("a_stage"),
-                marker.is_not_null().alias("a_marker"))
+                            pl.when(marker == "forward").then(pl.lit("F")).when(marker == "backward").then(pl.lit("B")),
+                            pl.when(name.str.contains(_OVERLAP_PAIR)).then(pl.lit("F"))).alias("a_label"),
+                pl.coalesce(name.str.extract(_ACTION_TORCH, 2), name.str.extract(_ACTION_PP, 3),
+                            name.str.extract(_OVERLAP_PAIR, 2)).cast(pl.Int64).alias("a_mb"),
+                pl.coalesce(name.str.extract(_ACTION_PP, 1), name.str.extract(_OVERLAP_PAIR, 1)).cast(pl.Int64).alias("a_stage"),
+                marker.is_not_null().alias("a_marker"),
+                name.str.extract(_OVERLAP_PAIR, 4).alias("o_label"), name.str.extract(_OVERLAP_PAIR, 5).cast(pl.Int64).alias("o_mb"),
+                name.str.extract(_OVERLAP_PAIR, 3).cast(pl.Int64).alias("o_stage"))
         .sort("a_s").collect(engine="in-memory")
     )
 
@@ -288,10 +298,15 @@ def rank_pipeline(df: pl.DataFrame, gpu_rows: pl.DataFrame, steps, meta, names: 
     anchors = _inside(anchors, "t", bwd, "_bwd", by=["tid"]).filter(~pl.col("_opt"))
     if actions.height:
         anchors = (anchors.sort("t").join_asof(actions, left_on="t", right_on="a_s", strategy="backward", check_sortedness=False)
-                   .with_columns(pl.when(pl.col("a_e") > pl.col("t")).then(pl.struct("a_s", "a_label", "a_mb", "a_stage")).alias("_a"))
+                   # in an overlapped F/B pair, the ops inside an autograd backward are its backward sub-action's
+                   .with_columns(pl.when(pl.col("o_label").is_not_null() & pl.col("_bwd"))
+                                 .then(pl.struct("a_s", pl.col("o_label").alias("a_label"), pl.col("o_mb").alias("a_mb"),
+                                                 pl.col("o_stage").alias("a_stage")))
+                                 .otherwise(pl.struct("a_s", "a_label", "a_mb", "a_stage")).alias("_a"))
+                   .with_columns(pl.when(pl.col("a_e") > pl.col("t")).then(pl.col("_a")).alias("_a"))
                    .with_columns(pl.col("_a").struct.field("a_s").alias("a_s"), pl.col("_a").struct.field("a_label").alias("a_label"),
                                  pl.col("_a").struct.field("a_mb").alias("a_mb"), pl.col("_a").struct.field("a_stage").alias("a_stage"))
-                   .drop("_a", "a_e", "a_marker"))
+                   .drop("_a", "a_e", "a_marker", "o_label", "o_mb", "o_stage"))
     else:
         anchors = anchors.with_columns(pl.lit(None, pl.Int64).alias("a_s"), pl.lit(None, pl.String).alias("a_label"),
                                        pl.lit(None, pl.Int64).alias("a_mb"), pl.lit(None, pl.Int64).alias("a_stage"))
