@@ -40,8 +40,10 @@ _GPIPE_REPEATED = re.compile(r"^F(\d+) B\1( F\1 B\1)*$")
 def theory(schedule: str | None, p: int | None, m: int | None, v: int | None) -> float | None:
     if not schedule or not p or not m:
         return None
-    if schedule == "zero_bubble":  # ZB-H1 (Qi et al. 2023), F, B and W of one time, m >= p: (p-1)/(3m+p-1)
-        return (p - 1) / (3 * m + p - 1) if m >= p else None
+    if schedule == "zero_bubble":  # ZB-H1 (Qi et al. 2023), F, B and W of one time, m >= p: (p-1)/(3m+p-1); with v stages per
+        # rank (interleaved ZB, ZB-V, DualPipeV) each chunk's F, I and W of one time: (p-1)/(3vm+p-1), what torch's orders
+        # replay to (``replay_order``: p=2 m=4, p=4 m=8, all three)
+        return (p - 1) / (3 * (v or 1) * m + p - 1) if m >= p else None
     vv = v if (schedule == "interleaved" and v) else 1
     return (p - 1) / (vv * m + p - 1)
 
@@ -89,7 +91,7 @@ def reduce(ranks) -> tuple[dict[str, Any] | None, dict[int, dict[str, Any]]]:
     # stages
     stage: dict[int, int | None] = dict.fromkeys(measured)
     p = v = None
-    how = None
+    how = placement = None
     pp_stages = {fi: sorted({s for st in f["steps"] for s in st["stages"]}) for fi, f in measured.items()}
     if any(pp_stages.values()):
         vs = {len(s) for s in pp_stages.values() if s}
@@ -101,8 +103,9 @@ def reduce(ranks) -> tuple[dict[str, Any] | None, dict[int, dict[str, Any]]]:
                   and all(len(s) == 2 and s[0] + s[1] == total - 1 for s in pp_stages.values() if s))
         if len(gaps) == 1:
             p = gaps.pop()
+            placement = "looped" if v > 1 else None
         elif vshape:  # rank r holds stages r and 2p-1-r: the V of ZB-V (ScheduleZBVZeroBubble) and DualPipeV
-            p = total // 2
+            p, placement = total // 2, "v_shape"
             evidence.append(f"each rank holds stages r and {total - 1}-r: a V-shaped placement (ZB-V, DualPipeV), p = {p}")
         elif v == 1 and total == len(measured):
             p = total
@@ -257,7 +260,7 @@ def reduce(ranks) -> tuple[dict[str, Any] | None, dict[int, dict[str, Any]]]:
     for fi, f in measured.items():
         s = rp.summary(f)
         tot_b, tot_w = tot_b + s["bubble_ns"], tot_w + s["window_ns"]
-        per[fi] = {"stage": stage.get(fi), "bubble_ns": s["bubble_ns"],
+        per[fi] = {"stage": stage.get(fi), "stages_held": pp_stages.get(fi) or None, "bubble_ns": s["bubble_ns"],
                    "bubble_fraction": s["bubble_ns"] / s["window_ns"] if s["window_ns"] else None,
                    "warmup_ns": s["warmup_ns"], "cooldown_ns": s["cooldown_ns"], "steady_ns": s["steady_ns"],
                    "between_iterations_ns": s["between_iterations_ns"],
@@ -265,12 +268,33 @@ def reduce(ranks) -> tuple[dict[str, Any] | None, dict[int, dict[str, Any]]]:
                    "order": s["order"], "view": f.get("view"),
                    "steps": [{k: st[k] for k in ("step", "window_ns", "busy_ns", "bubble_ns", "warmup_ns", "cooldown_ns", "steady_ns",
                                                    "exposed_p2p_ns", "forward_blocks", "backward_blocks")} for st in f["steps"]]}
+    variant = None
     if schedule == "zero_bubble":
-        evidence.append("theory: ZB-H1's (p-1)/(3m+p-1), the weight-grad (W) blocks filling 1F1B's cool-down with F, B and W "
-                        "of one time" + ("" if th is not None else "; none for m < p") + "; ZB-H2, ZB-V and DualPipe reach less")
+        overlap = any(f["overlap_actions"] for f in measured.values())
+        variant = (("dualpipe_v" if placement == "v_shape" else "dualpipe") if overlap else "zb_v" if placement == "v_shape"
+                   else "interleaved_zb" if v > 1 else "zb_h1")
+        evidence.append({"dualpipe_v": "overlapped F/B pairs (PP:(F;B)OVERLAP_F_B) on a V-shaped placement: DualPipeV",
+                         "dualpipe": "overlapped F/B pairs (PP:(F;B)OVERLAP_F_B): DualPipe-style",
+                         "zb_v": "split backward on a V-shaped placement: ZB-V (ScheduleZBVZeroBubble)",
+                         "interleaved_zb": f"split backward with {v} looped stages per rank: interleaved zero bubble",
+                         "zb_h1": "split backward, one stage per rank: ZB-H1-style"}[variant])
+        orders_ok = {fi: f.get("action_order") for fi, f in measured.items()}
+        own = replay_order(orders_ok) if variant != "zb_h1" and complete and all(orders_ok.values()) else None
+        if variant == "zb_h1":
+            evidence.append("theory: ZB-H1's (p-1)/(3m+p-1), the weight-grad (W) blocks filling 1F1B's cool-down with F, B and W "
+                            "of one time" + ("" if th is not None else "; none for m < p") + "; ZB-H2, ZB-V and DualPipe reach less")
+        elif own is not None:
+            th = own["bubble_fraction"]
+            evidence.append(f"theory {th:.3f}: the ranks' own action order (one step of PP: ranges) replayed with F = I = W and "
+                            f"B = I + W, P2P instant ({own['step']:g} units a step; (p-1)/(3vm+p-1) = "
+                            + (f"{theory(schedule, p, m, v):.3f}" if theory(schedule, p, m, v) is not None else "none, m < p") + ")")
+        else:
+            evidence.append("theory: (p-1)/(3vm+p-1), each chunk's F, I and W of one time" + ("" if th is not None else "; none for m < p")
+                            + " (the ranks' action orders do not replay: ranks or PP: ranges missing)")
     job_gap = (gap(schedule, p, m, v, {fi: (stage.get(fi), f["steps"]) for fi, f in measured.items()})
                if th is not None and schedule != "zero_bubble" else None)
     job = {"stages": p, "microbatches": m, "virtual_stages": v if p is not None else (v if v > 1 else None), "schedule": schedule,
+           "placement": placement, "variant": variant,
            "confidence": confidence, "evidence": evidence, "bubble_fraction": tot_b / tot_w if tot_w else None,
            "theory_fraction": th, "bubble_ns": tot_b, "ranks_traced": n, "world_size": world, "gap": job_gap,
            "replay": replay_measured(schedule, p, m, v, {fi: (stage.get(fi), f["steps"]) for fi, f in measured.items()})}
@@ -457,6 +481,52 @@ def replay(schedule: str, p: int, m: int, v: int, stage_ns: dict[int, tuple[floa
     step = max(free)
     busy = [sum(stage_ns[g][0 if k == "F" else 1] for k, g, _ in orders[r]) for r in range(p)]
     return {"step_ns": step, "bubble_fraction": 1 - sum(busy) / (p * step) if step else None, "rank_busy_ns": busy}
+
+
+UNIT_NS = {"F": 1.0, "I": 1.0, "W": 1.0, "B": 2.0}  # the zero-bubble papers' F = B(input) = W, a full backward B = I + W
+
+
+def replay_order(orders: dict[int, list[list]], unit: dict[str, float] | None = None) -> dict[str, Any] | None:
+    """The step rebuilt from each rank's own action order (``analysis.rank.pipeline._action_order``:
+    [kind, global stage, micro-batch]), every action of its kind's ``unit`` time (``UNIT_NS``),
+    P2P instant: a stage's F of micro-batch i after the stage before's F of i, its B or I after the
+    next stage's B or I of i (the last stage's after its own F), its W after its own I of i.
+    {step (the makespan), bubble_fraction (idle over ranks x step)}; None where the orders do not
+    replay (an action whose dependency no rank runs: ranks missing).  A list scheduler like
+    ``replay``: one pass per action."""
+    unit = unit or UNIT_NS
+    acts = {r: [(str(k), int(g), int(i)) for k, g, i in o] for r, o in orders.items() if o}
+    if not acts or any(k not in unit for o in acts.values() for k, _, _ in o):
+        return None
+    n = max(g for o in acts.values() for _, g, _ in o) + 1
+    have = {(("b" if k in "BI" else k), g, i) for o in acts.values() for k, g, i in o}
+    end: dict[tuple[str, int, int], float] = {}
+    ranks = sorted(acts)
+    free, pos = dict.fromkeys(ranks, 0.0), dict.fromkeys(ranks, 0)
+    left = sum(len(o) for o in acts.values())
+    while left:
+        moved = False
+        for r in ranks:
+            while pos[r] < len(acts[r]):
+                k, g, i = acts[r][pos[r]]
+                if k == "F":
+                    dep = ("F", g - 1, i) if g > 0 else None
+                elif k == "W":
+                    dep = ("b", g, i) if ("b", g, i) in have else None
+                else:
+                    dep = ("b", g + 1, i) if g < n - 1 else ("F", g, i)
+                if dep is not None and dep not in end:
+                    break
+                start = max(free[r], end[dep] if dep is not None else 0.0)
+                free[r] = end[("b" if k in "BI" else k, g, i)] = start + unit[k]
+                pos[r] += 1
+                left -= 1
+                moved = True
+        if not moved:
+            return None
+    step = max(free.values())
+    busy = sum(unit[k] for o in acts.values() for k, _, _ in o)
+    return {"step": step, "bubble_fraction": 1 - busy / (len(ranks) * step) if step else None}
 
 
 def with_critical_path(pipe: dict[str, Any] | None, stage_of: dict[int, int | None], cp: dict[str, Any] | None) -> dict[str, Any] | None:

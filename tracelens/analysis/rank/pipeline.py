@@ -151,6 +151,35 @@ def _pair_keys(records: pl.DataFrame, spans: pl.DataFrame, steps) -> dict[str, l
     return got.to_dict(as_series=False) if got.height else {}
 
 
+MAX_ORDER = 4096  # actions of one step kept for the job's replay of the schedule's own order (p*v*m*3 of them)
+
+
+def _action_order(actions: pl.DataFrame, steps, kept: list[int]) -> list[list] | None:
+    """The compute actions of the first kept step that has them, in the order the rank ran them:
+    [kind (F, B, I, W), stage, micro-batch] from the ``PP:`` ranges (an overlapped pair as its two
+    sub-actions, forward first), empty ones too (a first stage's input-grad I computes nothing);
+    None without ``PP:`` ranges or over ``MAX_ORDER``.  The runtime schedules run a fixed order
+    whatever the timing: replayed at equal block times (``analysis.job.pipeline.replay_order``) it
+    gives the schedule's own bubble."""
+    act = actions.filter(pl.col("a_stage").is_not_null() & pl.col("a_mb").is_not_null() & pl.col("a_label").is_not_null())
+    if act.height == 0 or not kept:
+        return None
+    spans = pl.DataFrame({"_step": kept, "_cs": [steps[i].cpu_start_ns for i in kept], "_ce": [steps[i].cpu_end_ns for i in kept]},
+                         schema={"_step": pl.Int64, "_cs": pl.Int64, "_ce": pl.Int64}).sort("_cs")
+    got = (act.sort("a_s").join_asof(spans, left_on="a_s", right_on="_cs", strategy="backward", check_sortedness=False)
+           .filter(pl.col("_step").is_not_null() & (pl.col("a_s") < pl.col("_ce"))))
+    if got.height == 0:
+        return None
+    got = got.filter(pl.col("_step") == pl.col("_step").min())
+    if got.height > MAX_ORDER:
+        return None
+    first = got.select(pl.col("a_s"), pl.lit(0).alias("_k"), pl.col("a_label").alias("k"), pl.col("a_stage").alias("g"),
+                       pl.col("a_mb").alias("i"))
+    second = got.filter(pl.col("o_label").is_not_null()).select(pl.col("a_s"), pl.lit(1).alias("_k"), pl.col("o_label").alias("k"),
+                                                                pl.col("o_stage").alias("g"), pl.col("o_mb").alias("i"))
+    return [list(r) for r in pl.concat([first, second]).sort("a_s", "_k").select("k", "g", "i").iter_rows()]
+
+
 def _actions(df: pl.DataFrame, names: Names) -> pl.DataFrame:
     """The schedule's action ranges: (a_s, a_e, a_label, a_mb, a_stage, a_marker, o_label, o_mb,
     o_stage), sorted by start; ``a_marker``: a marker range (``_ACTION_MARKER``: no index, no
@@ -284,6 +313,7 @@ def rank_pipeline(df: pl.DataFrame, gpu_rows: pl.DataFrame, steps, meta, names: 
     spans = pl.DataFrame({"_step": list(range(len(steps))), "_cs": [s.cpu_start_ns for s in steps], "_ce": [s.cpu_end_ns for s in steps]},
                          schema={"_step": pl.Int64, "_cs": pl.Int64, "_ce": pl.Int64}).sort("_cs")
     base["p2p_pairs"] = _pair_keys(records, spans, steps)
+    base["action_order"] = _action_order(actions, steps, kept)
     lf = df.lazy()
     # the anchors: (t host time, tid, s, e) of the stage's compute
     if has_gpu:
