@@ -279,7 +279,7 @@ def reduce(ranks) -> tuple[dict[str, Any] | None, dict[int, dict[str, Any]]]:
                          "interleaved_zb": f"split backward with {v} looped stages per rank: interleaved zero bubble",
                          "zb_h1": "split backward, one stage per rank: ZB-H1-style"}[variant])
         orders_ok = {fi: f.get("action_order") for fi, f in measured.items()}
-        own = replay_order(orders_ok) if variant != "zb_h1" and complete and all(orders_ok.values()) else None
+        own = replay_order(orders_ok, p * v) if variant != "zb_h1" and complete and all(orders_ok.values()) else None
         if variant == "zb_h1":
             evidence.append("theory: ZB-H1's (p-1)/(3m+p-1), the weight-grad (W) blocks filling 1F1B's cool-down with F, B and W "
                             "of one time" + ("" if th is not None else "; none for m < p") + "; ZB-H2, ZB-V and DualPipe reach less")
@@ -486,19 +486,22 @@ def replay(schedule: str, p: int, m: int, v: int, stage_ns: dict[int, tuple[floa
 UNIT_NS = {"F": 1.0, "I": 1.0, "W": 1.0, "B": 2.0}  # the zero-bubble papers' F = B(input) = W, a full backward B = I + W
 
 
-def replay_order(orders: dict[int, list[list]], unit: dict[str, float] | None = None) -> dict[str, Any] | None:
+def replay_order(orders: dict[int, list[list]], n_stages: int, unit: dict[str, float] | None = None) -> dict[str, Any] | None:
     """The step rebuilt from each rank's own action order (``analysis.rank.pipeline._action_order``:
     [kind, global stage, micro-batch]), every action of its kind's ``unit`` time (``UNIT_NS``),
     P2P instant: a stage's F of micro-batch i after the stage before's F of i, its B or I after the
     next stage's B or I of i (the last stage's after its own F), its W after its own I of i.
     {step (the makespan), bubble_fraction (idle over ranks x step)}; None where the orders do not
-    replay (an action whose dependency no rank runs: ranks missing).  A list scheduler like
+    replay: a stage of the ``n_stages`` (p*v) that no order holds (ranks missing), a dependency
+    no rank runs.  A list scheduler like
     ``replay``: one pass per action."""
     unit = unit or UNIT_NS
     acts = {r: [(str(k), int(g), int(i)) for k, g, i in o] for r, o in orders.items() if o}
     if not acts or any(k not in unit for o in acts.values() for k, _, _ in o):
         return None
-    n = max(g for o in acts.values() for _, g, _ in o) + 1
+    n = n_stages
+    if {g for o in acts.values() for _, g, _ in o} != set(range(n)):
+        return None
     have = {(("b" if k in "BI" else k), g, i) for o in acts.values() for k, g, i in o}
     end: dict[tuple[str, int, int], float] = {}
     ranks = sorted(acts)
