@@ -1,7 +1,8 @@
 """Record real pipeline-parallel runs on the CPU for the tests (torch.distributed.pipelining over gloo).
 
 ``record_pipeline(out_dir, schedule, world, microbatches)`` spawns ``world`` processes; each holds
-one stage (``v`` stages for the interleaved schedule: stage ``rank + k * world``) of a small MLP,
+one stage (``v`` stages for the interleaved schedules: stage ``rank + k * world``; two for the
+V-shaped ones: stages ``rank`` and ``2 * world - 1 - rank``) of a small MLP,
 runs ``steps + 1`` schedule steps under ``torch.profiler.profile`` (CPU activities, one warm-up
 step) and writes ``rank-<r>.json``.  The last stage carries the loss, which makes it the slowest.
 
@@ -19,6 +20,25 @@ What the traces hold (torch 2.13, CPU, gloo, ``record_shapes=True``), as read fr
   ``ScheduleInterleaved1F1B`` (a runtime schedule) wraps every action in ``PP:<action>``:
   ``PP:1F0``, ``PP:3B1``, also ``PP:1UNSHARD``, ``PP:1RECV_F0``, ``PP:1SEND_F0``, ``PP:3SEND_B0``
   (rank r holds stages r and r + world).  The stage module itself is no range.
+* Zero-bubble schedules (``ZB_SCHEDULES``; all run on CPU/gloo in torch 2.13, ~7 s a 2-rank
+  recording, 9-13 s at 4 ranks and 8 micro-batches), runtime schedules like the interleaved one:
+
+  - ``interleaved_zb`` (``ScheduleInterleavedZeroBubble``, looped: rank r holds r and r + world):
+    ``PP:<s>F<i>``, the backward split into ``PP:<s>I<i>`` (input grad) and ``PP:<s>W<i>``
+    (weight grad), 8 of each per rank and step at 2 x 4; P2P actions ``PP:<s>SEND_F<i>``,
+    ``RECV_F``, ``SEND_B``, ``RECV_B`` for every stage hand-off (24 sends, 24 recvs a step, both ranks),
+    ``PP:<s>UNSHARD`` / ``RESHARD`` / ``REDUCE_GRAD`` once per stage.
+  - ``zbv`` (``ScheduleZBVZeroBubble``): the same F / I / W actions on the V (rank 0: stages 0 and
+    3, rank 1: 1 and 2 at world 2).  The hand-off at the V's bottom (stage p-1 to p, both on rank
+    p-1) is local: no SEND/RECV action, no P2P (16 sends a step at 2 x 4, both ranks, not 24).  Rank 0
+    holds the first stage and the last (the loss): the input and the target are both its.
+  - ``dualpipev`` (``ScheduleDualPipeV``, the V too): F, I, W and full backwards ``PP:<s>B<i>``,
+    and overlapped pairs ``PP:(<s>F<i>;<t>B<j>)OVERLAP_F_B`` (``(0F3;3B1)``, ``(3F2;0B0)``): one
+    range in which torch runs the forward then the backward, one after the other on the CPU;
+    the ops of the backward half lie inside ``autograd::engine::evaluate_function`` ops.
+  - A first stage's ``I`` action computes nothing (its input needs no grad): an empty range.
+  - ``gloo:send`` records of these schedules last until the runtime waits on them (the end of the
+    step: up to 150 ms at 2 x 4), the recvs until their data came.
 * P2P: no ``record_param_comms`` on gloo.  A ``c10d::send`` / ``c10d::recv_`` cpu_op (Concrete
   Inputs ``["", "", "<peer group rank>", "<tag>"]``, the peer only with ``record_shapes``) holds a
   ``gloo:send`` / ``gloo:recv`` annotation, which the parser makes the P2P record (kind ``p2p``,

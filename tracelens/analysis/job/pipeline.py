@@ -12,12 +12,19 @@ schedule, how sure that is and why, and the bubble next to the schedule's theory
   least the ranks seen) and the rest null.
 * **m**: the forward micro-batch indices of the action ranges, else the forward blocks per step
   over v, the same on every rank.
-* **Schedule**: backward split in I/W actions or overlapped F/B actions: ``zero_bubble``; v > 1:
+* **Placement** (v > 1, from the ``PP:`` stage numbers): ``looped`` (rank r holds r, r+p, ...) or
+  ``v_shape`` (r and 2p-1-r: ZB-V, DualPipeV).
+* **Schedule**: backward split in I/W actions or overlapped F/B actions: ``zero_bubble``, its
+  ``variant`` ``zb_h1`` (one stage per rank), ``interleaved_zb`` (looped), ``zb_v`` (V-shaped),
+  ``dualpipe_v`` / ``dualpipe`` (overlapped F/B pairs, on a V or not); v > 1:
   ``interleaved``; a rank whose forward and backward blocks alternate after its warm-up:
   ``1f1b``; every rank all forwards then all backwards: ``gpipe`` (sure only when the last stage
   is among them: under 1F1B a stage s with m <= p-1-s runs that way too).
 * **Theory**: (p-1)/(m+p-1), interleaved (p-1)/(v*m+p-1), zero-bubble ZB-H1's (p-1)/(3m+p-1) (F, B
-  and W of one time; m >= p); the measured fraction is the ranks' bubble over their windows (the
+  and W of one time; m >= p); the other zero-bubble variants: the ranks' own ``PP:`` action order
+  replayed with F = I = W and B = I + W (``replay_order``: torch's ZB-V, DualPipeV and interleaved
+  ZB orders give (p-1)/(3vm+p-1) at 2 x 4 and 4 x 8), that closed form without every order;
+  the measured fraction is the ranks' bubble over their windows (the
   steps kept, with blocks).
 * **Critical stage** (``with_critical_path``, with ``--critical-path``): the job's stitched path
   (``analysis.rank.critical.combine``: its P2P pairs are hops, a recv waits for its send) per kept

@@ -11,8 +11,13 @@ the pipeline and names the schedule from these facts alone.
 * **Anchors**: the stage's compute, ordered by host time: compute kernels (by their launch) on a
   GPU rank; matmul-family CPU ops on a CPU-only rank; none inside an ``Optimizer.*`` range.
   Each is forward or backward: from the action range that holds its launch (``Forward i`` /
-  ``Backward i`` of ScheduleGPipe, ``PP:<stage><F|B|I|W><mb>`` of the runtime schedules), else
-  from an autograd backward op around it on its thread.
+  ``Backward i`` of ScheduleGPipe, ``PP:<stage><F|B|I|W><mb>`` of the runtime schedules; in
+  DualPipeV's overlapped pair ``PP:(<s>F<i>;<t>B<j>)OVERLAP_F_B`` the forward sub-action, or the
+  backward one for the ops inside an autograd backward op), else from an autograd backward op
+  around it on its thread.
+* **Action order**: the ``PP:`` compute actions of the first kept step in the order the rank ran
+  them (empty ones too): the job replays them for the theory of schedules without a closed form
+  taken here (``analysis.job.pipeline.replay_order``).
 * **Blocks**: per step, the runs of anchors with one label, one action range and no P2P record
   between them: one block is one micro-batch's forward or backward on one stage.  Each send is
   the downstream (after a forward) or upstream (after a backward) hand-off, each recv the
