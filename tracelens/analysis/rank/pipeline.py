@@ -449,7 +449,7 @@ def rank_pipeline(df: pl.DataFrame, gpu_rows: pl.DataFrame, steps, meta, names: 
     inb = iv.covered(iv.covered(runs, "_s", B, "_b0"), "_e", B, "_b1")
     inblock = dict(inb.group_by("_step").agg(((pl.col("_e") - pl.col("_s")) - (pl.col("_b1") - pl.col("_b0"))).sum())
                    .collect(engine="in-memory").iter_rows())
-    between, iters = ({}, {}) if base["steps_marked"] else _iterations(pipe_blocks, B)
+    between, iters, it_starts = ({}, {}, {}) if base["steps_marked"] else _iterations(pipe_blocks, B)
     out_steps, out_idx = [], []  # (out_idx: each measured step's index in ``steps``)
     for row, meas in zip(per.iter_rows(named=True), m.iter_rows(named=True)):
         i = row["_step"]
@@ -477,15 +477,16 @@ def rank_pipeline(df: pl.DataFrame, gpu_rows: pl.DataFrame, steps, meta, names: 
     up, down = got.get("up", ([], 0)), got.get("down", ([], 0))
     base.update(
         upstream=[int(x) for x in up[0]], downstream=[int(x) for x in down[0]], upstream_p2p=int(up[1]), downstream_p2p=int(down[1]),
-        steps=out_steps, view=_view(blocks, out_steps, out_idx, steps, m),
+        steps=out_steps, view=_view(blocks, out_steps, out_idx, steps, m, it_starts),
     )
     return base, pipe_blocks.select([pl.col(c).cast(t) for c, t in BLOCK_SCHEMA.items()])
 
 
-def _iterations(blocks: pl.DataFrame, B: pl.LazyFrame) -> tuple[dict[int, int], dict[int, int | None]]:
+def _iterations(blocks: pl.DataFrame, B: pl.LazyFrame) -> tuple[dict[int, int], dict[int, int | None], dict[int, list[int]]]:
     """For steps that may hold several iterations (no ProfilerStep spans): per step the idle
-    between its iterations (ns; busy ``B`` ``with_before``) and how many iterations it holds
-    (None: cannot be told).  An iteration starts at a forward block: with micro-batch indices,
+    between its iterations (ns; busy ``B`` ``with_before``), how many iterations it holds
+    (None: cannot be told) and where each iteration after the first starts (its first block's
+    start, ns on the rank's clock: the views label the gap before it "between iterations").  An iteration starts at a forward block: with micro-batch indices,
     the first forward of the lowest index after a backward (interleaved schedules run each
     chunk's forward of that index in the warm-up, before any backward); without them, where the
     F/B order repeats with a period of two forwards or more (GPipe's "F8 B8 F8 B8", a 1F1B
@@ -493,6 +494,7 @@ def _iterations(blocks: pl.DataFrame, B: pl.LazyFrame) -> tuple[dict[int, int], 
     repeats at every pair: the iterations cannot be told there."""
     between: dict[int, int] = {}
     iters: dict[int, int | None] = {}
+    starts_at: dict[int, list[int]] = {}
     for (st,), g in blocks.sort("t0").group_by("_step", maintain_order=True):  # the one step of a trace without steps
         g = g.with_row_index("_i").with_columns(pl.when(pl.col("label") == "F").then(pl.lit("F")).otherwise(pl.lit("B")).alias("_l"))
         lab = g.get_column("_l")
@@ -519,16 +521,20 @@ def _iterations(blocks: pl.DataFrame, B: pl.LazyFrame) -> tuple[dict[int, int], 
         iters[st] = len(starts) + 1
         if not starts:
             continue
+        starts_at[st] = g.filter(pl.col("_i").is_in(starts)).get_column("s").to_list()
         gaps = (g.with_columns(pl.col("e").cum_max().shift(1).alias("_a")).filter(pl.col("_i").is_in(starts))
                 .select(pl.col("_a"), pl.max_horizontal("_a", "s").alias("_b")))
         got = iv.covered(iv.covered(gaps.lazy(), "_a", B, "_c0"), "_b", B, "_c1").collect(engine="in-memory")
         between[st] = int(got.select(((pl.col("_b") - pl.col("_a")) - (pl.col("_c1") - pl.col("_c0"))).sum()).item())
-    return between, iters
+    return between, iters, starts_at
 
 
-def _view(blocks: pl.DataFrame, out_steps: list[dict], out_idx: list[int], steps, meas: pl.DataFrame) -> dict[str, Any] | None:
+def _view(blocks: pl.DataFrame, out_steps: list[dict], out_idx: list[int], steps, meas: pl.DataFrame,
+          it_starts: dict[int, list[int]] | None = None) -> dict[str, Any] | None:
     """The blocks of the slowest kept step, for the views: {step, start_ns, end_ns, blocks: [{label,
-    mb, stage, s, e}] (ns from the window's start)}, at most ``MAX_VIEW_BLOCKS``; None without one."""
+    mb, stage, s, e}] (ns from the window's start), iteration_starts_ns (where the step holds
+    several iterations, no ProfilerStep spans: each later iteration's first block's s)}, at most
+    ``MAX_VIEW_BLOCKS``; None without one."""
     if not out_steps:
         return None
     j = max(range(len(out_steps)), key=lambda j: out_steps[j]["window_ns"])  # (a trace without steps: its one, numberless)
@@ -538,6 +544,7 @@ def _view(blocks: pl.DataFrame, out_steps: list[dict], out_idx: list[int], steps
     b = (blocks.filter(pl.col("_step") == idx).sort("s").head(MAX_VIEW_BLOCKS)
          .select("label", "mb", "stage", (pl.col("s") - ws).alias("s"), (pl.col("e") - ws).alias("e")))
     return {"step": slow["step"], "start_ns": ws, "window_ns": slow["window_ns"], "blocks": b.to_dicts(),
+            "iteration_starts_ns": [x - ws for x in (it_starts or {}).get(idx, [])],
             "truncated": blocks.filter(pl.col("_step") == idx).height > MAX_VIEW_BLOCKS}
 
 
