@@ -267,7 +267,8 @@ def reduce(ranks) -> tuple[dict[str, Any] | None, dict[int, dict[str, Any]]]:
     for fi, f in measured.items():
         s = rp.summary(f)
         tot_b, tot_w = tot_b + s["bubble_ns"], tot_w + s["window_ns"]
-        per[fi] = {"stage": stage.get(fi), "stages_held": pp_stages.get(fi) or None, "bubble_ns": s["bubble_ns"],
+        per[fi] = {"stage": stage.get(fi), "stages_held": pp_stages.get(fi) or None, "action_ns": f.get("action_ns") or None,
+                   "bubble_ns": s["bubble_ns"],
                    "bubble_fraction": s["bubble_ns"] / s["window_ns"] if s["window_ns"] else None,
                    "warmup_ns": s["warmup_ns"], "cooldown_ns": s["cooldown_ns"], "steady_ns": s["steady_ns"],
                    "between_iterations_ns": s["between_iterations_ns"],
@@ -275,7 +276,7 @@ def reduce(ranks) -> tuple[dict[str, Any] | None, dict[int, dict[str, Any]]]:
                    "order": s["order"], "view": f.get("view"),
                    "steps": [{k: st[k] for k in ("step", "window_ns", "busy_ns", "bubble_ns", "warmup_ns", "cooldown_ns", "steady_ns",
                                                    "exposed_p2p_ns", "forward_blocks", "backward_blocks")} for st in f["steps"]]}
-    variant = None
+    variant = order_rep = None
     if schedule == "zero_bubble":
         overlap = any(f["overlap_actions"] for f in measured.values())
         variant = (("dualpipe_v" if placement == "v_shape" else "dualpipe") if overlap else "zb_v" if placement == "v_shape"
@@ -286,8 +287,8 @@ def reduce(ranks) -> tuple[dict[str, Any] | None, dict[int, dict[str, Any]]]:
                          "interleaved_zb": f"split backward with {v} looped stages per rank: interleaved zero bubble",
                          "zb_h1": "split backward, one stage per rank: ZB-H1-style"}[variant])
         orders_ok = {fi: f.get("action_order") for fi, f in measured.items()}
-        own = replay_order(orders_ok, p * v) if variant != "zb_h1" and complete and all(orders_ok.values()) else None
-        if variant == "zb_h1":
+        own = replay_order(orders_ok, p * v) if complete and all(orders_ok.values()) else None
+        if variant == "zb_h1":  # the closed form
             evidence.append("theory: ZB-H1's (p-1)/(3m+p-1), the weight-grad (W) blocks filling 1F1B's cool-down with F, B and W "
                             "of one time" + ("" if th is not None else "; none for m < p") + "; ZB-H2, ZB-V and DualPipe reach less")
         elif own is not None:
@@ -298,13 +299,20 @@ def reduce(ranks) -> tuple[dict[str, Any] | None, dict[int, dict[str, Any]]]:
         else:
             evidence.append("theory: (p-1)/(3vm+p-1), each chunk's F, I and W of one time" + ("" if th is not None else "; none for m < p")
                             + " (the ranks' action orders do not replay: ranks or PP: ranges missing)")
+        if own is not None:  # the same orders at the stages' measured block times: the compute's own bubble, P2P instant
+            order_rep = _order_replay(orders_ok, p * v, measured)
+            if order_rep:
+                evidence.append(f"the orders replayed at the stages' measured block times (P2P instant): a {order_rep['step_ns'] / 1e6:.2f} ms "
+                                f"step, bubble {100 * (order_rep['bubble_fraction'] or 0):.1f}%, against {order_rep['measured_step_ns'] / 1e6:.2f} "
+                                "ms measured: the rest is P2P and host time between the blocks")
     job_gap = (gap(schedule, p, m, v, {fi: (stage.get(fi), f["steps"]) for fi, f in measured.items()})
                if th is not None and schedule != "zero_bubble" else None)
     job = {"stages": p, "microbatches": m, "virtual_stages": v if p is not None else (v if v > 1 else None), "schedule": schedule,
            "placement": placement, "variant": variant,
            "confidence": confidence, "evidence": evidence, "bubble_fraction": tot_b / tot_w if tot_w else None,
            "theory_fraction": th, "bubble_ns": tot_b, "ranks_traced": n, "world_size": world, "gap": job_gap,
-           "replay": replay_measured(schedule, p, m, v, {fi: (stage.get(fi), f["steps"]) for fi, f in measured.items()})}
+           "replay": replay_measured(schedule, p, m, v, {fi: (stage.get(fi), f["steps"]) for fi, f in measured.items()}),
+           "order_replay": order_rep}
     return job, per
 
 
@@ -490,12 +498,31 @@ def replay(schedule: str, p: int, m: int, v: int, stage_ns: dict[int, tuple[floa
     return {"step_ns": step, "bubble_fraction": 1 - sum(busy) / (p * step) if step else None, "rank_busy_ns": busy}
 
 
+def _order_replay(orders: dict[int, list[list]], n_stages: int, measured: dict[int, dict[str, Any]]) -> dict[str, Any] | None:
+    """The ranks' action orders replayed at the stages' measured block times (``action_ns``: one
+    action's mean block ns per kind and stage; the mean over the ranks that hold the stage), P2P
+    instant: {step_ns, bubble_fraction, measured_step_ns (the ranks' mean window), action_ns}; None
+    without block times or where the orders do not replay."""
+    times: dict[str, list[int]] = {}
+    for f in measured.values():
+        for k, ns in (f.get("action_ns") or {}).items():
+            times.setdefault(k, []).append(ns)
+    unit = {k: sum(x) / len(x) for k, x in times.items()}
+    got = replay_order(orders, n_stages, unit) if unit else None
+    wins = [st["window_ns"] for f in measured.values() for st in f["steps"]]
+    if not got or not wins:
+        return None
+    return {"step_ns": round(got["step"]), "bubble_fraction": got["bubble_fraction"], "measured_step_ns": round(sum(wins) / len(wins)),
+            "action_ns": {k: round(x) for k, x in sorted(unit.items())}}
+
+
 UNIT_NS = {"F": 1.0, "I": 1.0, "W": 1.0, "B": 2.0}  # the zero-bubble papers' F = B(input) = W, a full backward B = I + W
 
 
 def replay_order(orders: dict[int, list[list]], n_stages: int, unit: dict[str, float] | None = None) -> dict[str, Any] | None:
     """The step rebuilt from each rank's own action order (``analysis.rank.pipeline._action_order``:
-    [kind, global stage, micro-batch]), every action of its kind's ``unit`` time (``UNIT_NS``),
+    [kind, global stage, micro-batch]), every action of its kind's ``unit`` time (``UNIT_NS``; a key
+    "<kind><stage>", "F3", gives one stage's own time, ``order_replay``'s measured block times),
     P2P instant: a stage's F of micro-batch i after the stage before's F of i, its B or I after the
     next stage's B or I of i (the last stage's after its own F), its W after its own I of i.
     {step (the makespan), bubble_fraction (idle over ranks x step)}; None where the orders do not
@@ -504,8 +531,11 @@ def replay_order(orders: dict[int, list[list]], n_stages: int, unit: dict[str, f
     ``replay``: one pass per action."""
     unit = unit or UNIT_NS
     acts = {r: [(str(k), int(g), int(i)) for k, g, i in o] for r, o in orders.items() if o}
-    if not acts or any(k not in unit for o in acts.values() for k, _, _ in o):
+    if not acts or any(k not in UNIT_NS for o in acts.values() for k, _, _ in o):
         return None
+
+    def dur(k: str, g: int) -> float:  # a kind-and-stage time ("F3": measured), else the kind's, else 0 (an action without blocks)
+        return float(unit.get(f"{k}{g}", unit.get(k, 0.0)))
     n = n_stages
     if {g for o in acts.values() for _, g, _ in o} != set(range(n)):
         return None
@@ -528,14 +558,14 @@ def replay_order(orders: dict[int, list[list]], n_stages: int, unit: dict[str, f
                 if dep is not None and dep not in end:
                     break
                 start = max(free[r], end[dep] if dep is not None else 0.0)
-                free[r] = end[("b" if k in "BI" else k, g, i)] = start + unit[k]
+                free[r] = end[("b" if k in "BI" else k, g, i)] = start + dur(k, g)
                 pos[r] += 1
                 left -= 1
                 moved = True
         if not moved:
             return None
     step = max(free.values())
-    busy = sum(unit[k] for o in acts.values() for k, _, _ in o)
+    busy = sum(dur(k, g) for o in acts.values() for k, g, _ in o)
     return {"step": step, "bubble_fraction": 1 - busy / (len(ranks) * step) if step else None}
 
 

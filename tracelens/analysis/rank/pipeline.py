@@ -474,6 +474,11 @@ def rank_pipeline(df: pl.DataFrame, gpu_rows: pl.DataFrame, steps, meta, names: 
             "order": _rle(row["order"]), "stages": list(row["stages"]), "split_backward": bool(row["split_backward"]),
             "inblock_ns": int(inblock.get(i, 0)), "f_ns": int(row["f_ns"]), "b_ns": int(row["b_ns"]),
         })
+    # per action kind and stage (PP: ranges) one action's mean block time over the kept steps, for the order replay
+    act_ns = (pipe_blocks.filter(pl.col("_step").is_in(kept) & pl.col("stage").is_not_null() & pl.col("mb").is_not_null())
+              .group_by("_step", "label", "stage", "mb").agg((pl.col("e") - pl.col("s")).sum().alias("_ns"))
+              .group_by("label", "stage").agg(pl.col("_ns").mean()).sort("label", "stage"))
+    base["action_ns"] = {f"{k}{g}": round(ns) for k, g, ns in act_ns.iter_rows()}
     up, down = got.get("up", ([], 0)), got.get("down", ([], 0))
     base.update(
         upstream=[int(x) for x in up[0]], downstream=[int(x) for x in down[0]], upstream_p2p=int(up[1]), downstream_p2p=int(down[1]),
