@@ -205,5 +205,35 @@ def test_real_zero_bubble_pipeline(zb_pipeline_traces, schedule):
     assert rep["measured_step_ns"] == pytest.approx(tot_w / len(d["ranks"]))
     assert rep["action_ns"] == {k: v for r in d["ranks"] for k, v in r["pipeline"]["action_ns"].items()}
     assert max(work) <= rep["step_ns"] < rep["measured_step_ns"]
+    # the gap to the theory, attributed as for 1F1B: the theory's step at the ranks' mean compute is busy / (1 - 1/25)
+    g = pipe["gap"]
+    per_step = [r["pipeline"]["busy_ns"] / len(r["pipeline"]["steps"]) for r in d["ranks"]]
+    assert g["stage_compute_ns"] == [pytest.approx(b, abs=1) for b in per_step]
+    assert g["slowest_stage"] == max(range(2), key=lambda st: per_step[st])
+    w_th = sum(per_step) / 2 / (1 - 1 / 25)
+    assert g["theory_bubble_ns"] == pytest.approx(sum(w_th - b for b in per_step), abs=2)
+    assert g["slow_stage_ns"] + g["p2p_ns"] + g["host_ns"] == g["gap_ns"] == pytest.approx(pipe["bubble_ns"] - g["theory_bubble_ns"], abs=2)
+    assert min(g["slow_stage_ns"], g["p2p_ns"], g["host_ns"]) >= 0
     # a real run on 2 shared cores (blocking gloo P2P, ms each) sits far above the theory; below the window
     assert pipe["theory_fraction"] < pipe["bubble_fraction"] < 1
+
+
+@pytest.mark.parametrize(("kw", "part"), [({"slow_stage": 1}, "slow_stage_ns"), ({"latency_ns": 200_000}, "p2p_ns"), ({}, None)])
+def test_zero_bubble_gap_attributed(tmp_path, kw, part):
+    """ZB-H1 p=4 m=8 (F = I = W = 1 ms): the gap to the theory goes where the simulator put it.
+    Stage 1 at 1.5x: the orders replayed at the measured block times take the simulator's own
+    38 ms (27 ms at equal stages: 3m + p - 1), and all of the gap is the slow stage's; 200 us P2P
+    latency: all of it P2P; neither: no gap.  Before, a zero-bubble job had no gap at all."""
+    sim = ps.simulate("zero_bubble", 4, 8, annotations="pp", steps=2, **kw)
+    d = _report(ps.write(sim, tmp_path))
+    pipe = d["job"]["pipeline"]
+    g, rep = pipe["gap"], pipe["order_replay"]
+    assert pipe["variant"] == "zb_h1" and pipe["placement"] is None
+    assert rep["step_ns"] == (sim.makespan if "latency_ns" not in kw else 27_000_000)
+    assert g["slow_stage_ns"] + g["p2p_ns"] + g["host_ns"] == g["gap_ns"]
+    if part is None:
+        assert g["gap_ns"] == 0
+    else:
+        assert g["gap_ns"] > 0 and g[part] == g["gap_ns"]
+    if "slow_stage" in kw:
+        assert g["slowest_stage"] == 1 and g["slowest_stage_excess"] == pytest.approx(1.5 / 1.125 - 1)  # 1.5 over the mean 1.125

@@ -790,7 +790,9 @@ def pipeline_summary_lines(report: dict[str, Any]) -> list[str]:
         return []
     def pct(v):
         return "?" if v is None else f"{100 * v:.1f}%"
-    out = [f"pipeline: {pipe.get('schedule') or '?'}, p={pipe.get('stages') or '?'} stages, m={pipe.get('microbatches') or '?'} micro-batches"
+    kind = ", ".join(x for x in (pipe.get("variant"), {"v_shape": "V-shaped", "looped": "looped"}.get(pipe.get("placement") or "")) if x)
+    out = [f"pipeline: {pipe.get('schedule') or '?'}" + (f" ({kind})" if kind else "")
+           + f", p={pipe.get('stages') or '?'} stages, m={pipe.get('microbatches') or '?'} micro-batches"
            + (f", v={pipe['virtual_stages']}" if (pipe.get("virtual_stages") or 1) > 1 else "")
            + f" (confidence {pipe.get('confidence') or '?'}); bubble {pct(pipe.get('bubble_fraction'))}, theory {pct(pipe.get('theory_fraction'))}"]
     g = pipe.get("gap")

@@ -276,7 +276,7 @@ def reduce(ranks) -> tuple[dict[str, Any] | None, dict[int, dict[str, Any]]]:
                    "order": s["order"], "view": f.get("view"),
                    "steps": [{k: st[k] for k in ("step", "window_ns", "busy_ns", "bubble_ns", "warmup_ns", "cooldown_ns", "steady_ns",
                                                    "exposed_p2p_ns", "forward_blocks", "backward_blocks")} for st in f["steps"]]}
-    variant = order_rep = None
+    variant = order_rep = orders_ok = None
     if schedule == "zero_bubble":
         overlap = any(f["overlap_actions"] for f in measured.values())
         variant = (("dualpipe_v" if placement == "v_shape" else "dualpipe") if overlap else "zb_v" if placement == "v_shape"
@@ -306,7 +306,9 @@ def reduce(ranks) -> tuple[dict[str, Any] | None, dict[int, dict[str, Any]]]:
                                 f"step, bubble {100 * (order_rep['bubble_fraction'] or 0):.1f}%, against {order_rep['measured_step_ns'] / 1e6:.2f} "
                                 "ms measured: the rest is P2P and host time between the blocks")
     job_gap = (gap(schedule, p, m, v, {fi: (stage.get(fi), f["steps"]) for fi, f in measured.items()})
-               if th is not None and schedule != "zero_bubble" else None)
+               if th is not None and schedule != "zero_bubble" else
+               gap_orders(p, p * v, th, {fi: (stage.get(fi), f["steps"]) for fi, f in measured.items()}, orders_ok, measured)
+               if th is not None and order_rep else None)
     job = {"stages": p, "microbatches": m, "virtual_stages": v if p is not None else (v if v > 1 else None), "schedule": schedule,
            "placement": placement, "variant": variant,
            "confidence": confidence, "evidence": evidence, "bubble_fraction": tot_b / tot_w if tot_w else None,
@@ -368,6 +370,49 @@ def gap(schedule: str, p: int, m: int, v: int, ranks: dict[int, tuple[int | None
     return {"gap_ns": total, "theory_bubble_ns": round(theory_bubble), "slow_stage_ns": slow, "p2p_ns": total - slow - host,
             "host_ns": host, "slowest_stage": slowest, "slowest_stage_excess": top / mean - 1 if mean else None,
             "stage_compute_ns": [round(per_stage[s][0]) for s in range(p)]}
+
+
+def gap_orders(p: int, n_stages: int, th: float, ranks: dict[int, tuple[int | None, list[dict]]], orders: dict[int, list[list]],
+               measured: dict[int, dict[str, Any]]) -> dict[str, Any] | None:
+    """``gap`` for schedules timed by their own action orders (zero bubble): the theory's step at
+    the ranks' mean compute is W_th = busy / (1 - th) (what (m+p-1)*tau is for 1F1B), the
+    imbalance's cost the orders replayed at the stages' measured block times less at each kind's
+    mean over the stages (``replay_order``, P2P instant), host the bubble inside the blocks, P2P
+    the rest; the same keys as ``gap``.  None without every stage's measurement."""
+    per_rank = []
+    for st, steps in ranks.values():
+        if st is None or not steps:
+            return None
+        k = len(steps)
+        per_rank.append((st, sum(x["busy_ns"] for x in steps) / k, sum(x["window_ns"] for x in steps) / k, k,
+                         sum(x.get("inblock_ns", 0) for x in steps)))
+    if sorted({r[0] for r in per_rank}) != list(range(p)) or th >= 1:
+        return None
+    busy_of: dict[int, list[float]] = {}
+    for st, b, *_ in per_rank:
+        busy_of.setdefault(st, []).append(b)
+    comp = {st: sum(b) / len(b) for st, b in busy_of.items()}
+    mean = sum(comp.values()) / p
+    w_th = mean / (1 - th)
+    theory_bubble = sum(k * (w_th - b) for _, b, _, k, _ in per_rank)
+    total = round(sum(k * (w - b) for _, b, w, k, _ in per_rank) - theory_bubble)
+    unit = (_order_replay(orders, n_stages, measured) or {}).get("action_ns") or {}
+    kinds: dict[str, list[float]] = {}
+    for key, ns in unit.items():
+        kinds.setdefault(key[0], []).append(ns)
+    # each stage's actions at their kind's mean over the stages (an action without blocks, a first stage's I, stays 0)
+    flat = {key: sum(kinds[key[0]]) / len(kinds[key[0]]) for key in unit}
+    rep = replay_order(orders, n_stages, unit) if unit else None
+    even = replay_order(orders, n_stages, flat) if unit else None
+    w_slow = w_th + max(rep["step"] - even["step"], 0.0) if rep and even else w_th
+    slow = host = 0
+    if total > 0:
+        slow = min(round(sum(k * (w_slow - w_th) for _, _, _, k, _ in per_rank)), total)
+        host = min(sum(x for *_, x in per_rank), total - slow)
+    top = max(comp, key=comp.get)
+    return {"gap_ns": total, "theory_bubble_ns": round(theory_bubble), "slow_stage_ns": slow, "p2p_ns": total - slow - host,
+            "host_ns": host, "slowest_stage": top, "slowest_stage_excess": comp[top] / mean - 1 if mean else None,
+            "stage_compute_ns": [round(comp[st]) for st in range(p)]}
 
 
 def _stage_block_ns(p: int, ranks: dict[int, tuple[int | None, list[dict]]]) -> dict[int, tuple[float, float]] | None:
