@@ -130,6 +130,53 @@ def _worker(rank: int, world: int, port: int, out_dir: str, schedule: str, micro
     dist.destroy_process_group()
 
 
+def _order_worker(rank: int, world: int, port: int, out: str, schedules: list[str], ms: list[int]) -> None:
+    import json
+
+    import torch
+    import torch.distributed as dist
+    from torch.distributed import pipelining as pp
+
+    os.environ["MASTER_ADDR"] = "127.0.0.1"
+    os.environ["MASTER_PORT"] = str(port)
+    dist.init_process_group("gloo", rank=rank, world_size=world)
+    n = 2 * world
+    got: dict[str, dict] = {}
+    for schedule in schedules:
+        mine = [rank, n - 1 - rank] if schedule in V_SHAPED else [rank, rank + world]
+        for m in ms:
+            stages = [pp.PipelineStage(torch.nn.Linear(4, 4), s, n, torch.device("cpu"),
+                                       input_args=(torch.empty(1, 4, requires_grad=s > 0),),
+                                       output_args=(torch.empty(1, 4, requires_grad=True),)) for s in mine]
+            try:
+                sched = getattr(pp.schedules, MULTI[schedule])(stages, m, loss_fn=lambda out, target: out.sum())
+            except ValueError as e:  # (DualPipeV needs m >= 2 * world)
+                got.setdefault(schedule, {})[m] = str(e)
+                continue
+            got.setdefault(schedule, {})[m] = {
+                r: [[x.computation_type.value, x.stage_index, x.microbatch_index]
+                    for a in acts if a is not None for x in (a.sub_actions or [a]) if x.computation_type.value in "FBIW"]
+                for r, acts in sched.pipeline_order.items()}
+    if rank == 0:
+        Path(out).write_text(json.dumps(got))
+    dist.destroy_process_group()
+
+
+def schedule_orders(out_file: str | Path, schedules: list[str], world: int, ms: list[int]) -> dict[str, dict]:
+    """The compute actions torch's ``schedules`` (two stages per rank: ``ZB_SCHEDULES``,
+    ``interleaved``) order for each rank at each m in ``ms``, built but not run: {schedule: {m:
+    {rank: [[kind, stage, mb], ...]}}} (an overlapped pair as its two sub-actions), or {m: the
+    error} where torch refuses the m.  ``world`` gloo processes (a schedule is built only inside
+    a process group), about 5 s."""
+    import json
+
+    import torch.multiprocessing as mp
+
+    mp.spawn(_order_worker, args=(world, _free_port(), str(out_file), list(schedules), list(ms)), nprocs=world, join=True)
+    raw = json.loads(Path(out_file).read_text())
+    return {s: {int(m): ({int(r): o for r, o in v.items()} if isinstance(v, dict) else v) for m, v in by_m.items()} for s, by_m in raw.items()}
+
+
 def record_pipeline(out_dir: str | Path, schedule: str = "gpipe", world: int = 2, microbatches: int = 4,
                     steps: int = 2, v: int = 2) -> list[Path]:
     """Record one run; the trace paths in rank order."""

@@ -237,3 +237,27 @@ def test_zero_bubble_gap_attributed(tmp_path, kw, part):
         assert g["gap_ns"] > 0 and g[part] == g["gap_ns"]
     if "slow_stage" in kw:
         assert g["slowest_stage"] == 1 and g["slowest_stage_excess"] == pytest.approx(1.5 / 1.125 - 1)  # 1.5 over the mean 1.125
+
+
+@pytest.mark.parametrize("schedule", ["zbv", "dualpipev", "interleaved_zb"])
+def test_torch_orders_replay_to_the_closed_form(zb_orders, schedule):
+    """torch's own orders (p = 2, two stages per rank, built not run) replayed at F = I = W:
+    (p-1)/(3vm+p-1) from m = 2p on, which ``theory`` uses (the suggestions' m'); below it ZB-V
+    leaves more (m = 2: 1/7 where the form says 1/13; at p = 4 measured the same way: m = 4 0.200
+    against 0.111, m = 5 0.118 against 0.091, m >= 6 the form), DualPipeV refuses m < 2p, and
+    interleaved ZB meets it from m = p."""
+    from tracelens.analysis.job.pipeline import replay_order, theory
+
+    p, v = 2, 2
+    for m, orders in zb_orders[schedule].items():
+        if isinstance(orders, str):
+            assert schedule == "dualpipev" and m < 2 * p and "microbatches" in orders
+            continue
+        got = replay_order(orders, p * v)["bubble_fraction"]
+        form = (p - 1) / (3 * v * m + p - 1)
+        if m >= 2 * p:
+            assert got == pytest.approx(form) == pytest.approx(theory("zero_bubble", p, m, v))
+        elif schedule == "interleaved_zb":
+            assert got == pytest.approx(form) and theory("zero_bubble", p, m, v) is None  # (None: not told apart from the V here)
+        elif m == 2:
+            assert got == pytest.approx(1 / 7) and got > form

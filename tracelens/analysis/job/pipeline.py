@@ -23,7 +23,8 @@ schedule, how sure that is and why, and the bubble next to the schedule's theory
 * **Theory**: (p-1)/(m+p-1), interleaved (p-1)/(v*m+p-1), zero-bubble ZB-H1's (p-1)/(3m+p-1) (F, B
   and W of one time; m >= p); the other zero-bubble variants: the ranks' own ``PP:`` action order
   replayed with F = I = W and B = I + W (``replay_order``: torch's ZB-V, DualPipeV and interleaved
-  ZB orders give (p-1)/(3vm+p-1) at 2 x 4 and 4 x 8), that closed form without every order;
+  ZB orders give (p-1)/(3vm+p-1) from m = 2p on, ZB-V more below it), that closed form (m >= 2p)
+  without every order;
   the measured fraction is the ranks' bubble over their windows (the
   steps kept, with blocks).
 * **Critical stage** (``with_critical_path``, with ``--critical-path``): the job's stitched path
@@ -48,9 +49,12 @@ def theory(schedule: str | None, p: int | None, m: int | None, v: int | None) ->
     if not schedule or not p or not m:
         return None
     if schedule == "zero_bubble":  # ZB-H1 (Qi et al. 2023), F, B and W of one time, m >= p: (p-1)/(3m+p-1); with v stages per
-        # rank (interleaved ZB, ZB-V, DualPipeV) each chunk's F, I and W of one time: (p-1)/(3vm+p-1), what torch's orders
-        # replay to (``replay_order``: p=2 m=4, p=4 m=8, all three)
-        return (p - 1) / (3 * (v or 1) * m + p - 1) if m >= p else None
+        # rank (interleaved ZB, ZB-V, DualPipeV) each chunk's F, I and W of one time: (p-1)/(3vm+p-1), what torch 2.13's own
+        # orders replay to (``replay_order``) at m >= 2p (p = 2, 4; interleaved ZB from m = p), not below it (ZB-V at
+        # m = p = 4: 0.200, not 0.111): None there
+        if v and v > 1:
+            return (p - 1) / (3 * v * m + p - 1) if m >= 2 * p else None
+        return (p - 1) / (3 * m + p - 1) if m >= p else None
     vv = v if (schedule == "interleaved" and v) else 1
     return (p - 1) / (vv * m + p - 1)
 
@@ -295,9 +299,9 @@ def reduce(ranks) -> tuple[dict[str, Any] | None, dict[int, dict[str, Any]]]:
             th = own["bubble_fraction"]
             evidence.append(f"theory {th:.3f}: the ranks' own action order (one step of PP: ranges) replayed with F = I = W and "
                             f"B = I + W, P2P instant ({own['step']:g} units a step; (p-1)/(3vm+p-1) = "
-                            + (f"{theory(schedule, p, m, v):.3f}" if theory(schedule, p, m, v) is not None else "none, m < p") + ")")
+                            + (f"{theory(schedule, p, m, v):.3f}" if theory(schedule, p, m, v) is not None else "none, m < 2p") + ")")
         else:
-            evidence.append("theory: (p-1)/(3vm+p-1), each chunk's F, I and W of one time" + ("" if th is not None else "; none for m < p")
+            evidence.append("theory: (p-1)/(3vm+p-1), each chunk's F, I and W of one time" + ("" if th is not None else "; none for m < 2p")
                             + " (the ranks' action orders do not replay: ranks or PP: ranges missing)")
         if own is not None:  # the same orders at the stages' measured block times: the compute's own bubble, P2P instant
             order_rep = _order_replay(orders_ok, p * v, measured)
