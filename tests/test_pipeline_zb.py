@@ -155,6 +155,9 @@ def test_real_zero_bubble_pipeline(zb_pipeline_traces, schedule):
     assert pipe["placement"] == ("v_shape" if vshape else "looped")
     assert pipe["variant"] == {"zbv": "zb_v", "dualpipev": "dualpipe_v", "interleaved_zb": "interleaved_zb"}[schedule]
     assert pipe["confidence"] == "high"
+    from tracelens.render.tables import pipeline_summary_lines
+
+    assert pipeline_summary_lines(d)[0].startswith(f"pipeline: zero_bubble ({pipe['variant']}, {'V-shaped' if vshape else 'looped'}), p=2")
     # each rank runs 2 stages x 4 micro-batches x (F, I, W) of one unit (DualPipeV's full B: I + W) = 24 units; the
     # orders replay to a 25-unit step (the second stage's first forward waits one unit for the first's):
     # (p-1)/(3vm+p-1) = 1/25, half ZB-H1's 1/13 with one stage per rank

@@ -790,7 +790,9 @@ def pipeline_summary_lines(report: dict[str, Any]) -> list[str]:
         return []
     def pct(v):
         return "?" if v is None else f"{100 * v:.1f}%"
-    kind = ", ".join(x for x in (pipe.get("variant"), {"v_shape": "V-shaped", "looped": "looped"}.get(pipe.get("placement") or "")) if x)
+    # a zero-bubble schedule's variant and placement (interleaved 1F1B is looped: nothing to add)
+    kind = ", ".join(x for x in (pipe.get("variant"), {"v_shape": "V-shaped", "looped": "looped"}.get(pipe.get("placement") or "")) if x
+                     ) if pipe.get("variant") else ""
     out = [f"pipeline: {pipe.get('schedule') or '?'}" + (f" ({kind})" if kind else "")
            + f", p={pipe.get('stages') or '?'} stages, m={pipe.get('microbatches') or '?'} micro-batches"
            + (f", v={pipe['virtual_stages']}" if (pipe.get("virtual_stages") or 1) > 1 else "")
