@@ -268,3 +268,26 @@ def test_torch_orders_replay_to_the_closed_form(zb_orders, schedule):
             assert got == pytest.approx(form) and theory("zero_bubble", p, m, v) is None  # (None: not told apart from the V here)
         elif m == 2:
             assert got == pytest.approx(1 / 7) and got > form
+
+
+def test_hostile_action_names_do_not_crash(tmp_path):
+    """PP: names with numbers past Int64, overlapped pairs of three sub-actions or none: read as
+    no stage or micro-batch (null), never a crash (before: polars' strict cast raised on
+    ``PP:99999999999999999999F0``).  The simulator's ZB-H1 run with rank 0's ranges so renamed
+    keeps its P2P-chained stages (rank 0 first, p = 2)."""
+    import json
+
+    sim = ps.simulate("zero_bubble", 2, 4, annotations="pp", steps=2)
+    paths = ps.write(sim, tmp_path)
+    doc = json.loads(paths[0].read_text())
+    bad = ["PP:99999999999999999999F0", "PP:(99999999999999999999F1;0B2)OVERLAP_F_B", "PP:(0F1;0B2;0W3)OVERLAP_F_B", "PP:()OVERLAP_F_B"]
+    k = 0
+    for ev in doc["traceEvents"]:
+        if re.match(r"^PP:\d+[FIW]\d+$", ev.get("name", "")):
+            ev["name"] = bad[k % len(bad)]
+            k += 1
+    assert k
+    paths[0].write_text(json.dumps(doc))
+    d = _report(paths)
+    pipe = d["job"]["pipeline"]
+    assert pipe is not None and d["ranks"][0]["pipeline"]["stage"] in (0, None)

@@ -189,7 +189,8 @@ def _actions(df: pl.DataFrame, names: Names) -> pl.DataFrame:
     """The schedule's action ranges: (a_s, a_e, a_label, a_mb, a_stage, a_marker, o_label, o_mb,
     o_stage), sorted by start; ``a_marker``: a marker range (``_ACTION_MARKER``: no index, no
     stage); an overlapped F/B pair (``_OVERLAP_PAIR``, DualPipeV) is one range whose forward
-    sub-action is a_* and whose backward one o_* (null for the other ranges)."""
+    sub-action is a_* and whose backward one o_* (null for the other ranges); a number past Int64
+    (a hostile name) is null."""
     torch_names, pp_names = names.matching(_ACTION_TORCH), names.matching(_ACTION_PP)
     pair_names = names.matching(_OVERLAP_PAIR)
     markers = pl.concat([names.matching(_ACTION_MARKER), names.matching(_ACTION_PY)])
@@ -207,11 +208,11 @@ def _actions(df: pl.DataFrame, names: Names) -> pl.DataFrame:
                             pl.when(marker == "forward").then(pl.lit("F")).when(marker == "backward").then(pl.lit("B")),
                             pl.when(name.str.contains(_OVERLAP_PAIR)).then(pl.lit("F"))).alias("a_label"),
                 pl.coalesce(name.str.extract(_ACTION_TORCH, 2), name.str.extract(_ACTION_PP, 3),
-                            name.str.extract(_OVERLAP_PAIR, 2)).cast(pl.Int64).alias("a_mb"),
-                pl.coalesce(name.str.extract(_ACTION_PP, 1), name.str.extract(_OVERLAP_PAIR, 1)).cast(pl.Int64).alias("a_stage"),
+                            name.str.extract(_OVERLAP_PAIR, 2)).cast(pl.Int64, strict=False).alias("a_mb"),
+                pl.coalesce(name.str.extract(_ACTION_PP, 1), name.str.extract(_OVERLAP_PAIR, 1)).cast(pl.Int64, strict=False).alias("a_stage"),
                 marker.is_not_null().alias("a_marker"),
-                name.str.extract(_OVERLAP_PAIR, 4).alias("o_label"), name.str.extract(_OVERLAP_PAIR, 5).cast(pl.Int64).alias("o_mb"),
-                name.str.extract(_OVERLAP_PAIR, 3).cast(pl.Int64).alias("o_stage"))
+                name.str.extract(_OVERLAP_PAIR, 4).alias("o_label"), name.str.extract(_OVERLAP_PAIR, 5).cast(pl.Int64, strict=False).alias("o_mb"),
+                name.str.extract(_OVERLAP_PAIR, 3).cast(pl.Int64, strict=False).alias("o_stage"))
         .sort("a_s").collect(engine="in-memory")
     )
 
