@@ -64,7 +64,7 @@ def holds_trace_events(path: Path) -> bool:
 # the modules that record timed runs inline: their tests compare recorded times (a late rank, a
 # predicted step time, a bubble), so `make test` runs them alone, before the rest of the suite runs
 # on both cores (pytest-xdist); no other test's load reaches their clocks.
-RECORDING_FIXTURES = {"ddp_traces", "ddp_fr", "pipeline_traces", "dumps", "slowed_job", "ddp_job"}
+RECORDING_FIXTURES = {"ddp_traces", "ddp_fr", "pipeline_traces", "zb_pipeline_traces", "zb_orders", "dumps", "slowed_job", "ddp_job"}
 RECORDING_MODULES = {"test_replay", "test_torch_recorded"}
 
 
@@ -108,6 +108,26 @@ def pipeline_traces(tmp_path_factory) -> dict[str, list[Path]]:
 
     root = tmp_path_factory.mktemp("pipeline")
     return {s: record_pipeline(root / s, s, world=2, microbatches=4) for s in SCHEDULES}
+
+
+@pytest.fixture(scope="session")
+def zb_pipeline_traces(tmp_path_factory) -> dict[str, list[Path]]:
+    """Real zero-bubble pipeline runs recorded here on the CPU (tests/pipe_recorder.py ZB_SCHEDULES:
+    ScheduleInterleavedZeroBubble looped, ScheduleZBVZeroBubble and ScheduleDualPipeV V-shaped; 2
+    ranks, 2 stages each, 4 micro-batches): schedule name -> the rank traces.  About 7 s each."""
+    from tests.pipe_recorder import ZB_SCHEDULES, record_pipeline
+
+    root = tmp_path_factory.mktemp("zb_pipeline")
+    return {s: record_pipeline(root / s, s, world=2, microbatches=4) for s in ZB_SCHEDULES}
+
+
+@pytest.fixture(scope="session")
+def zb_orders(tmp_path_factory) -> dict[str, dict]:
+    """torch's own action orders of the zero-bubble schedules at 2 ranks (2 stages each), m = 2 to
+    8, built in gloo processes but not run (tests/pipe_recorder.py ``schedule_orders``)."""
+    from tests.pipe_recorder import ZB_SCHEDULES, schedule_orders
+
+    return schedule_orders(tmp_path_factory.mktemp("zb_orders") / "orders.json", list(ZB_SCHEDULES), 2, [2, 3, 4, 6, 8])
 
 
 @pytest.fixture(scope="session")

@@ -165,6 +165,17 @@ def test_p2p_bounds():
     assert _within_bounds(off, {1}, b) == {1} and off[1] == 90
     off = {0: 0, 1: 60}
     assert _within_bounds(off, {1}, b) == set() and off[1] == 60
+    # a step-start estimate (soft) the pairs contradict is dropped: the file goes back to its own clock, 0, here in the
+    # range [-1000, 100] (a V-shaped pipeline's 2-rank run put -6.16 ms from step starts into [-6.16 ms, 92 us])
+    wide = {(0, 1): (-1000, 100)}
+    off = {0: 0, 1: -7_000}
+    assert _within_bounds(off, {1}, wide, soft={1}) == {1} and off[1] == 0
+    off = {0: 0, 1: -7_000}
+    assert _within_bounds(off, {1}, wide) == {1} and off[1] == -1000  # an estimate that is no guess (not soft): the range's end
+    off = {0: 0, 1: -400}
+    assert _within_bounds(off, {1}, wide, soft={1}) == set() and off[1] == -400  # inside the range: kept
+    off = {0: 0, 1: 7_000}
+    assert _within_bounds(off, {1}, b, soft={1}) == {1} and off[1] == 50  # 0 outside [50, 90]: the nearest end
     pairs[0]["e"][1] = 150  # off_1 - off_0 <= -50 < 50: contradicting bounds (lo > hi): the records do not pair so, no bound
     assert p2p_bounds(pairs, {0: 0, 1: 1}) == {}
 

@@ -244,3 +244,38 @@ def test_no_profiler_steps_idle_between_iterations_is_not_steady(tmp_path, sched
         assert got["steady_ns"] == pytest.approx(2 * want["steady_ns"], abs=2_000)
         assert got["between_iterations_ns"] == pytest.approx(want["warmup_ns"] + want["cooldown_ns"], abs=2_000)
         assert got["warmup_ns"] + got["cooldown_ns"] + got["steady_ns"] + got["between_iterations_ns"] == got["bubble_ns"]
+
+
+def test_views_label_the_gap_between_iterations(tmp_path):
+    """No ProfilerStep spans, GPipe p=4 m=8 run twice in the one step: the views' gap before the
+    second iteration's first block is "between iterations", not "between micro-batches".  Each
+    stage's gap there is its cool-down and the next iteration's warm-up, the simulator's known
+    answer (stage 1: 2.02 + 1.02 = 3.04 ms; stage 0 starts the next iteration at once: no gap).
+    The lane's between-iterations bubble is exactly the rank's ``between_iterations_ns``, and the
+    text, the TUI's bubble rows and the HTML name it."""
+    from html import unescape
+
+    from tracelens.render import tables as views
+    from tracelens.render.html import render_html
+    from tracelens.tui.panes import pipeline_bubble_rows
+
+    sim = ps.simulate("gpipe", 4, 8, latency_ns=20_000, annotations="none", steps=2)
+    d = _report(ps.write(sim, tmp_path, layout=ps.Layout(profiler_steps=False)))
+    lanes = views.pipeline_lanes(d)
+    assert len(lanes) == 4
+    by_rank = {r["rank"]: r["pipeline"] for r in d["ranks"]}
+    for ln in lanes:
+        pr = by_rank[ln["rank"]]
+        between = [x for x in ln["bubbles"] if x["kind"] == "between_iterations"]
+        assert sum(x["e"] - x["s"] for x in between) == pr["between_iterations_ns"]
+        assert len(between) == (0 if ln["stage"] == 0 else 1)  # 2 iterations: one boundary
+        assert len(pr["view"]["iteration_starts_ns"]) == 1
+        if between:  # the gap ends where the second iteration's first forward starts
+            assert between[0]["e"] == pr["view"]["iteration_starts_ns"][0]
+            want = sim.answer["ranks"][ln["rank"]]
+            assert pr["between_iterations_ns"] == pytest.approx(want["warmup_ns"] + want["cooldown_ns"], abs=2_000)
+    rows = pipeline_bubble_rows(lanes)
+    assert sum(1 for r in rows if r["phase"] == "between iterations") == 3
+    text = "\n".join(views.pipeline_summary_lines(d))
+    assert "between iterations 3.04 ms" in text
+    assert "between iterations bubble" in unescape(render_html(d).decode())

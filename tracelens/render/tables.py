@@ -748,14 +748,17 @@ def what_if_rows(report: dict[str, Any]) -> list[dict[str, Any]]:
 
 
 PIPELINE_COLOURS = {"F": "#3584e4", "B": "#33d17a", "I": "#2ec27e", "W": "#26a269", "bubble": "#e01b24"}
-PIPELINE_PHASES = {"warmup": "warm-up", "steady": "between micro-batches", "cooldown": "cool-down"}
+PIPELINE_PHASES = {"warmup": "warm-up", "steady": "between micro-batches", "between_iterations": "between iterations",
+                   "cooldown": "cool-down"}
 
 
 def pipeline_lanes(report: dict[str, Any]) -> list[dict[str, Any]]:
     """The Pipeline view's lanes (TUI and HTML): per rank with a pipeline view (``ranks[].pipeline.view``,
     the blocks of its slowest kept step), stages first: rank, stage, step, start_ns (the window's
     start on the rank's clock), window_ns, the blocks, the bubbles between them (kind warmup /
-    steady / cooldown, s, e: ns from the window's start) and bubble_ns (their sum)."""
+    steady / between_iterations / cooldown, s, e: ns from the window's start; between_iterations
+    the gap before a block the analysis names an iteration's first, ``view.iteration_starts_ns``, in
+    a trace without ProfilerStep spans) and bubble_ns (their sum)."""
     lanes = []
     for r in report.get("ranks") or []:
         pr = r.get("pipeline") or {}
@@ -764,9 +767,11 @@ def pipeline_lanes(report: dict[str, Any]) -> list[dict[str, Any]]:
             continue
         blocks = sorted((b for b in view["blocks"] if isinstance(b, dict)), key=lambda b: (b["s"], b["e"]))
         bubbles, cur, w = [], 0, int(view.get("window_ns") or 0)
+        it = {x for x in view.get("iteration_starts_ns") or [] if isinstance(x, int)}
         for i, b in enumerate(blocks):
             if b["s"] > cur:
-                bubbles.append({"kind": "warmup" if i == 0 else "steady", "s": cur, "e": min(b["s"], w) if w else b["s"]})
+                kind = "warmup" if i == 0 else "between_iterations" if b["s"] in it else "steady"
+                bubbles.append({"kind": kind, "s": cur, "e": min(b["s"], w) if w else b["s"]})
             cur = max(cur, b["e"])
         if w > cur:
             bubbles.append({"kind": "cooldown", "s": cur, "e": w})
@@ -785,7 +790,11 @@ def pipeline_summary_lines(report: dict[str, Any]) -> list[str]:
         return []
     def pct(v):
         return "?" if v is None else f"{100 * v:.1f}%"
-    out = [f"pipeline: {pipe.get('schedule') or '?'}, p={pipe.get('stages') or '?'} stages, m={pipe.get('microbatches') or '?'} micro-batches"
+    # a zero-bubble schedule's variant and placement (interleaved 1F1B is looped: nothing to add)
+    kind = ", ".join(x for x in (pipe.get("variant"), {"v_shape": "V-shaped", "looped": "looped"}.get(pipe.get("placement") or "")) if x
+                     ) if pipe.get("variant") else ""
+    out = [f"pipeline: {pipe.get('schedule') or '?'}" + (f" ({kind})" if kind else "")
+           + f", p={pipe.get('stages') or '?'} stages, m={pipe.get('microbatches') or '?'} micro-batches"
            + (f", v={pipe['virtual_stages']}" if (pipe.get("virtual_stages") or 1) > 1 else "")
            + f" (confidence {pipe.get('confidence') or '?'}); bubble {pct(pipe.get('bubble_fraction'))}, theory {pct(pipe.get('theory_fraction'))}"]
     g = pipe.get("gap")
@@ -807,5 +816,6 @@ def pipeline_summary_lines(report: dict[str, Any]) -> list[str]:
         if "warmup_ns" in pr:
             out.append(f"  rank {r['rank']} stage {pr['stage'] if pr['stage'] is not None else '?'}: bubble {pct(pr['bubble_fraction'])}"
                        f" ({fmt_ns(pr['bubble_ns'])}: warm-up {fmt_ns(pr['warmup_ns'])}, steady {fmt_ns(pr['steady_ns'])},"
-                       f" cool-down {fmt_ns(pr['cooldown_ns'])}; exposed P2P {fmt_ns(pr['exposed_p2p_ns'])})")
+                       + (f" between iterations {fmt_ns(pr['between_iterations_ns'])}," if pr.get("between_iterations_ns") else "")
+                       + f" cool-down {fmt_ns(pr['cooldown_ns'])}; exposed P2P {fmt_ns(pr['exposed_p2p_ns'])})")
     return out

@@ -92,7 +92,7 @@ def align_clocks(rows: pl.DataFrame, steps: pl.DataFrame, n_files: int, derived:
             spread.setdefault(f, 0)
     bounded: set[int] = set()
     if bounds:
-        bounded = _within_bounds(offsets, set(range(n_files)) - by_coll - {0}, bounds)
+        bounded = _within_bounds(offsets, set(range(n_files)) - by_coll - {0}, bounds, soft=by_step)
     # how the other files were put on the reference's clock (a file neither way keeps its own)
     method = ("none" if not (by_coll or by_step or bounded) else "step starts" if not by_coll
               else "collective ends" if not by_step else "collective ends, step starts")
@@ -193,11 +193,16 @@ def p2p_bounds(pairs: dict[int, dict[str, list]], file_of: dict[int, int]) -> di
     return {k: (lo, hi) for k, (lo, hi) in out.items() if lo is None or hi is None or lo <= hi}
 
 
-def _within_bounds(offsets: dict[int, int], free: set[int], bounds: dict[tuple[int, int], tuple[int | None, int | None]]) -> set[int]:
+def _within_bounds(offsets: dict[int, int], free: set[int], bounds: dict[tuple[int, int], tuple[int | None, int | None]],
+                   soft: set[int] | frozenset[int] = frozenset()) -> set[int]:
     """Move the ``free`` files' offsets (in place) into the ranges their P2P pairs allow with the
     files already placed, outward from those fixed (the reference, the files aligned by
-    collectives); a file with no estimate of its own (offset 0 from no source) takes the middle of
-    a two-sided range.  The files it moved or placed."""
+    collectives); a file with no estimate of its own (offset 0 from no source) keeps 0 where the
+    range holds it.  A ``soft`` estimate (step starts) outside the range is dropped (the file
+    goes back to its own clock, 0, then into the range): a pipeline's ranks start their steps
+    apart by the schedule (a V-shaped one's first rank ends each step with the last stage's
+    weight grads), which the pairs then contradict, and no clock differs for it.  The files it
+    moved or placed."""
     placed = set(offsets) - free
     moved: set[int] = set()
     todo = set(free)
@@ -217,11 +222,13 @@ def _within_bounds(offsets: dict[int, int], free: set[int], bounds: dict[tuple[i
             if lo is None and hi is None:
                 continue
             step = f
-            cur = offsets.get(f, 0)
+            was = cur = offsets.get(f, 0)
+            if f in soft and ((lo is not None and cur < lo) or (hi is not None and cur > hi)):
+                cur = 0  # the step starts contradict the pairs: no estimate
             new = min(max(cur, lo if lo is not None else cur), hi if hi is not None else cur)
             if lo is not None and hi is not None and lo > hi:
-                new = cur
-            if new != cur:
+                new = was
+            if new != was:
                 offsets[f] = new
                 moved.add(f)
             break

@@ -12,12 +12,20 @@ schedule, how sure that is and why, and the bubble next to the schedule's theory
   least the ranks seen) and the rest null.
 * **m**: the forward micro-batch indices of the action ranges, else the forward blocks per step
   over v, the same on every rank.
-* **Schedule**: backward split in I/W actions or overlapped F/B actions: ``zero_bubble``; v > 1:
+* **Placement** (v > 1, from the ``PP:`` stage numbers): ``looped`` (rank r holds r, r+p, ...) or
+  ``v_shape`` (r and 2p-1-r: ZB-V, DualPipeV).
+* **Schedule**: backward split in I/W actions or overlapped F/B actions: ``zero_bubble``, its
+  ``variant`` ``zb_h1`` (one stage per rank), ``interleaved_zb`` (looped), ``zb_v`` (V-shaped),
+  ``dualpipe_v`` / ``dualpipe`` (overlapped F/B pairs, on a V or not); v > 1:
   ``interleaved``; a rank whose forward and backward blocks alternate after its warm-up:
   ``1f1b``; every rank all forwards then all backwards: ``gpipe`` (sure only when the last stage
   is among them: under 1F1B a stage s with m <= p-1-s runs that way too).
 * **Theory**: (p-1)/(m+p-1), interleaved (p-1)/(v*m+p-1), zero-bubble ZB-H1's (p-1)/(3m+p-1) (F, B
-  and W of one time; m >= p); the measured fraction is the ranks' bubble over their windows (the
+  and W of one time; m >= p); the other zero-bubble variants: the ranks' own ``PP:`` action order
+  replayed with F = I = W and B = I + W (``replay_order``: torch's ZB-V, DualPipeV and interleaved
+  ZB orders give (p-1)/(3vm+p-1) from m = 2p on, ZB-V more below it), that closed form (m >= 2p)
+  without every order;
+  the measured fraction is the ranks' bubble over their windows (the
   steps kept, with blocks).
 * **Critical stage** (``with_critical_path``, with ``--critical-path``): the job's stitched path
   (``analysis.rank.critical.combine``: its P2P pairs are hops, a recv waits for its send) per kept
@@ -40,7 +48,12 @@ _GPIPE_REPEATED = re.compile(r"^F(\d+) B\1( F\1 B\1)*$")
 def theory(schedule: str | None, p: int | None, m: int | None, v: int | None) -> float | None:
     if not schedule or not p or not m:
         return None
-    if schedule == "zero_bubble":  # ZB-H1 (Qi et al. 2023), F, B and W of one time, m >= p: (p-1)/(3m+p-1)
+    if schedule == "zero_bubble":  # ZB-H1 (Qi et al. 2023), F, B and W of one time, m >= p: (p-1)/(3m+p-1); with v stages per
+        # rank (interleaved ZB, ZB-V, DualPipeV) each chunk's F, I and W of one time: (p-1)/(3vm+p-1), what torch 2.13's own
+        # orders replay to (``replay_order``) at m >= 2p (p = 2, 4; interleaved ZB from m = p), not below it (ZB-V at
+        # m = p = 4: 0.200, not 0.111): None there
+        if v and v > 1:
+            return (p - 1) / (3 * v * m + p - 1) if m >= 2 * p else None
         return (p - 1) / (3 * m + p - 1) if m >= p else None
     vv = v if (schedule == "interleaved" and v) else 1
     return (p - 1) / (vv * m + p - 1)
@@ -89,7 +102,7 @@ def reduce(ranks) -> tuple[dict[str, Any] | None, dict[int, dict[str, Any]]]:
     # stages
     stage: dict[int, int | None] = dict.fromkeys(measured)
     p = v = None
-    how = None
+    how = placement = None
     pp_stages = {fi: sorted({s for st in f["steps"] for s in st["stages"]}) for fi, f in measured.items()}
     if any(pp_stages.values()):
         vs = {len(s) for s in pp_stages.values() if s}
@@ -101,8 +114,9 @@ def reduce(ranks) -> tuple[dict[str, Any] | None, dict[int, dict[str, Any]]]:
                   and all(len(s) == 2 and s[0] + s[1] == total - 1 for s in pp_stages.values() if s))
         if len(gaps) == 1:
             p = gaps.pop()
+            placement = "looped" if v > 1 else None
         elif vshape:  # rank r holds stages r and 2p-1-r: the V of ZB-V (ScheduleZBVZeroBubble) and DualPipeV
-            p = total // 2
+            p, placement = total // 2, "v_shape"
             evidence.append(f"each rank holds stages r and {total - 1}-r: a V-shaped placement (ZB-V, DualPipeV), p = {p}")
         elif v == 1 and total == len(measured):
             p = total
@@ -257,7 +271,8 @@ def reduce(ranks) -> tuple[dict[str, Any] | None, dict[int, dict[str, Any]]]:
     for fi, f in measured.items():
         s = rp.summary(f)
         tot_b, tot_w = tot_b + s["bubble_ns"], tot_w + s["window_ns"]
-        per[fi] = {"stage": stage.get(fi), "bubble_ns": s["bubble_ns"],
+        per[fi] = {"stage": stage.get(fi), "stages_held": pp_stages.get(fi) or None, "action_ns": f.get("action_ns") or None,
+                   "bubble_ns": s["bubble_ns"],
                    "bubble_fraction": s["bubble_ns"] / s["window_ns"] if s["window_ns"] else None,
                    "warmup_ns": s["warmup_ns"], "cooldown_ns": s["cooldown_ns"], "steady_ns": s["steady_ns"],
                    "between_iterations_ns": s["between_iterations_ns"],
@@ -265,15 +280,45 @@ def reduce(ranks) -> tuple[dict[str, Any] | None, dict[int, dict[str, Any]]]:
                    "order": s["order"], "view": f.get("view"),
                    "steps": [{k: st[k] for k in ("step", "window_ns", "busy_ns", "bubble_ns", "warmup_ns", "cooldown_ns", "steady_ns",
                                                    "exposed_p2p_ns", "forward_blocks", "backward_blocks")} for st in f["steps"]]}
+    variant = order_rep = orders_ok = None
     if schedule == "zero_bubble":
-        evidence.append("theory: ZB-H1's (p-1)/(3m+p-1), the weight-grad (W) blocks filling 1F1B's cool-down with F, B and W "
-                        "of one time" + ("" if th is not None else "; none for m < p") + "; ZB-H2, ZB-V and DualPipe reach less")
+        overlap = any(f["overlap_actions"] for f in measured.values())
+        variant = (("dualpipe_v" if placement == "v_shape" else "dualpipe") if overlap else "zb_v" if placement == "v_shape"
+                   else "interleaved_zb" if v > 1 else "zb_h1")
+        evidence.append({"dualpipe_v": "overlapped F/B pairs (PP:(F;B)OVERLAP_F_B) on a V-shaped placement: DualPipeV",
+                         "dualpipe": "overlapped F/B pairs (PP:(F;B)OVERLAP_F_B): DualPipe-style",
+                         "zb_v": "split backward on a V-shaped placement: ZB-V (ScheduleZBVZeroBubble)",
+                         "interleaved_zb": f"split backward with {v} looped stages per rank: interleaved zero bubble",
+                         "zb_h1": "split backward, one stage per rank: ZB-H1-style"}[variant])
+        orders_ok = {fi: f.get("action_order") for fi, f in measured.items()}
+        own = replay_order(orders_ok, p * v) if complete and all(orders_ok.values()) else None
+        if variant == "zb_h1":  # the closed form
+            evidence.append("theory: ZB-H1's (p-1)/(3m+p-1), the weight-grad (W) blocks filling 1F1B's cool-down with F, B and W "
+                            "of one time" + ("" if th is not None else "; none for m < p") + "; ZB-H2, ZB-V and DualPipe reach less")
+        elif own is not None:
+            th = own["bubble_fraction"]
+            evidence.append(f"theory {th:.3f}: the ranks' own action order (one step of PP: ranges) replayed with F = I = W and "
+                            f"B = I + W, P2P instant ({own['step']:g} units a step; (p-1)/(3vm+p-1) = "
+                            + (f"{theory(schedule, p, m, v):.3f}" if theory(schedule, p, m, v) is not None else "none, m < 2p") + ")")
+        else:
+            evidence.append("theory: (p-1)/(3vm+p-1), each chunk's F, I and W of one time" + ("" if th is not None else "; none for m < 2p")
+                            + " (the ranks' action orders do not replay: ranks or PP: ranges missing)")
+        if own is not None:  # the same orders at the stages' measured block times: the compute's own bubble, P2P instant
+            order_rep = _order_replay(orders_ok, p * v, measured)
+            if order_rep:
+                evidence.append(f"the orders replayed at the stages' measured block times (P2P instant): a {order_rep['step_ns'] / 1e6:.2f} ms "
+                                f"step, bubble {100 * (order_rep['bubble_fraction'] or 0):.1f}%, against {order_rep['measured_step_ns'] / 1e6:.2f} "
+                                "ms measured: the rest is P2P and host time between the blocks")
     job_gap = (gap(schedule, p, m, v, {fi: (stage.get(fi), f["steps"]) for fi, f in measured.items()})
-               if th is not None and schedule != "zero_bubble" else None)
+               if th is not None and schedule != "zero_bubble" else
+               gap_orders(p, p * v, th, {fi: (stage.get(fi), f["steps"]) for fi, f in measured.items()}, orders_ok, measured)
+               if th is not None and order_rep else None)
     job = {"stages": p, "microbatches": m, "virtual_stages": v if p is not None else (v if v > 1 else None), "schedule": schedule,
+           "placement": placement, "variant": variant,
            "confidence": confidence, "evidence": evidence, "bubble_fraction": tot_b / tot_w if tot_w else None,
            "theory_fraction": th, "bubble_ns": tot_b, "ranks_traced": n, "world_size": world, "gap": job_gap,
-           "replay": replay_measured(schedule, p, m, v, {fi: (stage.get(fi), f["steps"]) for fi, f in measured.items()})}
+           "replay": replay_measured(schedule, p, m, v, {fi: (stage.get(fi), f["steps"]) for fi, f in measured.items()}),
+           "order_replay": order_rep}
     return job, per
 
 
@@ -329,6 +374,49 @@ def gap(schedule: str, p: int, m: int, v: int, ranks: dict[int, tuple[int | None
     return {"gap_ns": total, "theory_bubble_ns": round(theory_bubble), "slow_stage_ns": slow, "p2p_ns": total - slow - host,
             "host_ns": host, "slowest_stage": slowest, "slowest_stage_excess": top / mean - 1 if mean else None,
             "stage_compute_ns": [round(per_stage[s][0]) for s in range(p)]}
+
+
+def gap_orders(p: int, n_stages: int, th: float, ranks: dict[int, tuple[int | None, list[dict]]], orders: dict[int, list[list]],
+               measured: dict[int, dict[str, Any]]) -> dict[str, Any] | None:
+    """``gap`` for schedules timed by their own action orders (zero bubble): the theory's step at
+    the ranks' mean compute is W_th = busy / (1 - th) (what (m+p-1)*tau is for 1F1B), the
+    imbalance's cost the orders replayed at the stages' measured block times less at each kind's
+    mean over the stages (``replay_order``, P2P instant), host the bubble inside the blocks, P2P
+    the rest; the same keys as ``gap``.  None without every stage's measurement."""
+    per_rank = []
+    for st, steps in ranks.values():
+        if st is None or not steps:
+            return None
+        k = len(steps)
+        per_rank.append((st, sum(x["busy_ns"] for x in steps) / k, sum(x["window_ns"] for x in steps) / k, k,
+                         sum(x.get("inblock_ns", 0) for x in steps)))
+    if sorted({r[0] for r in per_rank}) != list(range(p)) or th >= 1:
+        return None
+    busy_of: dict[int, list[float]] = {}
+    for st, b, *_ in per_rank:
+        busy_of.setdefault(st, []).append(b)
+    comp = {st: sum(b) / len(b) for st, b in busy_of.items()}
+    mean = sum(comp.values()) / p
+    w_th = mean / (1 - th)
+    theory_bubble = sum(k * (w_th - b) for _, b, _, k, _ in per_rank)
+    total = round(sum(k * (w - b) for _, b, w, k, _ in per_rank) - theory_bubble)
+    unit = (_order_replay(orders, n_stages, measured) or {}).get("action_ns") or {}
+    kinds: dict[str, list[float]] = {}
+    for key, ns in unit.items():
+        kinds.setdefault(key[0], []).append(ns)
+    # each stage's actions at their kind's mean over the stages (an action without blocks, a first stage's I, stays 0)
+    flat = {key: sum(kinds[key[0]]) / len(kinds[key[0]]) for key in unit}
+    rep = replay_order(orders, n_stages, unit) if unit else None
+    even = replay_order(orders, n_stages, flat) if unit else None
+    w_slow = w_th + max(rep["step"] - even["step"], 0.0) if rep and even else w_th
+    slow = host = 0
+    if total > 0:
+        slow = min(round(sum(k * (w_slow - w_th) for _, _, _, k, _ in per_rank)), total)
+        host = min(sum(x for *_, x in per_rank), total - slow)
+    top = max(comp, key=comp.get)
+    return {"gap_ns": total, "theory_bubble_ns": round(theory_bubble), "slow_stage_ns": slow, "p2p_ns": total - slow - host,
+            "host_ns": host, "slowest_stage": top, "slowest_stage_excess": comp[top] / mean - 1 if mean else None,
+            "stage_compute_ns": [round(comp[st]) for st in range(p)]}
 
 
 def _stage_block_ns(p: int, ranks: dict[int, tuple[int | None, list[dict]]]) -> dict[int, tuple[float, float]] | None:
@@ -457,6 +545,77 @@ def replay(schedule: str, p: int, m: int, v: int, stage_ns: dict[int, tuple[floa
     step = max(free)
     busy = [sum(stage_ns[g][0 if k == "F" else 1] for k, g, _ in orders[r]) for r in range(p)]
     return {"step_ns": step, "bubble_fraction": 1 - sum(busy) / (p * step) if step else None, "rank_busy_ns": busy}
+
+
+def _order_replay(orders: dict[int, list[list]], n_stages: int, measured: dict[int, dict[str, Any]]) -> dict[str, Any] | None:
+    """The ranks' action orders replayed at the stages' measured block times (``action_ns``: one
+    action's mean block ns per kind and stage; the mean over the ranks that hold the stage), P2P
+    instant: {step_ns, bubble_fraction, measured_step_ns (the ranks' mean window), action_ns}; None
+    without block times or where the orders do not replay."""
+    times: dict[str, list[int]] = {}
+    for f in measured.values():
+        for k, ns in (f.get("action_ns") or {}).items():
+            times.setdefault(k, []).append(ns)
+    unit = {k: sum(x) / len(x) for k, x in times.items()}
+    got = replay_order(orders, n_stages, unit) if unit else None
+    wins = [st["window_ns"] for f in measured.values() for st in f["steps"]]
+    if not got or not wins:
+        return None
+    return {"step_ns": round(got["step"]), "bubble_fraction": got["bubble_fraction"], "measured_step_ns": round(sum(wins) / len(wins)),
+            "action_ns": {k: round(x) for k, x in sorted(unit.items())}}
+
+
+UNIT_NS = {"F": 1.0, "I": 1.0, "W": 1.0, "B": 2.0}  # the zero-bubble papers' F = B(input) = W, a full backward B = I + W
+
+
+def replay_order(orders: dict[int, list[list]], n_stages: int, unit: dict[str, float] | None = None) -> dict[str, Any] | None:
+    """The step rebuilt from each rank's own action order (``analysis.rank.pipeline._action_order``:
+    [kind, global stage, micro-batch]), every action of its kind's ``unit`` time (``UNIT_NS``; a key
+    "<kind><stage>", "F3", gives one stage's own time, ``order_replay``'s measured block times),
+    P2P instant: a stage's F of micro-batch i after the stage before's F of i, its B or I after the
+    next stage's B or I of i (the last stage's after its own F), its W after its own I of i.
+    {step (the makespan), bubble_fraction (idle over ranks x step)}; None where the orders do not
+    replay: a stage of the ``n_stages`` (p*v) that no order holds (ranks missing), a dependency
+    no rank runs.  A list scheduler like
+    ``replay``: one pass per action."""
+    unit = unit or UNIT_NS
+    acts = {r: [(str(k), int(g), int(i)) for k, g, i in o] for r, o in orders.items() if o}
+    if not acts or any(k not in UNIT_NS for o in acts.values() for k, _, _ in o):
+        return None
+
+    def dur(k: str, g: int) -> float:  # a kind-and-stage time ("F3": measured), else the kind's, else 0 (an action without blocks)
+        return float(unit.get(f"{k}{g}", unit.get(k, 0.0)))
+    n = n_stages
+    if {g for o in acts.values() for _, g, _ in o} != set(range(n)):
+        return None
+    have = {(("b" if k in "BI" else k), g, i) for o in acts.values() for k, g, i in o}
+    end: dict[tuple[str, int, int], float] = {}
+    ranks = sorted(acts)
+    free, pos = dict.fromkeys(ranks, 0.0), dict.fromkeys(ranks, 0)
+    left = sum(len(o) for o in acts.values())
+    while left:
+        moved = False
+        for r in ranks:
+            while pos[r] < len(acts[r]):
+                k, g, i = acts[r][pos[r]]
+                if k == "F":
+                    dep = ("F", g - 1, i) if g > 0 else None
+                elif k == "W":
+                    dep = ("b", g, i) if ("b", g, i) in have else None
+                else:
+                    dep = ("b", g + 1, i) if g < n - 1 else ("F", g, i)
+                if dep is not None and dep not in end:
+                    break
+                start = max(free[r], end[dep] if dep is not None else 0.0)
+                free[r] = end[("b" if k in "BI" else k, g, i)] = start + dur(k, g)
+                pos[r] += 1
+                left -= 1
+                moved = True
+        if not moved:
+            return None
+    step = max(free.values())
+    busy = sum(dur(k, g) for o in acts.values() for k, g, _ in o)
+    return {"step": step, "bubble_fraction": 1 - busy / (len(ranks) * step) if step else None}
 
 
 def with_critical_path(pipe: dict[str, Any] | None, stage_of: dict[int, int | None], cp: dict[str, Any] | None) -> dict[str, Any] | None:

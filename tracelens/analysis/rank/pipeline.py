@@ -11,8 +11,13 @@ the pipeline and names the schedule from these facts alone.
 * **Anchors**: the stage's compute, ordered by host time: compute kernels (by their launch) on a
   GPU rank; matmul-family CPU ops on a CPU-only rank; none inside an ``Optimizer.*`` range.
   Each is forward or backward: from the action range that holds its launch (``Forward i`` /
-  ``Backward i`` of ScheduleGPipe, ``PP:<stage><F|B|I|W><mb>`` of the runtime schedules), else
-  from an autograd backward op around it on its thread.
+  ``Backward i`` of ScheduleGPipe, ``PP:<stage><F|B|I|W><mb>`` of the runtime schedules; in
+  DualPipeV's overlapped pair ``PP:(<s>F<i>;<t>B<j>)OVERLAP_F_B`` the forward sub-action, or the
+  backward one for the ops inside an autograd backward op), else from an autograd backward op
+  around it on its thread.
+* **Action order**: the ``PP:`` compute actions of the first kept step in the order the rank ran
+  them (empty ones too): the job replays them for the theory of schedules without a closed form
+  taken here (``analysis.job.pipeline.replay_order``).
 * **Blocks**: per step, the runs of anchors with one label, one action range and no P2P record
   between them: one block is one micro-batch's forward or backward on one stage.  Each send is
   the downstream (after a forward) or upstream (after a backward) hand-off, each recv the
@@ -43,6 +48,9 @@ P2P_NAMES = ("send", "recv", "sendrecv")
 _ACTION_TORCH = r"^(Forward|Backward) (\d+)$"
 _ACTION_PP = r"^PP:(\d+)(F|B|I|W)(\d+)$"
 _OVERLAP_PP = r"^PP:\(.*\)OVERLAP_F_B$"
+# DualPipeV's overlapped pair (torch's _Action repr): "PP:(<stage>F<mb>;<stage>B<mb>)OVERLAP_F_B", the forward first; torch
+# runs the two sub-actions one after the other inside the one range
+_OVERLAP_PAIR = r"^PP:\((\d+)F(\d+);(\d+)(B|I)(\d+)\)OVERLAP_F_B$"
 # marker ranges around one micro-batch's forward or backward, without its index (Megatron-style
 # "## forward ##", forward_step, backward-compute, DeepSpeed's _exec_forward_pass ...): labels only, no
 # detection on their own; as Python functions (with_stack: "schedules.py(388): forward_step") only the
@@ -148,26 +156,63 @@ def _pair_keys(records: pl.DataFrame, spans: pl.DataFrame, steps) -> dict[str, l
     return got.to_dict(as_series=False) if got.height else {}
 
 
+MAX_ORDER = 4096  # actions of one step kept for the job's replay of the schedule's own order (p*v*m*3 of them)
+
+
+def _action_order(actions: pl.DataFrame, steps, kept: list[int]) -> list[list] | None:
+    """The compute actions of the first kept step that has them, in the order the rank ran them:
+    [kind (F, B, I, W), stage, micro-batch] from the ``PP:`` ranges (an overlapped pair as its two
+    sub-actions, forward first), empty ones too (a first stage's input-grad I computes nothing);
+    None without ``PP:`` ranges or over ``MAX_ORDER``.  The runtime schedules run a fixed order
+    whatever the timing: replayed at equal block times (``analysis.job.pipeline.replay_order``) it
+    gives the schedule's own bubble."""
+    act = actions.filter(pl.col("a_stage").is_not_null() & pl.col("a_mb").is_not_null() & pl.col("a_label").is_not_null())
+    if act.height == 0 or not kept:
+        return None
+    spans = pl.DataFrame({"_step": kept, "_cs": [steps[i].cpu_start_ns for i in kept], "_ce": [steps[i].cpu_end_ns for i in kept]},
+                         schema={"_step": pl.Int64, "_cs": pl.Int64, "_ce": pl.Int64}).sort("_cs")
+    got = (act.sort("a_s").join_asof(spans, left_on="a_s", right_on="_cs", strategy="backward", check_sortedness=False)
+           .filter(pl.col("_step").is_not_null() & (pl.col("a_s") < pl.col("_ce"))))
+    if got.height == 0:
+        return None
+    got = got.filter(pl.col("_step") == pl.col("_step").min())
+    if got.height > MAX_ORDER:
+        return None
+    first = got.select(pl.col("a_s"), pl.lit(0).alias("_k"), pl.col("a_label").alias("k"), pl.col("a_stage").alias("g"),
+                       pl.col("a_mb").alias("i"))
+    second = got.filter(pl.col("o_label").is_not_null()).select(pl.col("a_s"), pl.lit(1).alias("_k"), pl.col("o_label").alias("k"),
+                                                                pl.col("o_stage").alias("g"), pl.col("o_mb").alias("i"))
+    return [list(r) for r in pl.concat([first, second]).sort("a_s", "_k").select("k", "g", "i").iter_rows()]
+
+
 def _actions(df: pl.DataFrame, names: Names) -> pl.DataFrame:
-    """The schedule's action ranges: (a_s, a_e, a_label, a_mb, a_stage, a_marker), sorted by
-    start; ``a_marker``: a marker range (``_ACTION_MARKER``: no index, no stage)."""
+    """The schedule's action ranges: (a_s, a_e, a_label, a_mb, a_stage, a_marker, o_label, o_mb,
+    o_stage), sorted by start; ``a_marker``: a marker range (``_ACTION_MARKER``: no index, no
+    stage); an overlapped F/B pair (``_OVERLAP_PAIR``, DualPipeV) is one range whose forward
+    sub-action is a_* and whose backward one o_* (null for the other ranges); a number past Int64
+    (a hostile name) is null."""
     torch_names, pp_names = names.matching(_ACTION_TORCH), names.matching(_ACTION_PP)
+    pair_names = names.matching(_OVERLAP_PAIR)
     markers = pl.concat([names.matching(_ACTION_MARKER), names.matching(_ACTION_PY)])
-    if torch_names.len() == 0 and pp_names.len() == 0 and markers.len() == 0:
+    if torch_names.len() == 0 and pp_names.len() == 0 and markers.len() == 0 and pair_names.len() == 0:
         return pl.DataFrame(schema={"a_s": pl.Int64, "a_e": pl.Int64, "a_label": pl.String, "a_mb": pl.Int64, "a_stage": pl.Int64,
-                                    "a_marker": pl.Boolean})
+                                    "a_marker": pl.Boolean, "o_label": pl.String, "o_mb": pl.Int64, "o_stage": pl.Int64})
     name = pl.col("name").cast(pl.String)
     marker = pl.coalesce(name.str.extract(_ACTION_MARKER, 1), name.str.extract(_ACTION_PY, 1)).str.to_lowercase()
     return (
         df.lazy().filter(pl.col("kind").is_in(["annotation", "cpu_op", "python"])
                          & (pl.col("name").is_in(torch_names.implode()) | pl.col("name").is_in(pp_names.implode())
-                            | pl.col("name").is_in(markers.implode())))
+                            | pl.col("name").is_in(markers.implode()) | pl.col("name").is_in(pair_names.implode())))
         .select(pl.col("ts_ns").alias("a_s"), END.alias("a_e"),
                 pl.coalesce(name.str.extract(_ACTION_TORCH, 1).str.slice(0, 1), name.str.extract(_ACTION_PP, 2),
-                            pl.when(marker == "forward").then(pl.lit("F")).when(marker == "backward").then(pl.lit("B"))).alias("a_label"),
-                pl.coalesce(name.str.extract(_ACTION_TORCH, 2), name.str.extract(_ACTION_PP, 3)).cast(pl.Int64).alias("a_mb"),
-                name.str.extract(_ACTION_PP, 1).cast(pl.Int64).alias("a_stage"),
-                marker.is_not_null().alias("a_marker"))
+                            pl.when(marker == "forward").then(pl.lit("F")).when(marker == "backward").then(pl.lit("B")),
+                            pl.when(name.str.contains(_OVERLAP_PAIR)).then(pl.lit("F"))).alias("a_label"),
+                pl.coalesce(name.str.extract(_ACTION_TORCH, 2), name.str.extract(_ACTION_PP, 3),
+                            name.str.extract(_OVERLAP_PAIR, 2)).cast(pl.Int64, strict=False).alias("a_mb"),
+                pl.coalesce(name.str.extract(_ACTION_PP, 1), name.str.extract(_OVERLAP_PAIR, 1)).cast(pl.Int64, strict=False).alias("a_stage"),
+                marker.is_not_null().alias("a_marker"),
+                name.str.extract(_OVERLAP_PAIR, 4).alias("o_label"), name.str.extract(_OVERLAP_PAIR, 5).cast(pl.Int64, strict=False).alias("o_mb"),
+                name.str.extract(_OVERLAP_PAIR, 3).cast(pl.Int64, strict=False).alias("o_stage"))
         .sort("a_s").collect(engine="in-memory")
     )
 
@@ -274,6 +319,7 @@ def rank_pipeline(df: pl.DataFrame, gpu_rows: pl.DataFrame, steps, meta, names: 
     spans = pl.DataFrame({"_step": list(range(len(steps))), "_cs": [s.cpu_start_ns for s in steps], "_ce": [s.cpu_end_ns for s in steps]},
                          schema={"_step": pl.Int64, "_cs": pl.Int64, "_ce": pl.Int64}).sort("_cs")
     base["p2p_pairs"] = _pair_keys(records, spans, steps)
+    base["action_order"] = _action_order(actions, steps, kept)
     lf = df.lazy()
     # the anchors: (t host time, tid, s, e) of the stage's compute
     if has_gpu:
@@ -288,10 +334,15 @@ def rank_pipeline(df: pl.DataFrame, gpu_rows: pl.DataFrame, steps, meta, names: 
     anchors = _inside(anchors, "t", bwd, "_bwd", by=["tid"]).filter(~pl.col("_opt"))
     if actions.height:
         anchors = (anchors.sort("t").join_asof(actions, left_on="t", right_on="a_s", strategy="backward", check_sortedness=False)
-                   .with_columns(pl.when(pl.col("a_e") > pl.col("t")).then(pl.struct("a_s", "a_label", "a_mb", "a_stage")).alias("_a"))
+                   # in an overlapped F/B pair, the ops inside an autograd backward are its backward sub-action's
+                   .with_columns(pl.when(pl.col("o_label").is_not_null() & pl.col("_bwd"))
+                                 .then(pl.struct("a_s", pl.col("o_label").alias("a_label"), pl.col("o_mb").alias("a_mb"),
+                                                 pl.col("o_stage").alias("a_stage")))
+                                 .otherwise(pl.struct("a_s", "a_label", "a_mb", "a_stage")).alias("_a"))
+                   .with_columns(pl.when(pl.col("a_e") > pl.col("t")).then(pl.col("_a")).alias("_a"))
                    .with_columns(pl.col("_a").struct.field("a_s").alias("a_s"), pl.col("_a").struct.field("a_label").alias("a_label"),
                                  pl.col("_a").struct.field("a_mb").alias("a_mb"), pl.col("_a").struct.field("a_stage").alias("a_stage"))
-                   .drop("_a", "a_e", "a_marker"))
+                   .drop("_a", "a_e", "a_marker", "o_label", "o_mb", "o_stage"))
     else:
         anchors = anchors.with_columns(pl.lit(None, pl.Int64).alias("a_s"), pl.lit(None, pl.String).alias("a_label"),
                                        pl.lit(None, pl.Int64).alias("a_mb"), pl.lit(None, pl.Int64).alias("a_stage"))
@@ -399,7 +450,7 @@ def rank_pipeline(df: pl.DataFrame, gpu_rows: pl.DataFrame, steps, meta, names: 
     inb = iv.covered(iv.covered(runs, "_s", B, "_b0"), "_e", B, "_b1")
     inblock = dict(inb.group_by("_step").agg(((pl.col("_e") - pl.col("_s")) - (pl.col("_b1") - pl.col("_b0"))).sum())
                    .collect(engine="in-memory").iter_rows())
-    between, iters = ({}, {}) if base["steps_marked"] else _iterations(pipe_blocks, B)
+    between, iters, it_starts = ({}, {}, {}) if base["steps_marked"] else _iterations(pipe_blocks, B)
     out_steps, out_idx = [], []  # (out_idx: each measured step's index in ``steps``)
     for row, meas in zip(per.iter_rows(named=True), m.iter_rows(named=True)):
         i = row["_step"]
@@ -424,18 +475,24 @@ def rank_pipeline(df: pl.DataFrame, gpu_rows: pl.DataFrame, steps, meta, names: 
             "order": _rle(row["order"]), "stages": list(row["stages"]), "split_backward": bool(row["split_backward"]),
             "inblock_ns": int(inblock.get(i, 0)), "f_ns": int(row["f_ns"]), "b_ns": int(row["b_ns"]),
         })
+    # per action kind and stage (PP: ranges) one action's mean block time over the kept steps, for the order replay
+    act_ns = (pipe_blocks.filter(pl.col("_step").is_in(kept) & pl.col("stage").is_not_null() & pl.col("mb").is_not_null())
+              .group_by("_step", "label", "stage", "mb").agg((pl.col("e") - pl.col("s")).sum().alias("_ns"))
+              .group_by("label", "stage").agg(pl.col("_ns").mean()).sort("label", "stage"))
+    base["action_ns"] = {f"{k}{g}": round(ns) for k, g, ns in act_ns.iter_rows()}
     up, down = got.get("up", ([], 0)), got.get("down", ([], 0))
     base.update(
         upstream=[int(x) for x in up[0]], downstream=[int(x) for x in down[0]], upstream_p2p=int(up[1]), downstream_p2p=int(down[1]),
-        steps=out_steps, view=_view(blocks, out_steps, out_idx, steps, m),
+        steps=out_steps, view=_view(blocks, out_steps, out_idx, steps, m, it_starts),
     )
     return base, pipe_blocks.select([pl.col(c).cast(t) for c, t in BLOCK_SCHEMA.items()])
 
 
-def _iterations(blocks: pl.DataFrame, B: pl.LazyFrame) -> tuple[dict[int, int], dict[int, int | None]]:
+def _iterations(blocks: pl.DataFrame, B: pl.LazyFrame) -> tuple[dict[int, int], dict[int, int | None], dict[int, list[int]]]:
     """For steps that may hold several iterations (no ProfilerStep spans): per step the idle
-    between its iterations (ns; busy ``B`` ``with_before``) and how many iterations it holds
-    (None: cannot be told).  An iteration starts at a forward block: with micro-batch indices,
+    between its iterations (ns; busy ``B`` ``with_before``), how many iterations it holds
+    (None: cannot be told) and where each iteration after the first starts (its first block's
+    start, ns on the rank's clock: the views label the gap before it "between iterations").  An iteration starts at a forward block: with micro-batch indices,
     the first forward of the lowest index after a backward (interleaved schedules run each
     chunk's forward of that index in the warm-up, before any backward); without them, where the
     F/B order repeats with a period of two forwards or more (GPipe's "F8 B8 F8 B8", a 1F1B
@@ -443,6 +500,7 @@ def _iterations(blocks: pl.DataFrame, B: pl.LazyFrame) -> tuple[dict[int, int], 
     repeats at every pair: the iterations cannot be told there."""
     between: dict[int, int] = {}
     iters: dict[int, int | None] = {}
+    starts_at: dict[int, list[int]] = {}
     for (st,), g in blocks.sort("t0").group_by("_step", maintain_order=True):  # the one step of a trace without steps
         g = g.with_row_index("_i").with_columns(pl.when(pl.col("label") == "F").then(pl.lit("F")).otherwise(pl.lit("B")).alias("_l"))
         lab = g.get_column("_l")
@@ -469,16 +527,20 @@ def _iterations(blocks: pl.DataFrame, B: pl.LazyFrame) -> tuple[dict[int, int], 
         iters[st] = len(starts) + 1
         if not starts:
             continue
+        starts_at[st] = g.filter(pl.col("_i").is_in(starts)).get_column("s").to_list()
         gaps = (g.with_columns(pl.col("e").cum_max().shift(1).alias("_a")).filter(pl.col("_i").is_in(starts))
                 .select(pl.col("_a"), pl.max_horizontal("_a", "s").alias("_b")))
         got = iv.covered(iv.covered(gaps.lazy(), "_a", B, "_c0"), "_b", B, "_c1").collect(engine="in-memory")
         between[st] = int(got.select(((pl.col("_b") - pl.col("_a")) - (pl.col("_c1") - pl.col("_c0"))).sum()).item())
-    return between, iters
+    return between, iters, starts_at
 
 
-def _view(blocks: pl.DataFrame, out_steps: list[dict], out_idx: list[int], steps, meas: pl.DataFrame) -> dict[str, Any] | None:
+def _view(blocks: pl.DataFrame, out_steps: list[dict], out_idx: list[int], steps, meas: pl.DataFrame,
+          it_starts: dict[int, list[int]] | None = None) -> dict[str, Any] | None:
     """The blocks of the slowest kept step, for the views: {step, start_ns, end_ns, blocks: [{label,
-    mb, stage, s, e}] (ns from the window's start)}, at most ``MAX_VIEW_BLOCKS``; None without one."""
+    mb, stage, s, e}] (ns from the window's start), iteration_starts_ns (where the step holds
+    several iterations, no ProfilerStep spans: each later iteration's first block's s)}, at most
+    ``MAX_VIEW_BLOCKS``; None without one."""
     if not out_steps:
         return None
     j = max(range(len(out_steps)), key=lambda j: out_steps[j]["window_ns"])  # (a trace without steps: its one, numberless)
@@ -488,6 +550,7 @@ def _view(blocks: pl.DataFrame, out_steps: list[dict], out_idx: list[int], steps
     b = (blocks.filter(pl.col("_step") == idx).sort("s").head(MAX_VIEW_BLOCKS)
          .select("label", "mb", "stage", (pl.col("s") - ws).alias("s"), (pl.col("e") - ws).alias("e")))
     return {"step": slow["step"], "start_ns": ws, "window_ns": slow["window_ns"], "blocks": b.to_dicts(),
+            "iteration_starts_ns": [x - ws for x in (it_starts or {}).get(idx, [])],
             "truncated": blocks.filter(pl.col("_step") == idx).height > MAX_VIEW_BLOCKS}
 
 
