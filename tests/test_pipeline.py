@@ -323,3 +323,27 @@ def test_slow_stage_share_under_p2p_latency(tmp_path, latency):
     assert g["slow_stage_ns"] == pytest.approx(p * k * (w0 - w_th), abs=p * k * 2_000)
     assert g["p2p_ns"] == pytest.approx(p * k * (sim.makespan - w0), abs=p * k * 2_000)
     assert g["slow_stage_ns"] + g["p2p_ns"] + g["host_ns"] == g["gap_ns"]
+
+
+def test_balancing_a_rank_of_several_stages_names_its_stages(tmp_path):
+    """Interleaved 1F1B, p=4 m=8 v=2, rank 2 at 1.6x: rank 2 holds model stages 2 and 6 (stage
+    r + k*p, looped placement), so the balancing option names that pair, not "stage 2" alone, and
+    moves work to the other ranks; the 1F1B run of test_pipeline_suggestion (one stage per rank)
+    keeps "stage 2" and no stages_held."""
+    sim = ps.simulate("interleaved", 4, 8, v=2, slow_stage=2, slow_factor=1.6)
+    d = _report(ps.write(sim, tmp_path))
+    assert d["job"]["pipeline"]["virtual_stages"] == 2
+    (sg,) = [s for s in d["suggestions"] if s["id"] == "pipeline_schedule"]
+    (bal,) = [o for o in sg["evidence"]["options"] if o["change"] == "balance"]
+    assert bal["stage"] == 2 and bal["stages_held"] == [2, 6]
+    assert "the rank at position 2 (it holds stages 2 and 6)" in sg["detail"] and "to the other ranks" in sg["detail"]
+
+
+def test_stages_held_by_placement():
+    # V-shaped (ZB-V, DualPipeV, p=4, 8 stages): position r holds r and 2p-1-r; looped (v=3): r, r+p, r+2p
+    from tracelens.analysis.suggest import _stages_held
+
+    assert _stages_held({"virtual_stages": 2, "placement": "v_shape"}, 1, 4) == [1, 6]
+    assert _stages_held({"virtual_stages": 2, "placement": "v_shape"}, 0, 4) == [0, 7]
+    assert _stages_held({"virtual_stages": 3, "placement": "looped"}, 1, 4) == [1, 5, 9]
+    assert _stages_held({"virtual_stages": 1}, 1, 4) is None

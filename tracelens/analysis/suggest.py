@@ -636,6 +636,18 @@ PIPELINE_MIN_BUBBLE = 0.05  # the measured bubble share at which the schedule-sp
 BALANCE_MIN_EXCESS = 0.05  # the slowest stage's compute over the mean at which balancing is suggested
 
 
+def _stages_held(pipe: dict[str, Any], pos: int, p: int) -> list[int] | None:
+    """The model stages the rank at pipeline position ``pos`` holds where it holds more than one:
+    ``pos`` and ``2p-1-pos`` on a V-shaped placement (ZB-V, DualPipeV), ``pos + k*p`` on a looped one
+    (interleaved, v stages); None with one stage per rank."""
+    v = pipe.get("virtual_stages") or 1
+    if v <= 1:
+        return None
+    if pipe.get("placement") == "v_shape":
+        return [pos, 2 * p - 1 - pos]
+    return [pos + k * p for k in range(v)]
+
+
 def pipeline_suggestion(pipe: dict[str, Any] | None, per_rank: dict[int, float] | None = None) -> Suggestion | None:
     """The schedule-specific fix where a pipeline was detected (``job.pipeline``: stages, m, v, a
     schedule with a theory) and its bubble is worth it: more micro-batches (the theory's bubble at
@@ -674,11 +686,14 @@ def pipeline_suggestion(pipe: dict[str, Any] | None, per_rank: dict[int, float] 
         comp = g.get("stage_compute_ns") or []
         mean = sum(comp) / len(comp) if comp else 0
         move = (comp[g["slowest_stage"]] - mean) if comp else 0
+        held = _stages_held(pipe, g["slowest_stage"], p)
         options.append({"change": "balance", "stage": g["slowest_stage"], "excess": round(g["slowest_stage_excess"], 4),
-                        "move_ns_per_step": round(move), "saves_ns": g["slow_stage_ns"]})
-        parts.append(f"Balance the stages: stage {g['slowest_stage']} computes {100 * g['slowest_stage_excess']:.0f}% more than the mean"
-                     f" (move about {move / 1e6:.2f} ms of its work per step, i.e. layers, to the other stages); the imbalance costs"
-                     f" {g['slow_stage_ns'] / 1e6:.2f} ms of bubble over the measured steps.")
+                        "move_ns_per_step": round(move), "saves_ns": g["slow_stage_ns"], **({"stages_held": held} if held else {})})
+        who = (f"the rank at position {g['slowest_stage']} (it holds stages {' and '.join(map(str, held))})" if held
+               else f"stage {g['slowest_stage']}")
+        parts.append(f"Balance the stages: {who} computes {100 * g['slowest_stage_excess']:.0f}% more than the mean"
+                     f" (move about {move / 1e6:.2f} ms of its work per step, i.e. layers, to the other "
+                     f"{'ranks' if held else 'stages'}); the imbalance costs {g['slow_stage_ns'] / 1e6:.2f} ms of bubble over the measured steps.")
     if g.get("p2p_ns") and g.get("gap_ns") and g["p2p_ns"] > 0.5 * g["gap_ns"]:
         parts.append(f"Most of the gap to the theory ({g['p2p_ns'] / 1e6:.2f} ms) is P2P: overlap the sends/recvs with compute "
                      "(batched isend/irecv, the runtime's overlapped schedules), check the P2P links.")
